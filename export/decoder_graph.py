@@ -1,0 +1,162 @@
+"""The decoder graph of the contract in DESIGN.md, built op by op from float weights.
+
+Inputs:  input_ids [1,S] int64, position_ids [1,S] int64, attention_bias [1,S,T] float32
+         (0 where a query may attend, -30000 elsewhere), logits_index [R] int64 (which rows of S
+         get logits: all of them to verify, the last one to prefill), and per layer past_key.i /
+         past_value.i [1,kv_heads,T,head_dim] float32: a cache buffer of T slots (T = the
+         capacity C on static providers, a bucket of the context on CPU).
+Outputs: logits [1,R,V], and per layer new_key.i / new_value.i [1,kv_heads,S,head_dim]: only
+         the S new entries; the host commits the accepted ones.
+
+Attention scatters the new keys into the cache buffer at their positions and attends over the
+whole buffer under the mask. Every query row therefore reduces over the same slots in the same
+order whether it comes in a 1-token step or a (γ+1)-wide verification: with row-invariant
+MatMul kernels, logits are bitwise equal across widths, so greedy speculation is
+token-identical to plain decoding. Grouped-query heads attend through a reshape
+[1,heads,S,d] -> [1,kv_heads,group*S,d], never by repeating the cache.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+from specedge.export.onnx_writer import GraphWriter
+from specedge.export.quantize import QuantSpec, quantize_blockwise
+from specedge.export.source import DecoderConfig, SourceModel
+
+MASK_VALUE = -30000.0  # exp() of it is exactly 0 in fp32 and fp16; finite, so no NaN paths
+F32 = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+class DecoderBuilder:
+    def __init__(self, writer: GraphWriter, source: SourceModel, quant: QuantSpec, context: int) -> None:
+        self.g = writer
+        self.src = source
+        self.cfg: DecoderConfig = source.config
+        self.quant = quant
+        self.context = context
+        self.float_tensors: list[str] = []
+
+    # -- pieces -------------------------------------------------------------------------------
+    def linear(self, x: str, name: str, weight: np.ndarray, bias: np.ndarray | None = None,
+               out: str | None = None) -> str:
+        """x @ weight.T (+ bias); weight is [out, in] as in torch.nn.Linear."""
+        mm_out = None if bias is not None else out
+        w = weight.T  # [K, N]
+        if self.quant.quantized:
+            pw = quantize_blockwise(w, self.quant.bits, self.quant.block_size)
+            y = self.g.op("MatMulNBits", x, self.g.weight(f"{name}.qweight", pw.packed),
+                          self.g.weight(f"{name}.scales", pw.scales), domain="com.microsoft",
+                          K=pw.k, N=pw.n, bits=self.quant.bits, block_size=self.quant.block_size,
+                          accuracy_level=self.quant.accuracy_level, out=mm_out)
+        else:
+            y = self.g.op("MatMul", x, self.g.weight(f"{name}.weight", w), out=mm_out)
+        if bias is not None:
+            y = self.g.op("Add", y, self.g.weight(f"{name}.bias", bias), out=out)
+            self.float_tensors.append(f"{name}.bias")
+        return y
+
+    def rms_norm(self, x: str, name: str, weight: np.ndarray) -> str:
+        """x / sqrt(mean(x^2) + eps) * w, in the pattern ONNX Runtime fuses to one kernel."""
+        g = self.g
+        ms = g.op("ReduceMean", g.op("Pow", x, g.const([2.0], np.float32)), axes=[-1], keepdims=1)
+        rms = g.op("Sqrt", g.op("Add", ms, g.const([self.cfg.rms_norm_eps], np.float32)))
+        self.float_tensors.append(f"{name}.weight")
+        return g.op("Mul", g.op("Div", x, rms), g.weight(f"{name}.weight", weight))
+
+    def rope(self, x: str, cos: str, sin: str, out: str | None = None) -> str:
+        """x*cos + rotate_half(x)*sin on [1,heads,S,d], rotate_half(x) = [-x2, x1]."""
+        g = self.g
+        half = self.cfg.head_dim // 2
+        x1 = g.op("Slice", x, g.const([0]), g.const([half]), g.const([-1]))
+        x2 = g.op("Slice", x, g.const([half]), g.const([self.cfg.head_dim]), g.const([-1]))
+        rotated = g.op("Concat", g.op("Neg", x2), x1, axis=-1)
+        return g.op("Add", g.op("Mul", x, cos), g.op("Mul", rotated, sin), out=out)
+
+    def heads(self, x: str, n: int, out: str | None = None) -> str:
+        """[1,S,n*d] -> [1,n,S,d]"""
+        shaped = self.g.op("Reshape", x, self.g.const([1, -1, n, self.cfg.head_dim]))
+        return self.g.op("Transpose", shaped, perm=[0, 2, 1, 3], out=out)
+
+    def rope_tables(self, position_ids: str) -> tuple[str, str]:
+        """cos, sin [1,1,S,d] gathered from tables over the context's positions."""
+        d = self.cfg.head_dim
+        inv_freq = 1.0 / (self.cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+        freqs = np.outer(np.arange(self.context, dtype=np.float64), inv_freq)  # [C, d/2]
+        angles = np.concatenate([freqs, freqs], axis=-1)  # [C, d]
+        out = []
+        for name, table in (("rope.cos", np.cos(angles)), ("rope.sin", np.sin(angles))):
+            gathered = self.g.op("Gather", self.g.weight(name, table.astype(np.float32)), position_ids)
+            out.append(self.g.op("Unsqueeze", gathered, self.g.const([1])))  # [1,1,S,d]
+        return out[0], out[1]
+
+    # -- the layers ---------------------------------------------------------------------------
+    def attention(self, i: int, x: str, cos: str, sin: str, scatter_idx: str, bias: str) -> str:
+        cfg, g = self.cfg, self.g
+        p = f"model.layers.{i}.self_attn"
+        w = self.src.weights
+        proj = {n: self.linear(x, f"{p}.{n}_proj", w.pop(f"{p}.{n}_proj.weight"),
+                               w.pop(f"{p}.{n}_proj.bias", None) if cfg.attention_bias else None)
+                for n in ("q", "k", "v")}
+        q = self.rope(self.heads(proj["q"], cfg.num_heads), cos, sin)  # [1,H,S,d]
+        k = self.rope(self.heads(proj["k"], cfg.num_kv_heads), cos, sin, out=f"new_key.{i}")  # [1,KV,S,d]
+        v = self.heads(proj["v"], cfg.num_kv_heads, out=f"new_value.{i}")
+        keys = g.op("ScatterElements", f"past_key.{i}", scatter_idx, k, axis=2)  # [1,KV,T,d]
+        values = g.op("ScatterElements", f"past_value.{i}", scatter_idx, v, axis=2)
+        scale = g.const([1.0 / np.sqrt(cfg.head_dim)], np.float32)
+        grouped = g.op("Reshape", g.op("Mul", q, scale), g.const([1, cfg.num_kv_heads, -1, cfg.head_dim]))
+        scores = g.op("MatMul", grouped, g.op("Transpose", keys, perm=[0, 1, 3, 2]))  # [1,KV,G*S,T]
+        probs = g.op("Softmax", g.op("Add", scores, bias), axis=-1)
+        attn = g.op("MatMul", probs, values)  # [1,KV,G*S,d]
+        attn = g.op("Reshape", attn, g.const([1, cfg.num_heads, -1, cfg.head_dim]))  # [1,H,S,d]
+        attn = g.op("Reshape", g.op("Transpose", attn, perm=[0, 2, 1, 3]),
+                    g.const([1, -1, cfg.num_heads * cfg.head_dim]))  # [1,S,H*d]
+        return self.linear(attn, f"{p}.o_proj", w.pop(f"{p}.o_proj.weight"))
+
+    def mlp(self, i: int, x: str) -> str:
+        g, w = self.g, self.src.weights
+        p = f"model.layers.{i}.mlp"
+        gate = self.linear(x, f"{p}.gate_proj", w.pop(f"{p}.gate_proj.weight"))
+        up = self.linear(x, f"{p}.up_proj", w.pop(f"{p}.up_proj.weight"))
+        act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
+        return self.linear(act, f"{p}.down_proj", w.pop(f"{p}.down_proj.weight"))
+
+    def build(self, on_layer: object = None) -> None:
+        cfg, g, w = self.cfg, self.g, self.src.weights
+        kv_shape: list[int | str] = [1, cfg.num_kv_heads, "T", cfg.head_dim]
+        input_ids = g.input("input_ids", I64, [1, "S"])
+        position_ids = g.input("position_ids", I64, [1, "S"])
+        attention_bias = g.input("attention_bias", F32, [1, "S", "T"])
+        logits_index = g.input("logits_index", I64, ["R"])
+        for i in range(cfg.num_layers):
+            g.input(f"past_key.{i}", F32, kv_shape)
+            g.input(f"past_value.{i}", F32, kv_shape)
+        g.output("logits", F32, [1, "R", cfg.vocab_size])
+        for i in range(cfg.num_layers):
+            g.output(f"new_key.{i}", F32, [1, cfg.num_kv_heads, "S", cfg.head_dim])
+            g.output(f"new_value.{i}", F32, [1, cfg.num_kv_heads, "S", cfg.head_dim])
+
+        group = cfg.num_heads // cfg.num_kv_heads
+        # mask rows follow the grouped query rows (j*S + s -> s): tile it group times, once
+        bias = g.op("Unsqueeze", g.op("Tile", attention_bias, g.const([1, group, 1])), g.const([1]))
+        scatter_idx = g.op("Expand", g.op("Reshape", position_ids, g.const([1, 1, -1, 1])),
+                           g.const([1, cfg.num_kv_heads, 1, cfg.head_dim]))  # [1,KV,S,d]
+        cos, sin = self.rope_tables(position_ids)
+
+        embed = w.pop("model.embed_tokens.weight")  # [V, D]
+        self.float_tensors.append("model.embed_tokens.weight")
+        h = g.op("Gather", g.weight("model.embed_tokens.weight", embed), input_ids)  # [1,S,D]
+        head = embed if cfg.tie_word_embeddings else w.pop("lm_head.weight", embed)
+        for i in range(cfg.num_layers):
+            p = f"model.layers.{i}"
+            x = self.rms_norm(h, f"{p}.input_layernorm", w.pop(f"{p}.input_layernorm.weight"))
+            h = g.op("Add", h, self.attention(i, x, cos, sin, scatter_idx, bias))
+            x = self.rms_norm(h, f"{p}.post_attention_layernorm",
+                              w.pop(f"{p}.post_attention_layernorm.weight"))
+            h = g.op("Add", h, self.mlp(i, x))
+            if callable(on_layer):
+                on_layer(i)
+        last = g.op("Gather", h, logits_index, axis=1)  # [1,R,D]
+        last = self.rms_norm(last, "model.norm", w.pop("model.norm.weight"))
+        self.linear(last, "lm_head", head, out="logits")

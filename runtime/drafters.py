@@ -1,0 +1,115 @@
+"""Drafters propose the next tokens for the target to verify, behind one interface.
+
+- DraftModelDrafter: a small model with its own KV cache, one token per pass.
+- NgramDrafter: prompt lookup, no model: the continuation of the latest earlier occurrence of
+  the context's last n tokens.
+A drafter returns the distribution q each token was drawn from (None when greedy); the n-gram
+drafter proposes deterministically, so its q is one-hot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from specedge.kernels.sampling import SamplingParams, argmax, probabilities, sample
+from specedge.runtime.model import OnnxModel
+
+
+@dataclass
+class Draft:
+    tokens: list[int]
+    q: np.ndarray | None  # [k, V]: the distributions the tokens were drawn from; None if greedy
+    calls: int = 0  # model passes spent on this draft
+
+
+class Drafter(Protocol):
+    name: str
+
+    def begin(self, context: Sequence[int]) -> None:
+        """Start a generation whose context (prompt + first token) is given."""
+
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams,
+                rng: np.random.Generator) -> Draft:
+        """Up to k tokens to follow context."""
+
+    def accept(self, committed: int) -> None:
+        """The first `committed` tokens of the context are final; forget anything beyond."""
+
+
+def one_hot(tokens: Sequence[int], vocab: int) -> np.ndarray:
+    q = np.zeros((len(tokens), vocab), dtype=np.float64)  # [k, V]
+    q[np.arange(len(tokens)), tokens] = 1.0
+    return q
+
+
+class NgramDrafter:
+    name = "ngram"
+
+    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        self.vocab_size = vocab_size
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def begin(self, context: Sequence[int]) -> None:
+        pass
+
+    def accept(self, committed: int) -> None:
+        pass
+
+    def lookup(self, context: Sequence[int], k: int) -> list[int]:
+        """Continuation of the latest earlier match of the longest suffix n-gram."""
+        arr = np.asarray(context, dtype=np.int64)
+        for n in range(min(self.max_ngram, len(arr) - 1), self.min_ngram - 1, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], n)  # [L-n, n]
+            hits = np.flatnonzero((windows == arr[-n:]).all(axis=1))
+            if hits.size:
+                start = int(hits[-1]) + n
+                return arr[start:start + k].tolist()
+        return []
+
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams,
+                rng: np.random.Generator) -> Draft:
+        tokens = self.lookup(context, k) if k > 0 else []
+        q = None if params.greedy else one_hot(tokens, self.vocab_size)
+        return Draft(tokens=tokens, q=q)
+
+
+class DraftModelDrafter:
+    name = "draft-model"
+
+    def __init__(self, model: OnnxModel) -> None:
+        self.model = model
+        self.cache = model.new_cache()
+
+    def begin(self, context: Sequence[int]) -> None:
+        self.cache.reset()
+        self.model.prefill(context[:-1], self.cache)
+
+    def accept(self, committed: int) -> None:
+        self.cache.truncate(committed)
+
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams,
+                rng: np.random.Generator) -> Draft:
+        k = min(k, self.model.manifest.context - len(context) + 1)
+        feed = list(context[self.cache.length:])  # the tokens the draft has not seen, pending last
+        tokens: list[int] = []
+        qs: list[np.ndarray] = []
+        for _ in range(max(k, 0)):
+            out = self.model.forward(feed, self.cache, all_logits=False)
+            self.cache.commit(out.new_keys, out.new_values, len(feed))
+            logits = out.logits[-1]  # [V]
+            if params.greedy:
+                token = int(argmax(logits))
+            else:
+                q = probabilities(logits, params)
+                token = sample(q, rng)
+                qs.append(q)
+            tokens.append(token)
+            feed = [token]
+        if params.greedy:
+            return Draft(tokens=tokens, q=None, calls=len(tokens))
+        q_all = np.stack(qs) if qs else np.zeros((0, self.model.manifest.vocab_size))  # [k, V]
+        return Draft(tokens=tokens, q=q_all, calls=len(tokens))

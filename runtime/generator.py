@@ -1,0 +1,169 @@
+"""The embeddable API: load a target (and a drafter), stream text, get GenerationStats.
+
+    gen = Generator.load("target_dir", draft="draft_dir")
+    stream = gen.stream("def fib(n):")
+    for piece in stream:
+        print(piece, end="")
+    print(stream.result.stats.tokens_per_s)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from specedge.runtime.decoding import SpecConfig, decode_tokens
+from specedge.runtime.drafters import Drafter, DraftModelDrafter, NgramDrafter
+from specedge.runtime.model import OnnxModel
+from specedge.runtime.stats import GenerationStats
+from specedge.runtime.text import Message, StreamDecoder, TextCodec
+
+from specedge.errors import SpecEdgeError
+
+Prompt = str | Sequence[int] | Sequence[Message]
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    token_ids: list[int]
+    stats: GenerationStats
+
+    def to_dict(self) -> dict[str, object]:
+        return {"text": self.text, "token_ids": self.token_ids, **self.stats.to_dict()}
+
+
+def check_pair(target: OnnxModel, draft: OnnxModel) -> None:
+    """A draft may serve a target only if both speak the same tokens."""
+    t, d = target.manifest, draft.manifest
+    if t.tokenizer_fingerprint != d.tokenizer_fingerprint or t.vocab_size != d.vocab_size:
+        raise SpecEdgeError(
+            f"draft {draft.folder} and target {target.folder} use different tokenizers "
+            f"({d.tokenizer_fingerprint}/{d.vocab_size} vs {t.tokenizer_fingerprint}/{t.vocab_size} tokens)",
+            "pick a draft from the same model family as the target")
+
+
+def check_gamma(gamma: int, target: OnnxModel, drafter: Drafter | None) -> None:
+    if drafter is None:
+        return
+    widths = target.manifest.widths
+    if gamma < 1:
+        raise SpecEdgeError(f"gamma must be at least 1 with a drafter, got {gamma}",
+                            "pass --gamma 1 or more, or --no-draft for plain decoding")
+    if gamma + 1 not in widths:
+        raise SpecEdgeError(
+            f"gamma {gamma} needs a verification width of {gamma + 1}, but the target was exported "
+            f"for widths {list(widths)}",
+            f"pick a gamma from {[w - 1 for w in widths if w > 1]} or re-export with --widths")
+
+
+class TextStream:
+    """Iterate for text pieces; `result` holds the whole text, token ids and stats at the end."""
+
+    def __init__(self, make_pieces: Callable[[TextStream], Iterator[str]]) -> None:
+        self.result: GenerationResult | None = None
+        self._pieces = make_pieces(self)
+
+    def __iter__(self) -> Iterator[str]:
+        return self._pieces
+
+    def close(self) -> None:
+        self._pieces.close()  # type: ignore[attr-defined]
+
+
+class Generator:
+    def __init__(self, target: OnnxModel, drafter: Drafter | None = None,
+                 config: SpecConfig | None = None) -> None:
+        self.target = target
+        self.drafter = drafter
+        self.config = config or SpecConfig()
+        self.codec = TextCodec(target.folder, target.manifest)
+        self.cache = target.new_cache()
+        check_gamma(self.config.gamma, target, drafter)
+
+    @classmethod
+    def load(cls, target: str | Path, draft: str | Path | None = None, ngram: bool = False,
+             provider: str = "cpu", draft_provider: str | None = None, threads: int | None = None,
+             config: SpecConfig | None = None) -> Generator:
+        target_model = OnnxModel(target, provider=provider, threads=threads)
+        drafter: Drafter | None = None
+        if draft is not None:
+            draft_model = OnnxModel(draft, provider=draft_provider or provider, threads=threads)
+            check_pair(target_model, draft_model)
+            drafter = DraftModelDrafter(draft_model)
+        elif ngram:
+            drafter = NgramDrafter(target_model.manifest.vocab_size)
+        return cls(target_model, drafter, config)
+
+    def encode(self, prompt: Prompt, chat: bool = False) -> list[int]:
+        if isinstance(prompt, str):
+            if chat:
+                return self.codec.encode_chat([{"role": "user", "content": prompt}])
+            return self.codec.encode(prompt)
+        items = list(prompt)
+        if items and isinstance(items[0], dict):
+            return self.codec.encode_chat(items)  # type: ignore[arg-type]
+        return [int(t) for t in items]  # type: ignore[arg-type]
+
+    def stream(self, prompt: Prompt, chat: bool = False, **overrides: object) -> TextStream:
+        """Decode `prompt` (text, token ids, or chat messages); overrides replace SpecConfig fields."""
+        config = dataclasses.replace(self.config, **overrides) if overrides else self.config
+        check_gamma(config.gamma, self.target, self.drafter)
+        ids = self.encode(prompt, chat)
+        return TextStream(lambda stream: self._pieces(ids, config, stream))
+
+    def generate(self, prompt: Prompt, chat: bool = False, **overrides: object) -> GenerationResult:
+        stream = self.stream(prompt, chat, **overrides)
+        for _ in stream:
+            pass
+        assert stream.result is not None
+        return stream.result
+
+    def _pieces(self, prompt: list[int], config: SpecConfig, stream: TextStream) -> Iterator[str]:
+        drafter = self.drafter if config.gamma > 0 else None
+        stats = GenerationStats(prompt_tokens=len(prompt), gamma=config.gamma if drafter else 0,
+                                drafter=drafter.name if drafter else "none")
+        rng = np.random.default_rng(config.seed)
+        eos = set() if config.ignore_eos else set(self.target.manifest.eos_token_ids)
+        decoder = StreamDecoder(self.codec)
+        holdback = max((len(s) for s in config.stop_strings), default=1) - 1
+        tokens: list[int] = []
+        text, shown = "", 0
+        start = time.perf_counter()
+        rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, rng)
+        reason = ""
+        try:
+            for new in rounds:
+                for token in new:
+                    if token in eos:
+                        reason = "eos"
+                        break
+                    tokens.append(token)
+                    text += decoder.push([token])
+                    if len(tokens) >= config.max_new_tokens:
+                        reason = "max_new_tokens"
+                        break
+                cut = min((i for i in (text.find(s) for s in config.stop_strings) if i >= 0), default=-1)
+                if cut >= 0:
+                    text, reason = text[:cut], "stop_string"
+                if reason:
+                    break
+                visible = len(text) - holdback
+                if visible > shown:
+                    yield text[shown:visible]
+                    shown = visible
+            stats.stop_reason = reason or "context"
+            if len(text) > shown:
+                yield text[shown:]
+        except GeneratorExit:
+            stats.stop_reason = stats.stop_reason or "interrupted"
+            raise
+        finally:
+            rounds.close()
+            stats.n_tokens = len(tokens)
+            stats.time_total_s = time.perf_counter() - start
+            stream.result = GenerationResult(text=text, token_ids=tokens, stats=stats)

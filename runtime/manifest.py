@@ -1,0 +1,115 @@
+"""The artifact manifest: what export promises and what the runtime checks before trusting it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specedge.errors import SpecEdgeError
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Quantization:
+    method: str  # "fp32", "int8", "int4"
+    bits: int  # 32, 8 or 4
+    block_size: int  # 0 for fp32
+    accuracy_level: int  # MatMulNBits accuracy_level (4: int8 activations), 0 for fp32
+    float_tensors: tuple[str, ...] = ()  # what was left in float
+
+
+@dataclass(frozen=True)
+class Manifest:
+    schema_version: int
+    specedge_version: str
+    source: dict[str, str]  # {"kind": "gguf"|"hf", "path": ..., "sha256": ...}
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    kv_dtype: str
+    tokenizer_fingerprint: str
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+    chat_template: str | None
+    context: int  # capacity C of the KV cache
+    widths: tuple[int, ...]  # static sequence widths S the graphs serve
+    quantization: Quantization
+    graph: str  # the ONNX file, relative to the artifact folder
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {size, sha256}
+
+    @property
+    def prefill_width(self) -> int:
+        return max(self.widths)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Manifest:
+        d = dict(d)
+        d["quantization"] = Quantization(**{**d["quantization"], "float_tensors": tuple(
+            d["quantization"].get("float_tensors", ()))})
+        d["eos_token_ids"] = tuple(d["eos_token_ids"])
+        d["widths"] = tuple(d["widths"])
+        return Manifest(**d)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer_json: str) -> str:
+    """A hash of what decides token ids: the model (vocab, merges) and the added tokens."""
+    tok = json.loads(tokenizer_json)
+    added = sorted((t["id"], t["content"]) for t in tok.get("added_tokens", []))
+    canon = json.dumps({"model": tok.get("model"), "added": added}, sort_keys=True)
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def load_manifest(folder: Path, verify: bool = True) -> Manifest:
+    """Read an artifact's manifest; with verify, check every listed file's size and sha256."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise SpecEdgeError(f"artifact folder {folder} does not exist",
+                            "pass the folder written by `specedge export`")
+    path = folder / MANIFEST_NAME
+    if not path.is_file():
+        raise SpecEdgeError(f"{folder} has no {MANIFEST_NAME}, so it is not a specedge artifact",
+                            "export the model with `specedge export --model SRC --out DIR`")
+    try:
+        raw = json.loads(path.read_text())
+        if raw.get("schema_version") != SCHEMA_VERSION:
+            raise SpecEdgeError(
+                f"{path} has schema version {raw.get('schema_version')}, this specedge reads "
+                f"{SCHEMA_VERSION}", "re-export the model with this version of specedge")
+        manifest = Manifest.from_dict(raw)
+    except (json.JSONDecodeError, TypeError, KeyError) as e:
+        raise SpecEdgeError(f"{path} is not a valid manifest ({e})",
+                            "re-export the model with `specedge export`") from None
+    if verify:
+        verify_files(folder, manifest)
+    return manifest
+
+
+def verify_files(folder: Path, manifest: Manifest) -> None:
+    for name, meta in manifest.files.items():
+        f = folder / name
+        if not f.is_file():
+            raise SpecEdgeError(f"artifact {folder} is missing {name}",
+                                "re-export the model; the artifact is incomplete")
+        if f.stat().st_size != meta["size"] or sha256_file(f) != meta["sha256"]:
+            raise SpecEdgeError(f"checksum of {folder / name} does not match its manifest",
+                                "the file is corrupted or was changed; re-export the model")

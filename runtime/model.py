@@ -1,0 +1,77 @@
+"""One exported model: its checked manifest, its session, and a forward pass over the KV cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from specedge.runtime.kv_cache import KVCache
+from specedge.runtime.manifest import Manifest, load_manifest
+from specedge.runtime.session import create_session
+
+MASK_VALUE = np.float32(-30000.0)  # the graph's masked-slot bias (see export/decoder_graph.py)
+
+
+@dataclass
+class ForwardOutput:
+    logits: np.ndarray  # [R, V]: one row per requested position
+    new_keys: list[np.ndarray]  # per layer [1, kv_heads, S, head_dim]
+    new_values: list[np.ndarray]
+
+
+def attention_bias(start: int, width: int, slots: int) -> np.ndarray:
+    """[1, S, T] additive mask: query i (at position start+i) sees slots 0..start+i."""
+    visible = np.arange(slots)[None, :] <= (start + np.arange(width))[:, None]  # [S, T]
+    return np.where(visible, np.float32(0.0), MASK_VALUE)[None]
+
+
+class OnnxModel:
+    def __init__(self, folder: str | Path, provider: str = "cpu", threads: int | None = None,
+                 verify: bool = True) -> None:
+        self.folder = Path(folder)
+        self.manifest: Manifest = load_manifest(self.folder, verify=verify)
+        self.provider = provider
+        self.session = create_session(self.folder / self.manifest.graph, provider, threads)
+        layers = range(self.manifest.num_layers)
+        self._outputs = ["logits"] + [f"new_{kind}.{i}" for i in layers for kind in ("key", "value")]
+        self._past_names = [(f"past_key.{i}", f"past_value.{i}") for i in layers]
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+    def new_cache(self, bucket: int = 256) -> KVCache:
+        m = self.manifest
+        return KVCache(m.num_layers, m.num_kv_heads, m.head_dim, m.context, bucket=bucket,
+                       static=self.provider != "cpu")
+
+    def forward(self, tokens: Sequence[int], cache: KVCache, all_logits: bool = True) -> ForwardOutput:
+        """Run tokens at positions [cache.length, +S). Does not commit: the caller decides how many
+        of the new entries to keep. all_logits=False returns the last row only (prefill)."""
+        start, width = cache.length, len(tokens)
+        slots = cache.reserve(start + width)
+        feeds: dict[str, np.ndarray] = {
+            "input_ids": np.asarray(tokens, dtype=np.int64)[None],  # [1, S]
+            "position_ids": np.arange(start, start + width, dtype=np.int64)[None],  # [1, S]
+            "attention_bias": attention_bias(start, width, slots),  # [1, S, T]
+            "logits_index": np.arange(width, dtype=np.int64) if all_logits
+            else np.array([width - 1], dtype=np.int64),  # [R]
+        }
+        for (k_name, v_name), k, v in zip(self._past_names, cache.keys, cache.values, strict=True):
+            feeds[k_name] = k
+            feeds[v_name] = v
+        out = self.session.run(self._outputs, feeds)
+        return ForwardOutput(logits=out[0][0], new_keys=out[1::2], new_values=out[2::2])
+
+    def prefill(self, tokens: Sequence[int], cache: KVCache) -> np.ndarray:
+        """Commit tokens to the cache in chunks of the prefill width; logits of the last one [V]."""
+        chunk = self.manifest.prefill_width
+        logits = np.empty(0)
+        for i in range(0, len(tokens), chunk):
+            piece = tokens[i:i + chunk]
+            out = self.forward(piece, cache, all_logits=False)
+            cache.commit(out.new_keys, out.new_values, len(piece))
+            logits = out.logits[-1]
+        return logits

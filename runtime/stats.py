@@ -1,0 +1,75 @@
+"""What a generation did and how fast: the stable keys scripts rely on."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class GenerationStats:
+    n_tokens: int = 0  # generated tokens (EOS excluded)
+    prompt_tokens: int = 0
+    stop_reason: str = ""  # "eos", "max_new_tokens", "stop_string", "context"
+    gamma: int = 0  # draft tokens asked per round (0: plain decoding)
+    drafter: str = "none"
+    target_calls: int = 0  # target passes after prefill (plain steps and verifications)
+    draft_calls: int = 0  # draft-model passes after prefill
+    drafted: int = 0  # draft tokens proposed
+    accepted: int = 0  # draft tokens accepted
+    produced: int = 0  # tokens made by target passes after prefill (accepted drafts + the target's own)
+    proposed_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+    time_prefill_s: float = 0.0  # prompt passes of target and draft, and the first token
+    time_draft_s: float = 0.0
+    time_verify_s: float = 0.0  # target passes after prefill, with acceptance
+    time_total_s: float = 0.0
+
+    @property
+    def time_decode_s(self) -> float:
+        return max(self.time_total_s - self.time_prefill_s, 0.0)
+
+    @property
+    def time_host_s(self) -> float:
+        """Everything in decoding that is not a model pass: Python, numpy, copies."""
+        return max(self.time_decode_s - self.time_draft_s - self.time_verify_s, 0.0)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decoding speed: tokens after the first one, over the time after the first one."""
+        if self.n_tokens <= 1 or self.time_decode_s <= 0:
+            return 0.0
+        return (self.n_tokens - 1) / self.time_decode_s
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_per_target_call(self) -> float:
+        """Tokens produced per target pass after prefill: accepted drafts + the target's own."""
+        return self.produced / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        pairs = zip(self.accepted_by_position, self.proposed_by_position, strict=True)
+        return [a / p if p else 0.0 for a, p in pairs]
+
+    def record_round(self, proposed: int, accepted: int) -> None:
+        grow = proposed - len(self.proposed_by_position)
+        if grow > 0:
+            self.proposed_by_position += [0] * grow
+            self.accepted_by_position += [0] * grow
+        for i in range(proposed):
+            self.proposed_by_position[i] += 1
+            self.accepted_by_position[i] += int(i < accepted)
+        self.drafted += proposed
+        self.accepted += accepted
+        self.produced += accepted + 1
+        self.target_calls += 1
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        for name in ("time_decode_s", "time_host_s", "tokens_per_s", "acceptance_rate",
+                     "mean_accepted_per_target_call", "acceptance_by_position"):
+            d[name] = getattr(self, name)
+        return d

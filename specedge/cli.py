@@ -1,0 +1,143 @@
+"""The `specedge` command: each subcommand parses its flags and calls the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from specedge import __version__
+from specedge.errors import SpecEdgeError
+
+
+def parse_widths(text: str) -> tuple[int, ...]:
+    try:
+        widths = tuple(sorted({int(w) for w in text.split(",") if w.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"widths must be comma-separated integers, got '{text}'") from None
+    if not widths:
+        raise argparse.ArgumentTypeError("widths must list at least one integer")
+    return widths
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from specedge.export.artifact import ExportSettings, export_model
+
+    settings = ExportSettings(quant=args.quant, context=args.context, widths=args.widths)
+    result = export_model(Path(args.model), Path(args.out), settings, overwrite=args.force)
+    m = result.manifest
+    print(f"exported {m.architecture} ({m.num_layers} layers, {m.quantization.method}) to {result.path}")
+    print(f"time {result.seconds:.1f} s, peak memory {result.peak_rss_bytes / 2**30:.2f} GiB")
+    return 0
+
+
+def build_config(args: argparse.Namespace):
+    from specedge.kernels.sampling import SamplingParams
+    from specedge.runtime.decoding import SpecConfig
+
+    try:
+        sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    except ValueError as e:
+        raise SpecEdgeError(str(e), "fix the sampling flag") from None
+    if args.max_new_tokens < 1:
+        raise SpecEdgeError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    gamma = 0 if args.no_draft else args.gamma
+    return SpecConfig(gamma=gamma, max_new_tokens=args.max_new_tokens, sampling=sampling,
+                      stop_strings=tuple(args.stop or ()), seed=args.seed, ignore_eos=args.ignore_eos)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from specedge.runtime.generator import Generator
+
+    config = build_config(args)
+    gen = Generator.load(args.target, draft=None if args.no_draft else args.draft,
+                         ngram=args.ngram and not args.no_draft, provider=args.provider,
+                         draft_provider=args.draft_provider, threads=args.threads, config=config)
+    stream = gen.stream(args.prompt, chat=args.chat)
+    for piece in stream:
+        if not args.json:
+            print(piece, end="", flush=True)
+    result = stream.result
+    assert result is not None
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        s = result.stats
+        print(f"\n[{s.n_tokens} tokens, {s.tokens_per_s:.1f} tok/s, stop: {s.stop_reason}, "
+              f"drafter: {s.drafter}, gamma {s.gamma}, acceptance {s.acceptance_rate:.0%}, "
+              f"{s.mean_accepted_per_target_call:.2f} tokens/target pass]", file=sys.stderr)
+    return 0
+
+
+def add_export(sub: argparse._SubParsersAction) -> None:
+    from specedge.export.artifact import DEFAULT_CONTEXT, DEFAULT_WIDTHS  # light: no torch import
+
+    p = sub.add_parser("export", help="export a HF checkpoint or GGUF file to a quantized ONNX artifact")
+    p.add_argument("--model", required=True, help="a Hugging Face checkpoint folder or a .gguf file")
+    p.add_argument("--out", required=True, help="the artifact folder to write")
+    p.add_argument("--quant", default="int4", choices=["fp32", "int8", "int4"],
+                   help="weight format of the MatMuls (default: int4, MatMulNBits block 32)")
+    p.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="KV cache capacity C in tokens")
+    p.add_argument("--widths", type=parse_widths, default=DEFAULT_WIDTHS,
+                   help="sequence widths S the graph serves: 1, gamma+1 for each gamma, the prefill chunk")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.set_defaults(func=cmd_export)
+
+
+def add_generate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="generate text with speculative decoding")
+    p.add_argument("--target", required=True, help="target artifact folder")
+    drafters = p.add_mutually_exclusive_group()
+    drafters.add_argument("--draft", help="draft artifact folder")
+    drafters.add_argument("--no-draft", action="store_true", help="plain decoding of the target")
+    p.add_argument("--ngram", action="store_true", help="draft by n-gram lookup in the context")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--gamma", type=int, default=4, help="draft tokens per target pass (default 4)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--ignore-eos", action="store_true", help="decode exactly --max-new-tokens")
+    p.add_argument("--provider", default="cpu", help="execution provider: cpu, dml or qnn")
+    p.add_argument("--draft-provider", default=None, help="provider of the draft (default: --provider)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON object with text, ids and stats")
+    p.set_defaults(func=cmd_generate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specedge", description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.description = "Lossless speculative decoding for small language models on ONNX Runtime."
+    parser.add_argument("--version", action="version", version=f"specedge {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_export(sub)
+    add_generate(sub)
+    return parser
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # run the cleanup of half-written work, as Ctrl-C does
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return args.func(args)
+    except SpecEdgeError as e:
+        print(f"specedge: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nspecedge: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
