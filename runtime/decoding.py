@@ -61,7 +61,6 @@ def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int]) -> np.ndar
             "shorten the prompt or re-export the target with a larger --context")
     if not prompt:
         raise SpecEdgeError("the prompt is empty", "pass some text to continue")
-    cache.reset()
     return target.prefill(prompt, cache)
 
 
@@ -93,7 +92,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         t = time.perf_counter()
         out = target.forward([context[-1], *draft.tokens], cache, all_logits=True)
         result = accept(draft, out.logits, params, vocab, rng)
-        cache.commit(out.new_keys, out.new_values, result.n_accepted + 1)
+        cache.commit(out.new_keys, out.new_values, [context[-1], *draft.tokens[:result.n_accepted]])
         stats.time_verify_s += time.perf_counter() - t
         stats.record_round(len(draft.tokens), result.n_accepted)
         new = [*draft.tokens[:result.n_accepted], result.next_token]

@@ -85,8 +85,11 @@ class DraftModelDrafter:
         self.cache = model.new_cache()
 
     def begin(self, context: Sequence[int]) -> None:
-        self.cache.reset()
-        self.model.prefill(context[:-1], self.cache)
+        """Prefill the draft's cache with the context but its last token (fed by propose)."""
+        if len(context) > 1:
+            self.model.prefill(context[:-1], self.cache)
+        else:
+            self.cache.reset()
 
     def accept(self, committed: int) -> None:
         self.cache.truncate(committed)
@@ -99,7 +102,7 @@ class DraftModelDrafter:
         qs: list[np.ndarray] = []
         for _ in range(max(k, 0)):
             out = self.model.forward(feed, self.cache, all_logits=False)
-            self.cache.commit(out.new_keys, out.new_values, len(feed))
+            self.cache.commit(out.new_keys, out.new_values, feed)
             logits = out.logits[-1]  # [V]
             if params.greedy:
                 token = int(argmax(logits))

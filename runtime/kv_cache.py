@@ -1,11 +1,14 @@
 """The host-side KV cache: fixed capacity, committed by length.
 
 Entries at or beyond `length` are stale and masked out by the graph, so rolling back a rejected
-draft suffix is `truncate()`: nothing is erased. On CPU the buffers grow in buckets, so a pass
+draft suffix is `truncate()`: nothing is erased. The cache remembers which tokens it holds, so a
+new prompt that shares a prefix with what is cached (the next turn of a chat) reuses it. On CPU the buffers grow in buckets, so a pass
 over a short context does not pay for the whole capacity.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,7 +22,7 @@ class KVCache:
         self.capacity = capacity
         self.bucket = bucket
         self.static = static  # static-shape providers take the full capacity every pass
-        self.length = 0
+        self.tokens: list[int] = []  # the tokens whose entries are committed, in order
         self.keys: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
         self._allocate(capacity if static else min(capacity, bucket))
@@ -29,10 +32,14 @@ class KVCache:
         shape = (1, self.kv_heads, slots, self.head_dim)
         keys = [np.zeros(shape, np.float32) for _ in range(self.num_layers)]
         values = [np.zeros(shape, np.float32) for _ in range(self.num_layers)]
-        n = self.length
+        n = len(self.tokens)
         for old, new in zip(self.keys + self.values, keys + values, strict=False):
             new[:, :, :n] = old[:, :, :n]
         self.keys, self.values = keys, values
+
+    @property
+    def length(self) -> int:
+        return len(self.tokens)
 
     @property
     def slots(self) -> int:
@@ -47,17 +54,29 @@ class KVCache:
             self._allocate(grown)
         return self.slots
 
-    def commit(self, new_keys: list[np.ndarray], new_values: list[np.ndarray], n: int) -> None:
-        """Append the first n of the new entries ([1,kv_heads,S,d] per layer) at `length`."""
-        end = self.length + n
-        self.reserve(end)
+    def commit(self, new_keys: list[np.ndarray], new_values: list[np.ndarray], tokens: Sequence[int]) -> None:
+        """Append the entries of `tokens`, the first len(tokens) of a pass's new entries
+        ([1,kv_heads,S,d] per layer), at `length`."""
+        start, n = self.length, len(tokens)
+        self.reserve(start + n)
         for i in range(self.num_layers):
-            self.keys[i][:, :, self.length:end] = new_keys[i][:, :, :n]
-            self.values[i][:, :, self.length:end] = new_values[i][:, :, :n]
-        self.length = end
+            self.keys[i][:, :, start:start + n] = new_keys[i][:, :, :n]
+            self.values[i][:, :, start:start + n] = new_values[i][:, :, :n]
+        self.tokens.extend(int(t) for t in tokens)
 
     def truncate(self, length: int) -> None:
-        self.length = min(self.length, length)
+        del self.tokens[length:]
 
     def reset(self) -> None:
-        self.length = 0
+        self.tokens.clear()
+
+    def reuse_prefix(self, tokens: Sequence[int], limit: int) -> int:
+        """Keep the longest common prefix of the cached tokens and `tokens`, at most `limit`
+        entries; returns how many are kept."""
+        n = 0
+        for cached, new in zip(self.tokens[:limit], tokens, strict=False):
+            if cached != new:
+                break
+            n += 1
+        self.truncate(n)
+        return n

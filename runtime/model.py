@@ -66,12 +66,14 @@ class OnnxModel:
         return ForwardOutput(logits=out[0][0], new_keys=out[1::2], new_values=out[2::2])
 
     def prefill(self, tokens: Sequence[int], cache: KVCache) -> np.ndarray:
-        """Commit tokens to the cache in chunks of the prefill width; logits of the last one [V]."""
+        """Bring the cache to hold `tokens`, reusing a cached prefix, feeding the rest in chunks
+        of the prefill width; returns the logits after the last token [V]."""
+        cache.reuse_prefix(tokens, limit=len(tokens) - 1)  # the last token is fed for its logits
         chunk = self.manifest.prefill_width
         logits = np.empty(0)
-        for i in range(0, len(tokens), chunk):
+        for i in range(cache.length, len(tokens), chunk):
             piece = tokens[i:i + chunk]
             out = self.forward(piece, cache, all_logits=False)
-            cache.commit(out.new_keys, out.new_values, len(piece))
+            cache.commit(out.new_keys, out.new_values, piece)
             logits = out.logits[-1]
         return logits

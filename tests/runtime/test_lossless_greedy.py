@@ -1,0 +1,55 @@
+"""Greedy speculative decoding is token-identical to greedy plain decoding of the same target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from specedge.runtime import Generator, SpecConfig
+
+from tests.conftest import TINY_CONTEXT
+
+LONG_PROMPT = "def fib(n):\n    return"  # 20 tokens: more than one 8-token prefill chunk
+SHORT_PROMPT = "abcabcab"
+
+
+def plain_tokens(target: Path, prompt: str, max_new: int) -> list[int]:
+    gen = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=max_new, ignore_eos=True))
+    return gen.generate(prompt).token_ids
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 4, 7])
+@pytest.mark.parametrize("drafter", ["draft-model", "ngram"])
+def test_speculative_equals_plain(tiny_pair: tuple[Path, Path, Path], gamma: int, drafter: str) -> None:
+    _, target, draft = tiny_pair
+    config = SpecConfig(gamma=gamma, max_new_tokens=24, ignore_eos=True)
+    for prompt in (LONG_PROMPT, SHORT_PROMPT):
+        spec = Generator.load(target, draft=draft if drafter == "draft-model" else None,
+                              ngram=drafter == "ngram", config=config)
+        result = spec.generate(prompt)
+        assert result.token_ids == plain_tokens(target, prompt, 24)
+        assert result.stats.drafter == drafter
+        assert result.stats.target_calls < result.stats.n_tokens or result.stats.accepted == 0
+
+
+@pytest.mark.parametrize("gamma", [1, 4, 7])
+def test_runs_to_context_capacity(tiny_pair: tuple[Path, Path, Path], gamma: int) -> None:
+    _, target, draft = tiny_pair
+    plain = plain_tokens(target, LONG_PROMPT, 1000)
+    for kwargs in ({"draft": draft}, {"ngram": True}):
+        gen = Generator.load(target, config=SpecConfig(gamma=gamma, max_new_tokens=1000, ignore_eos=True),
+                             **kwargs)
+        result = gen.generate(LONG_PROMPT)
+        assert result.stats.stop_reason == "context"
+        assert result.token_ids == plain
+        assert result.stats.prompt_tokens + result.stats.n_tokens == TINY_CONTEXT + 1
+
+
+def test_draft_model_is_accepted_often(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """The tiny draft is a perturbed target: acceptance must be neither 0 nor 1, so the test above
+    exercises partial acceptance, rollback and bonus tokens."""
+    _, target, draft = tiny_llama
+    gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=4, max_new_tokens=40, ignore_eos=True))
+    stats = gen.generate(LONG_PROMPT).stats
+    assert 0.2 < stats.acceptance_rate < 1.0, stats.acceptance_rate
+    assert stats.mean_accepted_per_target_call > 1.2

