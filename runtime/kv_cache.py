@@ -2,8 +2,8 @@
 
 Entries at or beyond `length` are stale and masked out by the graph, so rolling back a rejected
 draft suffix is `truncate()`: nothing is erased. The cache remembers which tokens it holds, so a
-new prompt that shares a prefix with what is cached (the next turn of a chat) reuses it. On CPU the buffers grow in buckets, so a pass
-over a short context does not pay for the whole capacity.
+new prompt that shares a prefix with what is cached (the next turn of a chat) reuses it. On CPU
+the buffers grow in buckets, so a pass over a short context does not pay for the whole capacity.
 """
 
 from __future__ import annotations
