@@ -8,12 +8,13 @@ import resource
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from specedge.export.decoder_graph import DecoderBuilder
 from specedge.export.onnx_writer import GraphWriter
-from specedge.export.quantize import QUANT_METHODS, QuantSpec
+from specedge.export.quantize import QuantSpec
+from specedge.export.settings import ExportSettings
 from specedge.export.source import SourceModel, load_source
 from specedge.runtime.manifest import (
     MANIFEST_NAME,
@@ -27,32 +28,10 @@ from specedge.runtime.manifest import (
 from specedge import __version__
 from specedge.errors import SpecEdgeError
 
-DEFAULT_CONTEXT = 4096
-DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 64)
 GRAPH_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
 TOKENIZER_FILE = "tokenizer.json"
 PARTIAL_MARK = ".partial-"
-
-
-@dataclass(frozen=True)
-class ExportSettings:
-    quant: str = "fp32"
-    context: int = DEFAULT_CONTEXT
-    widths: tuple[int, ...] = DEFAULT_WIDTHS
-    block_size: int = 32
-    accuracy_level: int = 4
-
-    def validate(self) -> None:
-        if self.quant not in QUANT_METHODS:
-            raise SpecEdgeError(f"unknown quantization '{self.quant}'",
-                                f"use one of {', '.join(QUANT_METHODS)}")
-        if not self.widths or min(self.widths) < 1 or 1 not in self.widths:
-            raise SpecEdgeError(f"widths {list(self.widths)} must be positive and include 1",
-                                "pass e.g. --widths 1,5,64")
-        if self.context <= max(self.widths):
-            raise SpecEdgeError(f"context {self.context} must exceed the largest width {max(self.widths)}",
-                                "raise --context or lower --widths")
 
 
 @dataclass(frozen=True)
@@ -169,6 +148,3 @@ def export_model(src: Path, out: Path, settings: ExportSettings | None = None,
         raise
     return ExportResult(out, manifest, time.perf_counter() - start, peak_rss_bytes())
 
-
-def settings_key(settings: ExportSettings) -> dict[str, object]:
-    return asdict(settings)

@@ -8,7 +8,8 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from specedge.export.artifact import ExportSettings, export_model
+from specedge.export.artifact import export_model
+from specedge.export.settings import ExportSettings
 from specedge.export.source import source_digest
 from specedge.runtime.manifest import MANIFEST_NAME
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from specedge.export.settings import QUANT_BITS
 
-QUANT_METHODS = {"fp32": 32, "int8": 8, "int4": 4}
 DEFAULT_BLOCK_SIZE = 32
 DEFAULT_ACCURACY_LEVEL = 4
 
@@ -26,7 +26,7 @@ class QuantSpec:
 
     @property
     def bits(self) -> int:
-        return QUANT_METHODS[self.method]
+        return QUANT_BITS[self.method]
 
     @property
     def quantized(self) -> bool:

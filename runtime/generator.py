@@ -157,6 +157,8 @@ class Generator:
                     yield text[shown:visible]
                     shown = visible
             stats.stop_reason = reason or "context"
+            if reason != "stop_string":
+                text += decoder.flush()
             if len(text) > shown:
                 yield text[shown:]
         except GeneratorExit:

@@ -74,3 +74,10 @@ class StreamDecoder:
             self._prefix, self._read = self._read, len(self.ids)
             return now[len(before):]
         return ""
+
+    def flush(self) -> str:
+        """The text still held back (an incomplete character at the very end)."""
+        before = self.codec.decode(self.ids[self._prefix:self._read])
+        now = self.codec.decode(self.ids[self._prefix:])
+        self._prefix = self._read = len(self.ids)
+        return now[len(before):]

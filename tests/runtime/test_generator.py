@@ -1,0 +1,54 @@
+"""The streaming API: pieces, stop strings, EOS, chat templates and stats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specedge.runtime import Generator, SpecConfig
+
+
+def test_stream_pieces_join_to_the_result(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, draft = tiny_llama
+    gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=4, max_new_tokens=30, ignore_eos=True))
+    stream = gen.stream("hello")
+    pieces = list(stream)
+    result = stream.result
+    assert result is not None and "".join(pieces) == result.text
+    assert result.text == gen.codec.decode(result.token_ids)
+    stats = result.stats
+    assert stats.n_tokens == 30 and stats.stop_reason == "max_new_tokens"
+    assert stats.draft_calls > 0 and stats.target_calls > 0
+    assert stats.time_draft_s > 0 and stats.time_verify_s > 0 and stats.tokens_per_s > 0
+    assert len(stats.acceptance_by_position) == 4
+
+
+def test_stop_string_cuts_text(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, _ = tiny_llama
+    gen = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=30, ignore_eos=True))
+    full = gen.generate("hello").text
+    stop = full[10:12]
+    result = gen.generate("hello", stop_strings=(stop,))
+    assert result.stats.stop_reason == "stop_string"
+    assert result.text == full[:full.find(stop)]
+
+
+def test_eos_stops_and_is_not_returned(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, _ = tiny_llama
+    gen = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=60, ignore_eos=True))
+    tokens = gen.generate("hello").token_ids
+    eos = tokens[5]  # pretend the 6th generated token is the end of sequence
+    gen.target.manifest = type(gen.target.manifest)(**{**gen.target.manifest.__dict__, "eos_token_ids": (eos,)})
+    result = gen.generate("hello", ignore_eos=False)
+    assert result.stats.stop_reason == "eos"
+    assert result.token_ids == tokens[:tokens.index(eos)]
+
+
+def test_chat_template_and_prefix_reuse(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, _ = tiny_llama
+    gen = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=5, ignore_eos=True))
+    text = gen.codec.render_chat([{"role": "user", "content": "hi"}])
+    assert text == "<|bos|><|user|>hi<|eos|><|assistant|>"
+    first = gen.generate("hi", chat=True)
+    assert first.stats.prompt_tokens == len(gen.codec.encode(text, add_special_tokens=False))
+    again = gen.generate("hi", chat=True)  # the cached prompt is reused, the answer is the same
+    assert again.token_ids == first.token_ids

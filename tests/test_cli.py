@@ -1,0 +1,139 @@
+"""The command line: JSON output keys, and one-line errors (no traceback) for bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.tiny_models import byte_tokenizer, make_tiny_model
+
+JSON_KEYS = {"text", "token_ids", "n_tokens", "tokens_per_s", "stop_reason", "target_calls", "draft_calls",
+             "acceptance_rate", "mean_accepted_per_target_call", "acceptance_by_position", "gamma",
+             "time_draft_s", "time_verify_s", "time_host_s"}
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "specedge", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("specedge: error:")
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_generate_json_has_stable_keys(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, draft = tiny_llama
+    proc = run_cli("generate", "--target", str(target), "--draft", str(draft), "--prompt", "abc",
+                   "--max-new-tokens", "10", "--gamma", "4", "--json", "--ignore-eos")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data.keys() >= JSON_KEYS
+    assert data["n_tokens"] == 10 == len(data["token_ids"]) and data["gamma"] == 4
+    assert data["stop_reason"] == "max_new_tokens"
+    assert len(data["acceptance_by_position"]) == 4
+
+
+def test_generate_streams_text(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, _ = tiny_llama
+    proc = run_cli("generate", "--target", str(target), "--ngram", "--prompt", "abcabc",
+                   "--max-new-tokens", "8", "--temperature", "0.8", "--top-k", "20", "--seed", "3")
+    assert proc.returncode == 0, proc.stderr
+    assert "tok/s" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from specedge.export.artifact import export_model
+    from specedge.export.settings import ExportSettings
+
+    root = tmp_path_factory.mktemp("other-tok")
+    src = make_tiny_model(root / "src", "llama", seed=9)
+    tok = byte_tokenizer()
+    tok.add_special_tokens(["<|tool|>"])  # one more token: a different tokenizer
+    tok.save(str(src / "tokenizer.json"))
+    return export_model(src, root / "art", ExportSettings(quant="fp32", context=64, widths=(1, 5))).path
+
+
+def test_bad_pair_different_tokenizers(tiny_llama: tuple[Path, Path, Path], other_tokenizer_artifact: Path) -> None:
+    _, target, _ = tiny_llama
+    proc = run_cli("generate", "--target", str(target), "--draft", str(other_tokenizer_artifact),
+                   "--prompt", "hi")
+    assert_one_line_error(proc, "different tokenizers", "same model family")
+
+
+@pytest.mark.parametrize("damage", ["missing-data", "corrupt-data", "manifest-checksum", "no-manifest"])
+def test_damaged_artifact(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, damage: str) -> None:
+    _, target, _ = tiny_llama
+    art = tmp_path / "art"
+    shutil.copytree(target, art)
+    if damage == "missing-data":
+        (art / "model.onnx.data").unlink()
+        words = ("missing model.onnx.data", "re-export")
+    elif damage == "corrupt-data":
+        data = bytearray((art / "model.onnx.data").read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (art / "model.onnx.data").write_bytes(bytes(data))
+        words = ("checksum", "model.onnx.data")
+    elif damage == "manifest-checksum":
+        manifest = json.loads((art / "manifest.json").read_text())
+        manifest["files"]["model.onnx"]["sha256"] = "0" * 64
+        (art / "manifest.json").write_text(json.dumps(manifest))
+        words = ("checksum", "model.onnx")
+    else:
+        (art / "manifest.json").unlink()
+        words = ("manifest.json", "specedge export")
+    proc = run_cli("generate", "--target", str(art), "--prompt", "hi")
+    assert_one_line_error(proc, *words)
+
+
+def test_prompt_longer_than_context(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, _ = tiny_llama
+    proc = run_cli("generate", "--target", str(target), "--no-draft", "--prompt", "x" * 100)
+    assert_one_line_error(proc, "100 tokens", "context holds 64", "--context")
+
+
+@pytest.mark.parametrize(("gamma", "words"), [("0", ("at least 1",)), ("5", ("width of 6", "--widths"))])
+def test_bad_gamma(tiny_llama: tuple[Path, Path, Path], gamma: str, words: tuple[str, ...]) -> None:
+    _, target, draft = tiny_llama
+    proc = run_cli("generate", "--target", str(target), "--draft", str(draft), "--gamma", gamma,
+                   "--prompt", "hi")
+    assert_one_line_error(proc, *words)
+
+
+def test_unknown_and_missing_provider(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, _ = tiny_llama
+    assert_one_line_error(run_cli("generate", "--target", str(target), "--provider", "tpu", "--prompt", "hi"),
+                          "unknown provider 'tpu'", "cpu, dml")
+    assert_one_line_error(run_cli("generate", "--target", str(target), "--provider", "qnn", "--prompt", "hi"),
+                          "QNNExecutionProvider", "onnxruntime-qnn")
+
+
+@pytest.mark.parametrize("kind", ["text-file", "missing", "empty-folder"])
+def test_export_bad_model_path(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "model"
+    if kind == "text-file":
+        path = tmp_path / "model.txt"
+        path.write_text("not a model")
+    elif kind == "empty-folder":
+        path.mkdir()
+    proc = run_cli("export", "--model", str(path), "--out", str(tmp_path / "out"))
+    assert_one_line_error(proc, str(path))
+    assert not (tmp_path / "out").exists()
+
+
+def test_export_refuses_to_overwrite(tiny_llama: tuple[Path, Path, Path]) -> None:
+    src, target, _ = tiny_llama
+    proc = run_cli("export", "--model", str(src), "--out", str(target))
+    assert_one_line_error(proc, "already exists", "--force")
+
