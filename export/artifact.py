@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from specedge import __version__
+from specedge.errors import SpecEdgeError
 from specedge.export.decoder_graph import DecoderBuilder
 from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec
@@ -24,9 +26,6 @@ from specedge.runtime.manifest import (
     sha256_file,
     tokenizer_fingerprint,
 )
-
-from specedge import __version__
-from specedge.errors import SpecEdgeError
 
 GRAPH_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"

@@ -4,37 +4,33 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 
-from specedge.export.artifact import export_model
+from specedge import __version__
 from specedge.export.settings import ExportSettings
-from specedge.export.source import source_digest
+from specedge.models.paths import artifacts_dir
 from specedge.runtime.manifest import MANIFEST_NAME
 
 
-def cache_root() -> Path:
-    """$SPECEDGE_CACHE, else $XDG_CACHE_HOME/specedge, else ~/.cache/specedge."""
-    if env := os.environ.get("SPECEDGE_CACHE"):
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "specedge"
+def artifact_path(label: str, digest: str, settings: ExportSettings) -> Path:
+    """Where the artifact of a source with this digest, exported with these settings, lives."""
+    blob = json.dumps({"source": digest, "settings": asdict(settings), "specedge": __version__}, sort_keys=True)
+    key = hashlib.sha256(blob.encode()).hexdigest()[:20]
+    return artifacts_dir() / f"{label}-{settings.quant}-{key}"
 
 
-def artifact_key(digest: str, settings: ExportSettings) -> str:
-    from specedge import __version__
-
-    blob = json.dumps({"source": digest, "settings": asdict(settings), "specedge": __version__},
-                      sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+def is_exported(path: Path) -> bool:
+    return (path / MANIFEST_NAME).is_file()
 
 
-def cached_export(src: Path, settings: ExportSettings, name: str | None = None) -> Path:
-    """The artifact of `src` under `settings`, exported on the first call and reused after."""
-    digest = source_digest(src)
-    label = name or Path(src).stem
-    out = cache_root() / "artifacts" / f"{label}-{settings.quant}-{artifact_key(digest, settings)}"
-    if not (out / MANIFEST_NAME).is_file():
+def cached_export(src: Path, settings: ExportSettings, name: str | None = None, digest: str | None = None) -> Path:
+    """The artifact of `src` under `settings`, exported on the first call and reused after.
+    Pass `digest` only when the source was already verified against it (a fetched model)."""
+    from specedge.export.artifact import export_model
+    from specedge.export.source import source_digest
+
+    out = artifact_path(name or Path(src).stem, digest or source_digest(src), settings)
+    if not is_exported(out):
         export_model(src, out, settings, overwrite=True)
     return out

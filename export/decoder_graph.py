@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 from onnx import TensorProto
+
 from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec, quantize_blockwise
 from specedge.export.source import DecoderConfig, SourceModel

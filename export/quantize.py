@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from specedge.export.settings import QUANT_BITS
 
 DEFAULT_BLOCK_SIZE = 32

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from specedge.runtime.manifest import sha256_file
 
 from specedge.errors import SpecEdgeError
+from specedge.runtime.manifest import sha256_file
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "mistral")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt")

@@ -12,14 +12,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from specedge.errors import SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_sampled
 from specedge.kernels.sampling import SamplingParams, argmax, probabilities, sample
 from specedge.runtime.drafters import Draft, Drafter, one_hot
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.model import OnnxModel
 from specedge.runtime.stats import GenerationStats
-
-from specedge.errors import SpecEdgeError
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
 from specedge.kernels.sampling import SamplingParams, argmax, probabilities, sample
 from specedge.runtime.model import OnnxModel
 

@@ -9,20 +9,22 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+
+from specedge.errors import SpecEdgeError
 from specedge.runtime.decoding import SpecConfig, decode_tokens
 from specedge.runtime.drafters import Drafter, DraftModelDrafter, NgramDrafter
 from specedge.runtime.model import OnnxModel
 from specedge.runtime.stats import GenerationStats
 from specedge.runtime.text import Message, StreamDecoder, TextCodec
-
-from specedge.errors import SpecEdgeError
 
 Prompt = str | Sequence[int] | Sequence[Message]
 
@@ -61,18 +63,42 @@ def check_gamma(gamma: int, target: OnnxModel, drafter: Drafter | None) -> None:
             f"pick a gamma from {[w - 1 for w in widths if w > 1]} or re-export with --widths")
 
 
-class TextStream:
-    """Iterate for text pieces; `result` holds the whole text, token ids and stats at the end."""
+class Segment(NamedTuple):
+    text: str
+    drafted: bool  # True: a draft token the target accepted; False: the target's own token
 
-    def __init__(self, make_pieces: Callable[[TextStream], Iterator[str]]) -> None:
+
+class TextStream:
+    """Iterate for text pieces (or `segments()` for pieces with their origin); `result` holds the
+    whole text, token ids and stats once the stream is exhausted or closed."""
+
+    def __init__(self, make_segments: Callable[[TextStream], Iterator[Segment]]) -> None:
         self.result: GenerationResult | None = None
-        self._pieces = make_pieces(self)
+        self._segments = make_segments(self)
 
     def __iter__(self) -> Iterator[str]:
-        return self._pieces
+        return (segment.text for segment in self._segments)
+
+    def segments(self) -> Iterator[Segment]:
+        return self._segments
 
     def close(self) -> None:
-        self._pieces.close()  # type: ignore[attr-defined]
+        """Stop decoding early (the result keeps what was decoded)."""
+        self._segments.close()  # type: ignore[attr-defined]
+
+
+def split_by_origin(text: str, start: int, end: int, ends: list[int], drafted: list[bool]) -> Iterator[Segment]:
+    """Segments of text[start:end]; ends[i] is where token i's text ends, drafted[i] its origin."""
+    pos = start
+    for i in range(bisect.bisect_right(ends, start), len(ends)):
+        stop = min(ends[i], end)
+        if stop > pos:
+            yield Segment(text[pos:stop], drafted[i])
+            pos = stop
+        if pos >= end:
+            return
+    if pos < end:
+        yield Segment(text[pos:end], False)
 
 
 class Generator:
@@ -114,7 +140,7 @@ class Generator:
         config = dataclasses.replace(self.config, **overrides) if overrides else self.config
         check_gamma(config.gamma, self.target, self.drafter)
         ids = self.encode(prompt, chat)
-        return TextStream(lambda stream: self._pieces(ids, config, stream))
+        return TextStream(lambda stream: self._segments(ids, config, stream))
 
     def generate(self, prompt: Prompt, chat: bool = False, **overrides: object) -> GenerationResult:
         stream = self.stream(prompt, chat, **overrides)
@@ -123,7 +149,7 @@ class Generator:
         assert stream.result is not None
         return stream.result
 
-    def _pieces(self, prompt: list[int], config: SpecConfig, stream: TextStream) -> Iterator[str]:
+    def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream) -> Iterator[Segment]:
         drafter = self.drafter if config.gamma > 0 else None
         stats = GenerationStats(prompt_tokens=len(prompt), gamma=config.gamma if drafter else 0,
                                 drafter=drafter.name if drafter else "none")
@@ -133,34 +159,39 @@ class Generator:
         holdback = max((len(s) for s in config.stop_strings), default=1) - 1
         tokens: list[int] = []
         text, shown = "", 0
+        ends: list[int] = []  # per token: where its text ends, and whether the draft proposed it
+        drafted: list[bool] = []
         start = time.perf_counter()
         rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, rng)
         reason = ""
         try:
             for new in rounds:
-                for token in new:
+                for i, token in enumerate(new):
                     if token in eos:
                         reason = "eos"
                         break
                     tokens.append(token)
                     text += decoder.push([token])
+                    ends.append(len(text))
+                    drafted.append(i < len(new) - 1)
                     if len(tokens) >= config.max_new_tokens:
                         reason = "max_new_tokens"
                         break
-                cut = min((i for i in (text.find(s) for s in config.stop_strings) if i >= 0), default=-1)
+                since = max(0, shown - holdback)  # text before this was searched already
+                cut = min((i for i in (text.find(s, since) for s in config.stop_strings) if i >= 0), default=-1)
                 if cut >= 0:
                     text, reason = text[:cut], "stop_string"
                 if reason:
                     break
                 visible = len(text) - holdback
                 if visible > shown:
-                    yield text[shown:visible]
+                    yield from split_by_origin(text, shown, visible, ends, drafted)
                     shown = visible
             stats.stop_reason = reason or "context"
             if reason != "stop_string":
                 text += decoder.flush()
             if len(text) > shown:
-                yield text[shown:]
+                yield from split_by_origin(text, shown, len(text), ends, drafted)
         except GeneratorExit:
             stats.stop_reason = stats.stop_reason or "interrupted"
             raise

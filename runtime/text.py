@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from specedge.runtime.manifest import Manifest
 from tokenizers import Tokenizer
 
 from specedge.errors import SpecEdgeError
+from specedge.runtime.manifest import Manifest
 
 Message = dict[str, str]
 

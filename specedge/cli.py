@@ -54,11 +54,24 @@ def build_config(args: argparse.Namespace):
                       stop_strings=tuple(args.stop or ()), seed=args.seed, ignore_eos=args.ignore_eos)
 
 
+def artifact_arg(value: str) -> Path:
+    """An artifact folder, or the name of a registry model (fetched and exported on first use)."""
+    from specedge.models.registry import MODELS
+
+    path = Path(value)
+    if path.exists() or value not in MODELS:
+        return path
+    from specedge.resolve import resolve_model
+
+    return resolve_model(value)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from specedge.runtime.generator import Generator
 
     config = build_config(args)
-    gen = Generator.load(args.target, draft=None if args.no_draft else args.draft,
+    draft = None if args.no_draft or args.draft is None else artifact_arg(args.draft)
+    gen = Generator.load(artifact_arg(args.target), draft=draft,
                          ngram=args.ngram and not args.no_draft, provider=args.provider,
                          draft_provider=args.draft_provider, threads=args.threads, config=config)
     stream = gen.stream(args.prompt, chat=args.chat)
@@ -75,6 +88,98 @@ def cmd_generate(args: argparse.Namespace) -> int:
               f"drafter: {s.drafter}, gamma {s.gamma}, acceptance {s.acceptance_rate:.0%}, "
               f"{s.mean_accepted_per_target_call:.2f} tokens/target pass]", file=sys.stderr)
     return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from specedge.models.fetch import is_fetched
+    from specedge.models.registry import DEFAULT_PAIR, MODELS, PAIRS
+    from specedge.resolve import cached_artifact
+
+    print("models:")
+    for entry in MODELS.values():
+        state = []
+        if is_fetched(entry):
+            state.append("weights cached")
+        for quant in ("int4", "int8", "fp32"):
+            if (cached_artifact(entry.name, quant) / "manifest.json").is_file():
+                state.append(f"{quant} exported")
+        print(f"  {entry.name:<22} {entry.size / 1e9:5.2f} GB  {entry.description}")
+        print(f"  {'':<22} {', '.join(state) or 'not fetched'}; {entry.license}")
+    print("pairs:")
+    for pair in PAIRS.values():
+        mark = " (default)" if pair.name == DEFAULT_PAIR else ""
+        print(f"  {pair.name:<22} target {pair.target}, draft {pair.draft}, gamma {pair.gamma}{mark}")
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from specedge.models.fetch import fetch
+    from specedge.models.registry import PAIRS, get_pair
+
+    names = [get_pair(args.name).target, get_pair(args.name).draft] if args.name in PAIRS else [args.name]
+    for name in names:
+        print(f"{name}: {fetch(name)}")
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from specedge.chat import HELP, ChatSession, terminal_lines
+    from specedge.runtime.generator import Generator
+
+    if args.target:
+        target, draft, gamma = artifact_arg(args.target), args.draft and artifact_arg(args.draft), args.gamma
+    else:
+        from specedge.resolve import resolve_pair
+
+        target, draft, pair_gamma = resolve_pair(args.pair)
+        gamma = args.gamma or pair_gamma
+    if args.ngram and not args.target:
+        draft = None
+    config = build_config(argparse.Namespace(**{**vars(args), "gamma": gamma or 4, "no_draft": False,
+                                                "stop": None, "seed": args.seed, "ignore_eos": False}))
+    gen = Generator.load(target, draft=draft, ngram=args.ngram, provider=args.provider,
+                         draft_provider=args.draft_provider, threads=args.threads, config=config)
+    session = ChatSession(gen, system=args.system, max_new_tokens=args.max_new_tokens,
+                          show_draft=args.show_draft)
+    if args.prompt is not None:
+        session.run([args.prompt])
+    elif sys.stdin.isatty():
+        print(f"specedge chat: {target.name}" + (f" + {Path(draft).name}" if draft else "") + f". {HELP}")
+        session.run(terminal_lines())
+    else:
+        session.run(sys.stdin)
+    return 0
+
+
+def add_model_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("models", help="list the registry's models and pairs, and what is cached")
+    p.set_defaults(func=cmd_models)
+    p = sub.add_parser("fetch", help="download and verify a registry model's weights (or a pair's)")
+    p.add_argument("name", help="a model or pair name from `specedge models`")
+    p.set_defaults(func=cmd_fetch)
+
+
+def add_chat(sub: argparse._SubParsersAction) -> None:
+    from specedge.models.registry import DEFAULT_PAIR
+
+    p = sub.add_parser("chat", help="multi-turn terminal chat (default: the Qwen2.5-Coder pair, offline)")
+    p.add_argument("--pair", default=DEFAULT_PAIR, help=f"a registry pair (default {DEFAULT_PAIR})")
+    p.add_argument("--target", help="target artifact folder or registry model (instead of --pair)")
+    p.add_argument("--draft", help="draft artifact folder or registry model (with --target)")
+    p.add_argument("--ngram", action="store_true", help="draft by n-gram lookup instead of a draft model")
+    p.add_argument("--gamma", type=int, default=None, help="draft tokens per target pass")
+    p.add_argument("--show-draft", action="store_true", help="colour the tokens the draft proposed")
+    p.add_argument("--prompt", help="answer this one message and exit")
+    p.add_argument("--system", default=None, help="a system message")
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--provider", default="cpu")
+    p.add_argument("--draft-provider", default=None)
+    p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=cmd_chat)
 
 
 def add_export(sub: argparse._SubParsersAction) -> None:
@@ -94,9 +199,9 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 def add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate text with speculative decoding")
-    p.add_argument("--target", required=True, help="target artifact folder")
+    p.add_argument("--target", required=True, help="target artifact folder or registry model name")
     drafters = p.add_mutually_exclusive_group()
-    drafters.add_argument("--draft", help="draft artifact folder")
+    drafters.add_argument("--draft", help="draft artifact folder or registry model name")
     drafters.add_argument("--no-draft", action="store_true", help="plain decoding of the target")
     p.add_argument("--ngram", action="store_true", help="draft by n-gram lookup in the context")
     p.add_argument("--prompt", required=True)
@@ -121,8 +226,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.description = "Lossless speculative decoding for small language models on ONNX Runtime."
     parser.add_argument("--version", action="version", version=f"specedge {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_export(sub)
+    add_chat(sub)
     add_generate(sub)
+    add_export(sub)
+    add_model_commands(sub)
     return parser
 
 

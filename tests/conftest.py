@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
-
 from tests.tiny_models import make_tiny_model
 
 TINY_CONTEXT = 64

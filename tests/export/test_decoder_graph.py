@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+
 from specedge.runtime import OnnxModel
 from specedge.runtime.manifest import load_manifest
 

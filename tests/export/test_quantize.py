@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from specedge.export.quantize import dequantize_blockwise, quantize_blockwise
 
 

@@ -1,8 +1,8 @@
 """Acceptance rules on hand-made distributions, and their output law checked by sampling."""
 
 import numpy as np
-from specedge.kernels.acceptance import accept_greedy, accept_sampled, residual
 
+from specedge.kernels.acceptance import accept_greedy, accept_sampled, residual
 from tests.stats_tools import fits
 
 

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from specedge.kernels.sampling import SamplingParams, probabilities, sample, softmax
 
 LOGITS = np.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])

@@ -1,4 +1,5 @@
 import numpy as np
+
 from specedge.runtime.kv_cache import KVCache
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from specedge.runtime import Generator, SpecConfig
 
+from specedge.runtime import Generator, SpecConfig
 from tests.conftest import TINY_CONTEXT
 
 LONG_PROMPT = "def fib(n):\n    return"  # 20 tokens: more than one 8-token prefill chunk

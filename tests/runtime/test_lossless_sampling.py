@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from specedge.kernels.sampling import SamplingParams, probabilities
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-
 from tests.stats_tools import fits
 from tests.tiny_models import make_tiny_model
 

@@ -1,0 +1,53 @@
+"""Greedy speculative output equals greedy plain decoding on the default pair; tokens/s of both.
+
+    .venv/bin/python scripts/check_default_pair.py [--pair qwen2.5-coder] [--max-new-tokens 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from specedge.resolve import resolve_pair
+from specedge.runtime import Generator, OnnxModel, SpecConfig
+from specedge.runtime.drafters import DraftModelDrafter
+
+PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number iteratively.",
+    "Rename the variable `x` to `count` in this code:\n\ndef f(x):\n    x = x + 1\n    return x * 2\n",
+    "Explain in two sentences what a hash map is.",
+    "Write a SQL query that selects the ten newest rows of a table `events` by `created_at`.",
+    "Add type hints to this function:\n\ndef area(w, h):\n    return w * h\n",
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pair", default="qwen2.5-coder")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--gamma", type=int, default=None)
+    args = parser.parse_args()
+    target, draft, gamma = resolve_pair(args.pair)
+    gamma = args.gamma or gamma
+    plain = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=args.max_new_tokens))
+    spec = Generator(plain.target, DraftModelDrafter(OnnxModel(draft)),  # one target session for both
+                     SpecConfig(gamma=gamma, max_new_tokens=args.max_new_tokens))
+    plain.generate("warm up", max_new_tokens=4)
+    spec.generate("warm up", max_new_tokens=4)
+    print(f"| prompt | tokens | plain tok/s | speculative tok/s (γ={gamma}) | ratio | tokens/pass | identical |")
+    print("|---|---|---|---|---|---|---|")
+    ratios, same = [], 0
+    for i, prompt in enumerate(PROMPTS):
+        a = plain.generate(prompt, chat=True)
+        b = spec.generate(prompt, chat=True)
+        identical = a.token_ids == b.token_ids
+        same += identical
+        ratio = b.stats.tokens_per_s / a.stats.tokens_per_s
+        ratios.append(ratio)
+        print(f"| {i + 1} | {a.stats.n_tokens} | {a.stats.tokens_per_s:.1f} | {b.stats.tokens_per_s:.1f} | "
+              f"{ratio:.2f} | {b.stats.mean_accepted_per_target_call:.2f} | {identical} |")
+    print(f"\nidentical on {same}/{len(PROMPTS)} prompts; median speed ratio {statistics.median(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()

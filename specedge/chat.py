@@ -1,0 +1,159 @@
+"""The terminal chat: multi-turn, streamed, with a stats line after each answer.
+
+Commands: /reset, /stats, /gamma N, /quit. Ctrl-C stops the current answer. When the
+conversation would overflow the context, the oldest turns are dropped (and the user is told).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from specedge.errors import SpecEdgeError
+from specedge.runtime.generator import Generator, check_gamma
+from specedge.runtime.stats import GenerationStats
+from specedge.runtime.text import Message
+
+GREEN, RESET = "\x1b[32m", "\x1b[0m"
+HELP = "commands: /reset  /stats  /gamma N  /quit"
+
+
+@dataclass
+class ChatTotals:
+    answers: int = 0
+    tokens: int = 0
+    decode_s: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    produced: int = 0
+    target_calls: int = 0
+
+    def add(self, s: GenerationStats) -> None:
+        self.answers += 1
+        self.tokens += s.n_tokens
+        self.decode_s += s.time_decode_s
+        self.drafted += s.drafted
+        self.accepted += s.accepted
+        self.produced += s.produced
+        self.target_calls += s.target_calls
+
+    def line(self) -> str:
+        speed = (self.tokens - self.answers) / self.decode_s if self.decode_s else 0.0
+        acc = self.accepted / self.drafted if self.drafted else 0.0
+        per_pass = self.produced / self.target_calls if self.target_calls else 0.0
+        return (f"[session: {self.answers} answers, {self.tokens} tokens, {speed:.1f} tok/s, "
+                f"acceptance {acc:.0%}, {per_pass:.2f} tokens/target pass]")
+
+
+def stats_line(s: GenerationStats) -> str:
+    return (f"[{s.n_tokens} tokens · {s.tokens_per_s:.1f} tok/s · acceptance {s.acceptance_rate:.0%} · "
+            f"{s.mean_accepted_per_target_call:.2f} tokens/target pass · γ {s.gamma} · {s.stop_reason}]")
+
+
+@dataclass
+class ChatSession:
+    generator: Generator
+    out: TextIO = sys.stdout
+    system: str | None = None
+    max_new_tokens: int = 512
+    show_draft: bool = False
+    history: list[Message] = field(default_factory=list)
+    totals: ChatTotals = field(default_factory=ChatTotals)
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def messages(self, history: list[Message]) -> list[Message]:
+        return ([{"role": "system", "content": self.system}] if self.system else []) + history
+
+    def fit(self, history: list[Message]) -> list[Message]:
+        """Drop the oldest turns until the prompt plus an answer fits the context."""
+        gen = self.generator
+        budget = gen.target.manifest.context - self.max_new_tokens
+        dropped = 0
+        while len(gen.codec.encode_chat(self.messages(history))) > budget and len(history) > 1:
+            history = history[2:] if len(history) > 2 else history[1:]
+            dropped += 1
+        if dropped:
+            self.say(f"[dropped the {dropped} oldest turn(s) to fit the context of "
+                     f"{gen.target.manifest.context} tokens]")
+        if len(gen.codec.encode_chat(self.messages(history))) > budget:
+            raise SpecEdgeError("this message alone does not fit the context with room for an answer",
+                                "send a shorter message or lower --max-new-tokens")
+        return history
+
+    def answer(self, text: str) -> None:
+        history = self.fit([*self.history, {"role": "user", "content": text}])
+        stream = self.generator.stream(self.messages(history), max_new_tokens=self.max_new_tokens)
+        try:
+            for segment in stream.segments():
+                colour = self.show_draft and segment.drafted
+                self.out.write(f"{GREEN}{segment.text}{RESET}" if colour else segment.text)
+                self.out.flush()
+        except KeyboardInterrupt:
+            stream.close()
+            self.say("\n[stopped]")
+        result = stream.result
+        assert result is not None
+        self.history = [*history, {"role": "assistant", "content": result.text}]
+        self.totals.add(result.stats)
+        self.say("")
+        self.say(stats_line(result.stats))
+
+    def command(self, line: str) -> bool:
+        """Run a /command; False means quit."""
+        name, _, arg = line.partition(" ")
+        if name in ("/quit", "/exit"):
+            return False
+        if name == "/reset":
+            self.history = []
+            self.generator.cache.reset()
+            self.say("[conversation cleared]")
+        elif name == "/stats":
+            self.say(self.totals.line())
+        elif name == "/gamma":
+            self.set_gamma(arg)
+        else:
+            self.say(f"[unknown command {name}; {HELP}]")
+        return True
+
+    def set_gamma(self, arg: str) -> None:
+        gen = self.generator
+        try:
+            gamma = int(arg)
+            check_gamma(gamma, gen.target, gen.drafter)
+        except ValueError:
+            self.say("[usage: /gamma N]")
+            return
+        except SpecEdgeError as e:
+            self.say(f"[{e}]")
+            return
+        gen.config = dataclasses.replace(gen.config, gamma=gamma)
+        self.say(f"[gamma is now {gamma}]")
+
+    def run(self, lines: Iterable[str]) -> None:
+        for raw in lines:
+            line = raw.strip()
+            if not line:
+                continue
+            if line.startswith("/"):
+                if not self.command(line):
+                    return
+                continue
+            try:
+                self.answer(line)
+            except SpecEdgeError as e:
+                self.say(f"[{e}]")
+
+
+def terminal_lines(prompt: str = "you> ") -> Iterator[str]:
+    """Lines typed at a terminal; ends on Ctrl-D or Ctrl-C at the prompt."""
+    while True:
+        try:
+            yield input(prompt)
+        except (EOFError, KeyboardInterrupt):
+            print()
+            return

