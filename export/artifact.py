@@ -111,6 +111,7 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
             accuracy_level=spec.accuracy_level if spec.quantized else 0,
             float_tensors=tuple(builder.float_tensors) if spec.quantized else ()),
         graph=GRAPH_FILE,
+        costs=builder.costs,
         files={name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
                for name in (GRAPH_FILE, DATA_FILE, TOKENIZER_FILE)},
     )

@@ -7,15 +7,14 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from specedge import __version__
-from specedge.export.settings import ExportSettings
+from specedge.export.settings import EXPORT_FORMAT, ExportSettings
 from specedge.models.paths import artifacts_dir
 from specedge.runtime.manifest import MANIFEST_NAME
 
 
 def artifact_path(label: str, digest: str, settings: ExportSettings) -> Path:
     """Where the artifact of a source with this digest, exported with these settings, lives."""
-    blob = json.dumps({"source": digest, "settings": asdict(settings), "specedge": __version__}, sort_keys=True)
+    blob = json.dumps({"source": digest, "settings": asdict(settings), "format": EXPORT_FORMAT}, sort_keys=True)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
     return artifacts_dir() / f"{label}-{settings.quant}-{key}"
 

@@ -18,12 +18,15 @@ token-identical to plain decoding. Grouped-query heads attend through a reshape
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from onnx import TensorProto
 
 from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec, quantize_blockwise
 from specedge.export.source import DecoderConfig, SourceModel
+from specedge.runtime.traffic import WeightCosts
 
 MASK_VALUE = -30000.0  # exp() of it is exactly 0 in fp32 and fp16; finite, so no NaN paths
 F32 = TensorProto.FLOAT
@@ -38,6 +41,14 @@ class DecoderBuilder:
         self.quant = quant
         self.context = context
         self.float_tensors: list[str] = []
+        cfg = self.cfg
+        self.costs = WeightCosts(kv_slot_bytes=cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4,
+                                 vocab_size=cfg.vocab_size)
+
+    def count(self, **bytes_by_kind: int) -> None:
+        """Add to the weight costs the runtime's traffic accounting reads from the manifest."""
+        added = {kind: getattr(self.costs, kind) + n for kind, n in bytes_by_kind.items()}
+        self.costs = dataclasses.replace(self.costs, **added)
 
     # -- pieces -------------------------------------------------------------------------------
     def linear(self, x: str, name: str, weight: np.ndarray, bias: np.ndarray | None = None,
@@ -47,13 +58,17 @@ class DecoderBuilder:
         w = weight.T  # [K, N]
         if self.quant.quantized:
             pw = quantize_blockwise(w, self.quant.bits, self.quant.block_size)
+            nbytes = pw.packed.nbytes + pw.scales.nbytes
             y = self.g.op("MatMulNBits", x, self.g.weight(f"{name}.qweight", pw.packed),
                           self.g.weight(f"{name}.scales", pw.scales), domain="com.microsoft",
                           K=pw.k, N=pw.n, bits=self.quant.bits, block_size=self.quant.block_size,
                           accuracy_level=self.quant.accuracy_level, out=mm_out)
         else:
+            nbytes = w.nbytes
             y = self.g.op("MatMul", x, self.g.weight(f"{name}.weight", w), out=mm_out)
+        self.count(matmul_bytes=nbytes, matmul_params=w.size, head_bytes=nbytes if name == "lm_head" else 0)
         if bias is not None:
+            self.count(other_bytes=bias.nbytes)
             y = self.g.op("Add", y, self.g.weight(f"{name}.bias", bias), out=out)
             self.float_tensors.append(f"{name}.bias")
         return y
@@ -64,6 +79,7 @@ class DecoderBuilder:
         ms = g.op("ReduceMean", g.op("Pow", x, g.const([2.0], np.float32)), axes=[-1], keepdims=1)
         rms = g.op("Sqrt", g.op("Add", ms, g.const([self.cfg.rms_norm_eps], np.float32)))
         self.float_tensors.append(f"{name}.weight")
+        self.count(other_bytes=weight.nbytes)
         return g.op("Mul", g.op("Div", x, rms), g.weight(f"{name}.weight", weight))
 
     def rope(self, x: str, cos: str, sin: str, out: str | None = None) -> str:
@@ -87,6 +103,7 @@ class DecoderBuilder:
         freqs = np.outer(np.arange(self.context, dtype=np.float64), inv_freq)  # [C, d/2]
         angles = np.concatenate([freqs, freqs], axis=-1)  # [C, d]
         out = []
+        self.count(gather_row_bytes=2 * d * 4)  # one row of cos and of sin per position
         for name, table in (("rope.cos", np.cos(angles)), ("rope.sin", np.sin(angles))):
             gathered = self.g.op("Gather", self.g.weight(name, table.astype(np.float32)), position_ids)
             out.append(self.g.op("Unsqueeze", gathered, self.g.const([1])))  # [1,1,S,d]
@@ -147,6 +164,7 @@ class DecoderBuilder:
 
         embed = w.pop("model.embed_tokens.weight")  # [V, D]
         self.float_tensors.append("model.embed_tokens.weight")
+        self.count(gather_row_bytes=embed.shape[1] * embed.itemsize)
         h = g.op("Gather", g.weight("model.embed_tokens.weight", embed), input_ids)  # [1,S,D]
         head = embed if cfg.tie_word_embeddings else w.pop("lm_head.weight", embed)
         for i in range(cfg.num_layers):

@@ -31,6 +31,16 @@ def accept_greedy(draft_tokens: np.ndarray, target_argmax: np.ndarray) -> Accept
     return AcceptResult(n_accepted=n, next_token=int(target_argmax[n]))
 
 
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """E(α,γ) = (1 − α^(γ+1)) / (1 − α): tokens a round of γ drafts yields when each draft is
+    accepted with probability α (the target's own token included)."""
+    if gamma == 0:
+        return 1.0
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     """norm(max(0, p - q)): where the target wants more mass than the draft gave. p, q: [V]."""
     r = np.maximum(p - q, 0.0)

@@ -17,6 +17,7 @@ from specedge.errors import SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_sampled
 from specedge.kernels.sampling import SamplingParams, argmax, probabilities, sample
 from specedge.runtime.drafters import Draft, Drafter, one_hot
+from specedge.runtime.gamma import GammaController
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.model import OnnxModel
 from specedge.runtime.stats import GenerationStats
@@ -24,7 +25,8 @@ from specedge.runtime.stats import GenerationStats
 
 @dataclass(frozen=True)
 class SpecConfig:
-    gamma: int = 4  # draft tokens per round; 0 decodes plainly
+    gamma: int = 4  # draft tokens per round; 0 decodes plainly; with auto_gamma, where to start
+    auto_gamma: bool = False  # choose γ each round from measured acceptance and pass times
     max_new_tokens: int = 128
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop_strings: tuple[str, ...] = ()
@@ -77,24 +79,33 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         drafter.begin(context)
     stats.time_prefill_s += time.perf_counter() - t0
     produced = 1
+    controller = GammaController.for_widths(widths, start=config.gamma) if config.auto_gamma else None
     yield [context[-1]]
     while len(context) <= capacity:  # the pending token still fits
         remaining = config.max_new_tokens - produced
-        k = min(config.gamma, capacity - len(context), max(remaining - 1, 0))
+        gamma = controller.choose() if controller is not None else config.gamma
+        k = min(gamma, capacity - len(context), max(remaining - 1, 0))
+        t_draft = 0.0
         draft = Draft(tokens=[], q=None)
         if drafter is not None and k > 0:
             t = time.perf_counter()
             draft = drafter.propose(context, k, params, rng)
-            stats.time_draft_s += time.perf_counter() - t
+            t_draft = time.perf_counter() - t
+            stats.time_draft_s += t_draft
             stats.draft_calls += draft.calls
+            stats.draft_traffic.add(draft.traffic)
             k = fit_width(len(draft.tokens), widths)
-            draft = Draft(draft.tokens[:k], None if draft.q is None else draft.q[:k], draft.calls)
+            draft = Draft(draft.tokens[:k], None if draft.q is None else draft.q[:k])
         t = time.perf_counter()
         out = target.forward([context[-1], *draft.tokens], cache, all_logits=True)
         result = accept(draft, out.logits, params, vocab, rng)
         cache.commit(out.new_keys, out.new_values, [context[-1], *draft.tokens[:result.n_accepted]])
-        stats.time_verify_s += time.perf_counter() - t
-        stats.record_round(len(draft.tokens), result.n_accepted)
+        stats.target_traffic.add(out.traffic)
+        t_verify = time.perf_counter() - t
+        stats.time_verify_s += t_verify
+        stats.record_round(len(draft.tokens), result.n_accepted, gamma)
+        if controller is not None:
+            controller.observe(len(draft.tokens), result.n_accepted, t_draft, t_verify)
         new = [*draft.tokens[:result.n_accepted], result.next_token]
         context.extend(new)
         if drafter is not None:

@@ -10,13 +10,14 @@ drafter proposes deterministically, so its q is one-hot.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from specedge.kernels.sampling import SamplingParams, argmax, probabilities, sample
 from specedge.runtime.model import OnnxModel
+from specedge.runtime.traffic import Traffic
 
 
 @dataclass
@@ -24,6 +25,7 @@ class Draft:
     tokens: list[int]
     q: np.ndarray | None  # [k, V]: the distributions the tokens were drawn from; None if greedy
     calls: int = 0  # model passes spent on this draft
+    traffic: Traffic = field(default_factory=Traffic)  # bytes those passes moved
 
 
 class Drafter(Protocol):
@@ -101,8 +103,10 @@ class DraftModelDrafter:
         feed = list(context[self.cache.length:])  # the tokens the draft has not seen, pending last
         tokens: list[int] = []
         qs: list[np.ndarray] = []
+        traffic = Traffic()
         for _ in range(max(k, 0)):
             out = self.model.forward(feed, self.cache, all_logits=False)
+            traffic.add(out.traffic)
             self.cache.commit(out.new_keys, out.new_values, feed)
             logits = out.logits[-1]  # [V]
             if params.greedy:
@@ -114,6 +118,6 @@ class DraftModelDrafter:
             tokens.append(token)
             feed = [token]
         if params.greedy:
-            return Draft(tokens=tokens, q=None, calls=len(tokens))
+            return Draft(tokens=tokens, q=None, calls=len(tokens), traffic=traffic)
         q_all = np.stack(qs) if qs else np.zeros((0, self.model.manifest.vocab_size))  # [k, V]
-        return Draft(tokens=tokens, q=q_all, calls=len(tokens))
+        return Draft(tokens=tokens, q=q_all, calls=len(tokens), traffic=traffic)

@@ -49,10 +49,10 @@ def check_pair(target: OnnxModel, draft: OnnxModel) -> None:
             "pick a draft from the same model family as the target")
 
 
-def check_gamma(gamma: int, target: OnnxModel, drafter: Drafter | None) -> None:
-    if drafter is None:
+def check_gamma(config: SpecConfig, target: OnnxModel, drafter: Drafter | None) -> None:
+    if drafter is None or config.auto_gamma:
         return
-    widths = target.manifest.widths
+    gamma, widths = config.gamma, target.manifest.widths
     if gamma < 1:
         raise SpecEdgeError(f"gamma must be at least 1 with a drafter, got {gamma}",
                             "pass --gamma 1 or more, or --no-draft for plain decoding")
@@ -109,7 +109,8 @@ class Generator:
         self.config = config or SpecConfig()
         self.codec = TextCodec(target.folder, target.manifest)
         self.cache = target.new_cache()
-        check_gamma(self.config.gamma, target, drafter)
+        self.bandwidth_gb_per_s: float | None = None  # set from a measured device profile, for the roofline
+        check_gamma(self.config, target, drafter)
 
     @classmethod
     def load(cls, target: str | Path, draft: str | Path | None = None, ngram: bool = False,
@@ -138,7 +139,7 @@ class Generator:
     def stream(self, prompt: Prompt, chat: bool = False, **overrides: object) -> TextStream:
         """Decode `prompt` (text, token ids, or chat messages); overrides replace SpecConfig fields."""
         config = dataclasses.replace(self.config, **overrides) if overrides else self.config
-        check_gamma(config.gamma, self.target, self.drafter)
+        check_gamma(config, self.target, self.drafter)
         ids = self.encode(prompt, chat)
         return TextStream(lambda stream: self._segments(ids, config, stream))
 
@@ -152,7 +153,8 @@ class Generator:
     def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream) -> Iterator[Segment]:
         drafter = self.drafter if config.gamma > 0 else None
         stats = GenerationStats(prompt_tokens=len(prompt), gamma=config.gamma if drafter else 0,
-                                drafter=drafter.name if drafter else "none")
+                                gamma_auto=config.auto_gamma and drafter is not None,
+                                drafter=drafter.name if drafter else "none", bandwidth_gb_per_s=self.bandwidth_gb_per_s)
         rng = np.random.default_rng(config.seed)
         eos = set() if config.ignore_eos else set(self.target.manifest.eos_token_ids)
         decoder = StreamDecoder(self.codec)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specedge.errors import SpecEdgeError
+from specedge.runtime.traffic import WeightCosts
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -45,6 +46,7 @@ class Manifest:
     quantization: Quantization
     graph: str  # the ONNX file, relative to the artifact folder
     files: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {size, sha256}
+    costs: WeightCosts = field(default_factory=WeightCosts)  # bytes the graph's weights cost a pass
 
     @property
     def prefill_width(self) -> int:
@@ -59,6 +61,7 @@ class Manifest:
         d["quantization"] = Quantization(**{**d["quantization"], "float_tensors": tuple(
             d["quantization"].get("float_tensors", ()))})
         d["eos_token_ids"] = tuple(d["eos_token_ids"])
+        d["costs"] = WeightCosts(**d.get("costs", {}))
         d["widths"] = tuple(d["widths"])
         return Manifest(**d)
 

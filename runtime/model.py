@@ -11,6 +11,7 @@ import numpy as np
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.manifest import Manifest, load_manifest
 from specedge.runtime.session import create_session
+from specedge.runtime.traffic import Traffic, pass_traffic
 
 MASK_VALUE = np.float32(-30000.0)  # the graph's masked-slot bias (see export/decoder_graph.py)
 
@@ -20,6 +21,7 @@ class ForwardOutput:
     logits: np.ndarray  # [R, V]: one row per requested position
     new_keys: list[np.ndarray]  # per layer [1, kv_heads, S, head_dim]
     new_values: list[np.ndarray]
+    traffic: Traffic  # the bytes this pass moved
 
 
 def attention_bias(start: int, width: int, slots: int) -> np.ndarray:
@@ -64,7 +66,8 @@ class OnnxModel:
             feeds[k_name] = k
             feeds[v_name] = v
         out = self.session.run(self._outputs, feeds)
-        return ForwardOutput(logits=out[0][0], new_keys=out[1::2], new_values=out[2::2])
+        traffic = pass_traffic(self.manifest.costs, width, slots, len(feeds["logits_index"]))
+        return ForwardOutput(logits=out[0][0], new_keys=out[1::2], new_values=out[2::2], traffic=traffic)
 
     def prefill(self, tokens: Sequence[int], cache: KVCache) -> np.ndarray:
         """Bring the cache to hold `tokens`, reusing a cached prefix, feeding the rest in chunks

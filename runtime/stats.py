@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from specedge.runtime.traffic import Traffic
+
 
 @dataclass
 class GenerationStats:
     n_tokens: int = 0  # generated tokens (EOS excluded)
     prompt_tokens: int = 0
     stop_reason: str = ""  # "eos", "max_new_tokens", "stop_string", "context"
-    gamma: int = 0  # draft tokens asked per round (0: plain decoding)
+    gamma: int = 0  # draft tokens asked per round (0: plain decoding); with γ auto, the most chosen
+    gamma_auto: bool = False
+    gamma_counts: dict[int, int] = field(default_factory=dict)  # γ chosen -> rounds
     drafter: str = "none"
     target_calls: int = 0  # target passes after prefill (plain steps and verifications)
     draft_calls: int = 0  # draft-model passes after prefill
@@ -23,6 +27,9 @@ class GenerationStats:
     time_draft_s: float = 0.0
     time_verify_s: float = 0.0  # target passes after prefill, with acceptance
     time_total_s: float = 0.0
+    target_traffic: Traffic = field(default_factory=Traffic)  # bytes moved by passes after prefill
+    draft_traffic: Traffic = field(default_factory=Traffic)
+    bandwidth_gb_per_s: float | None = None  # this machine's measured bandwidth, if profiled
 
     @property
     def time_decode_s(self) -> float:
@@ -54,7 +61,31 @@ class GenerationStats:
         pairs = zip(self.accepted_by_position, self.proposed_by_position, strict=True)
         return [a / p if p else 0.0 for a, p in pairs]
 
-    def record_round(self, proposed: int, accepted: int) -> None:
+    @property
+    def bytes_per_token(self) -> dict[str, float | None]:
+        """Bytes moved per generated token after the first (the decoding phase), and how close
+        that came to the machine's bandwidth."""
+        n = max(self.n_tokens - 1, 1)
+        t, d = self.target_traffic, self.draft_traffic
+        total = (t.total_bytes + d.total_bytes) / n
+        achieved = (t.total_bytes + d.total_bytes) / self.time_decode_s / 1e9 if self.time_decode_s else 0.0
+        bw = self.bandwidth_gb_per_s
+        return {
+            "target_weight_bytes": t.weight_bytes / n,
+            "draft_weight_bytes": d.weight_bytes / n,
+            "kv_bytes": (t.kv_bytes + d.kv_bytes) / n,
+            "logits_bytes": (t.logits_bytes + d.logits_bytes) / n,
+            "total_bytes": total,
+            "achieved_gb_per_s": achieved,
+            "machine_gb_per_s": bw,
+            "roofline_tokens_per_s": bw * 1e9 / total if bw and total else None,
+            "roofline_fraction": achieved / bw if bw else None,
+        }
+
+    def record_round(self, proposed: int, accepted: int, gamma: int) -> None:
+        self.gamma_counts[gamma] = self.gamma_counts.get(gamma, 0) + 1
+        if self.gamma_auto:
+            self.gamma = max(self.gamma_counts, key=lambda g: self.gamma_counts[g])
         grow = proposed - len(self.proposed_by_position)
         if grow > 0:
             self.proposed_by_position += [0] * grow
@@ -69,7 +100,9 @@ class GenerationStats:
 
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
-        for name in ("time_decode_s", "time_host_s", "tokens_per_s", "acceptance_rate",
+        for name in ("target_traffic", "draft_traffic", "bandwidth_gb_per_s"):
+            d.pop(name)
+        for name in ("bytes_per_token", "time_decode_s", "time_host_s", "tokens_per_s", "acceptance_rate",
                      "mean_accepted_per_target_call", "acceptance_by_position"):
             d[name] = getattr(self, name)
         return d

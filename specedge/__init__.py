@@ -1,3 +1,3 @@
 """specedge: lossless speculative decoding for small language models on ONNX Runtime."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -18,7 +18,7 @@ from specedge.runtime.stats import GenerationStats
 from specedge.runtime.text import Message
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
-HELP = "commands: /reset  /stats  /gamma N  /quit"
+HELP = "commands: /reset  /stats  /gamma N|auto  /quit"
 
 
 @dataclass
@@ -50,7 +50,16 @@ class ChatTotals:
 
 def stats_line(s: GenerationStats) -> str:
     return (f"[{s.n_tokens} tokens · {s.tokens_per_s:.1f} tok/s · acceptance {s.acceptance_rate:.0%} · "
-            f"{s.mean_accepted_per_target_call:.2f} tokens/target pass · γ {s.gamma} · {s.stop_reason}]")
+            f"{s.mean_accepted_per_target_call:.2f} tokens/target pass · γ {s.gamma}{' auto' if s.gamma_auto else ''}"
+            f"{traffic_note(s)} · {s.stop_reason}]")
+
+
+def traffic_note(s: GenerationStats) -> str:
+    b = s.bytes_per_token
+    note = f" · {b['total_bytes'] / 1e6:.0f} MB/token"
+    if b["roofline_fraction"] is not None:
+        note += f" ({b['roofline_fraction']:.0%} of bandwidth)"
+    return note
 
 
 @dataclass
@@ -123,16 +132,17 @@ class ChatSession:
     def set_gamma(self, arg: str) -> None:
         gen = self.generator
         try:
-            gamma = int(arg)
-            check_gamma(gamma, gen.target, gen.drafter)
+            auto = arg.strip() == "auto"
+            config = dataclasses.replace(gen.config, gamma=gen.config.gamma if auto else int(arg), auto_gamma=auto)
+            check_gamma(config, gen.target, gen.drafter)
         except ValueError:
-            self.say("[usage: /gamma N]")
+            self.say("[usage: /gamma N or /gamma auto]")
             return
         except SpecEdgeError as e:
             self.say(f"[{e}]")
             return
-        gen.config = dataclasses.replace(gen.config, gamma=gamma)
-        self.say(f"[gamma is now {gamma}]")
+        gen.config = config
+        self.say(f"[gamma is now {'auto' if auto else config.gamma}]")
 
     def run(self, lines: Iterable[str]) -> None:
         for raw in lines:

@@ -13,6 +13,15 @@ from specedge import __version__
 from specedge.errors import SpecEdgeError
 
 
+def gamma_arg(text: str) -> str:
+    if text != "auto":
+        try:
+            int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"gamma must be an integer or auto, got '{text}'") from None
+    return text
+
+
 def parse_widths(text: str) -> tuple[int, ...]:
     try:
         widths = tuple(sorted({int(w) for w in text.split(",") if w.strip()}))
@@ -49,9 +58,16 @@ def build_config(args: argparse.Namespace):
         raise SpecEdgeError(str(e), "fix the sampling flag") from None
     if args.max_new_tokens < 1:
         raise SpecEdgeError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    gamma = 0 if args.no_draft else args.gamma
-    return SpecConfig(gamma=gamma, max_new_tokens=args.max_new_tokens, sampling=sampling,
+    auto = args.gamma == "auto" and not args.no_draft
+    gamma = 0 if args.no_draft else (4 if auto else int(args.gamma))
+    return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens, sampling=sampling,
                       stop_strings=tuple(args.stop or ()), seed=args.seed, ignore_eos=args.ignore_eos)
+
+
+def machine_bandwidth() -> float | None:
+    from specedge.profiling import measured_bandwidth
+
+    return measured_bandwidth()
 
 
 def artifact_arg(value: str) -> Path:
@@ -74,6 +90,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     gen = Generator.load(artifact_arg(args.target), draft=draft,
                          ngram=args.ngram and not args.no_draft, provider=args.provider,
                          draft_provider=args.draft_provider, threads=args.threads, config=config)
+    gen.bandwidth_gb_per_s = machine_bandwidth()
     stream = gen.stream(args.prompt, chat=args.chat)
     for piece in stream:
         if not args.json:
@@ -85,7 +102,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         s = result.stats
         print(f"\n[{s.n_tokens} tokens, {s.tokens_per_s:.1f} tok/s, stop: {s.stop_reason}, "
-              f"drafter: {s.drafter}, gamma {s.gamma}, acceptance {s.acceptance_rate:.0%}, "
+              f"drafter: {s.drafter}, gamma {s.gamma}{' (auto)' if s.gamma_auto else ''}, "
+              f"acceptance {s.acceptance_rate:.0%}, {s.bytes_per_token['total_bytes'] / 1e6:.0f} MB/token, "
               f"{s.mean_accepted_per_target_call:.2f} tokens/target pass]", file=sys.stderr)
     return 0
 
@@ -127,18 +145,18 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from specedge.runtime.generator import Generator
 
     if args.target:
-        target, draft, gamma = artifact_arg(args.target), args.draft and artifact_arg(args.draft), args.gamma
+        target, draft = artifact_arg(args.target), args.draft and artifact_arg(args.draft)
     else:
         from specedge.resolve import resolve_pair
 
-        target, draft, pair_gamma = resolve_pair(args.pair)
-        gamma = args.gamma or pair_gamma
+        target, draft, _ = resolve_pair(args.pair)
     if args.ngram and not args.target:
         draft = None
-    config = build_config(argparse.Namespace(**{**vars(args), "gamma": gamma or 4, "no_draft": False,
+    config = build_config(argparse.Namespace(**{**vars(args), "no_draft": False,
                                                 "stop": None, "seed": args.seed, "ignore_eos": False}))
     gen = Generator.load(target, draft=draft, ngram=args.ngram, provider=args.provider,
                          draft_provider=args.draft_provider, threads=args.threads, config=config)
+    gen.bandwidth_gb_per_s = machine_bandwidth()
     session = ChatSession(gen, system=args.system, max_new_tokens=args.max_new_tokens,
                           show_draft=args.show_draft)
     if args.prompt is not None:
@@ -149,6 +167,62 @@ def cmd_chat(args: argparse.Namespace) -> int:
     else:
         session.run(sys.stdin)
     return 0
+
+
+def cmd_profile_measure(args: argparse.Namespace) -> int:
+    from specedge.profiling import measure_device
+
+    target = artifact_arg(args.target) if args.target else None
+    draft = artifact_arg(args.draft) if args.draft else None
+    profile, path = measure_device(target, draft, name=args.name)
+    print(f"memory bandwidth (read): {profile.memory_bandwidth_gb_per_s.value:.1f} GB/s")
+    for lat in profile.latencies:
+        widths = ", ".join(f"S={w}: {t * 1000:.1f} ms" for w, t in sorted(lat.seconds.items()))
+        print(f"t(S) {lat.artifact}: {widths}")
+    for pair, alpha in profile.acceptance.items():
+        print(f"acceptance {pair}: {alpha:.2f}")
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_profile_predict(args: argparse.Namespace) -> int:
+    from specedge.profiling import device_profile, plot_prediction, predict_pair, prediction_json
+
+    device = device_profile(args.device)
+    target, draft = artifact_arg(args.target), artifact_arg(args.draft)
+    prediction = predict_pair(device, target, draft, args.acceptance)
+    if args.json:
+        print(prediction_json(device, prediction))
+    else:
+        print(f"{device.name}: {device.description}")
+        print(f"plain decoding: {prediction.plain_tokens_per_s:.1f} tokens/s (α = {prediction.alpha:.2f})")
+        print("| γ | tokens/round | tokens/s | speedup |\n|---|---|---|---|")
+        for p in prediction.points:
+            print(f"| {p.gamma} | {p.expected_tokens:.2f} | {p.tokens_per_s:.1f} | {p.speedup:.2f}× |")
+        rec = prediction.recommended_gamma
+        print(f"recommended γ: {rec}" + (" (plain decoding: no γ beats it)" if rec == 0 else ""))
+    if args.plot:
+        plot_prediction(device, prediction, Path(args.plot), prediction.plain_tokens_per_s)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def add_profile(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="measure this device, or predict tokens/s and γ for a device profile")
+    psub = p.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
+    m = psub.add_parser("measure", help="measure bandwidth, t(S) and acceptance here; write a device profile")
+    m.add_argument("--target", help="target artifact folder or registry model")
+    m.add_argument("--draft", help="draft artifact folder or registry model")
+    m.add_argument("--name", default="this-device", help="profile name (default this-device)")
+    m.set_defaults(func=cmd_profile_measure)
+    q = psub.add_parser("predict", help="tokens/s of plain and speculative decoding at each γ on a device")
+    q.add_argument("--device", required=True, help="a device profile name, e.g. snapdragon-x-elite")
+    q.add_argument("--target", required=True)
+    q.add_argument("--draft", required=True)
+    q.add_argument("--acceptance", type=float, default=None, help="α; default: the device's measured one")
+    q.add_argument("--json", action="store_true")
+    q.add_argument("--plot", default=None, help="write a PNG of tokens/s against γ")
+    q.set_defaults(func=cmd_profile_predict)
 
 
 def add_model_commands(sub: argparse._SubParsersAction) -> None:
@@ -167,7 +241,7 @@ def add_chat(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", help="target artifact folder or registry model (instead of --pair)")
     p.add_argument("--draft", help="draft artifact folder or registry model (with --target)")
     p.add_argument("--ngram", action="store_true", help="draft by n-gram lookup instead of a draft model")
-    p.add_argument("--gamma", type=int, default=None, help="draft tokens per target pass")
+    p.add_argument("--gamma", type=gamma_arg, default="auto", help="draft tokens per target pass, or auto (default)")
     p.add_argument("--show-draft", action="store_true", help="colour the tokens the draft proposed")
     p.add_argument("--prompt", help="answer this one message and exit")
     p.add_argument("--system", default=None, help="a system message")
@@ -206,7 +280,9 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ngram", action="store_true", help="draft by n-gram lookup in the context")
     p.add_argument("--prompt", required=True)
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    p.add_argument("--gamma", type=int, default=4, help="draft tokens per target pass (default 4)")
+    p.add_argument("--gamma", type=gamma_arg, default="auto",
+                   help="draft tokens per target pass, or auto (default): chosen each round from measured "
+                        "acceptance and pass times, plain decoding where speculation does not pay")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
     p.add_argument("--top-k", type=int, default=0)
@@ -230,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate(sub)
     add_export(sub)
     add_model_commands(sub)
+    add_profile(sub)
     return parser
 
 

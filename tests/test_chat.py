@@ -36,7 +36,7 @@ def test_gamma_command(tiny_llama: tuple[Path, Path, Path]) -> None:
     chat.run(["/gamma 5"])  # 6 is not an exported width: refused, gamma unchanged
     assert chat.generator.config.gamma == 2 and "width of 6" in out.getvalue()
     chat.run(["/gamma x", "/nope"])
-    assert "usage: /gamma N" in out.getvalue() and "unknown command /nope" in out.getvalue()
+    assert "usage: /gamma N or /gamma auto" in out.getvalue() and "unknown command /nope" in out.getvalue()
 
 
 def test_overflow_drops_oldest_turns(tiny_llama: tuple[Path, Path, Path]) -> None:

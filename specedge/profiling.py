@@ -1,0 +1,171 @@
+"""`specedge profile`: measure this device, predict tokens/s and γ for any device profile."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from specedge.device_profiles.measure import measure_bandwidth
+from specedge.device_profiles.predict import PassModel, Prediction, efficiency, predict
+from specedge.device_profiles.profiles import DeviceProfile, Latency, find_profile, parse_profile
+from specedge.errors import SpecEdgeError
+from specedge.models.paths import cache_root
+from specedge.runtime import Generator, OnnxModel, SpecConfig
+from specedge.runtime.manifest import Manifest
+from specedge.runtime.traffic import pass_traffic
+
+THIS_DEVICE = "this-device"
+PROMPTS = [
+    "Write a Python function that reverses the words in a sentence.",
+    "Fix the bug in this code:\n\ndef mean(xs):\n    return sum(xs) / len(xs) + 1\n",
+    "Explain what a mutex is in one paragraph.",
+    "Write a JavaScript function that debounces another function.",
+]
+MEASURE_CONTEXT = 512  # cache length at which t(S) is measured and predicted
+
+
+def profiles_dir() -> Path:
+    return cache_root() / "devices"
+
+
+def device_profile(name: str) -> DeviceProfile:
+    try:
+        return find_profile(name, (profiles_dir(),))
+    except ValueError as e:
+        raise SpecEdgeError(str(e), "run `specedge profile measure` or pick a listed device") from None
+
+
+def measured_bandwidth() -> float | None:
+    """This machine's measured bandwidth in GB/s, if `specedge profile measure` was run."""
+    path = profiles_dir() / f"{THIS_DEVICE}.json"
+    if not path.is_file():
+        return None
+    return device_profile(THIS_DEVICE).memory_bandwidth_gb_per_s.value
+
+
+def artifact_id(manifest: Manifest, folder: Path) -> str:
+    return f"{folder.name}:{manifest.files['model.onnx']['sha256'][:12]}"
+
+
+def pass_model(model_dir: Path, manifest: Manifest, device: DeviceProfile, context: int = MEASURE_CONTEXT) -> PassModel:
+    bw = device.memory_bandwidth_gb_per_s
+    tops = device.compute_int8_tops if manifest.quantization.bits < 32 else device.compute_fp16_tops
+    latency = device.latency(artifact_id(manifest, model_dir))
+    costs = manifest.costs
+    return PassModel(
+        bytes_at=lambda s: pass_traffic(costs, s, context + s, s).total_bytes,
+        flops_at=lambda s: 2.0 * costs.matmul_params * s,
+        bandwidth_bytes_per_s=bw.value * 1e9 * efficiency(bw.kind),
+        flops_per_s=tops.value * 1e12 * efficiency(tops.kind) if tops.value else None,
+        measured=latency.seconds if latency else None,
+    )
+
+
+def time_widths(model: OnnxModel, widths: list[int], context: int = MEASURE_CONTEXT,
+                repeats: int = 7) -> dict[int, float]:
+    """Median seconds of a pass of each width over a cache holding `context` tokens."""
+    cache = model.new_cache()
+    model.prefill(list(range(100, 100 + context)), cache)
+    out = {}
+    for width in widths:
+        tokens = list(range(200, 200 + width))
+        model.forward(tokens, cache)  # warm-up
+        runs = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model.forward(tokens, cache)
+            runs.append(time.perf_counter() - start)
+        out[width] = statistics.median(runs)
+    return out
+
+
+def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 64) -> float:
+    gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=4, max_new_tokens=max_new_tokens))
+    drafted = accepted = 0
+    for prompt in PROMPTS:
+        stats = gen.generate(prompt, chat=True).stats
+        drafted += stats.drafted
+        accepted += stats.accepted
+    return accepted / drafted if drafted else 0.0
+
+
+def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEVICE) -> tuple[DeviceProfile, Path]:
+    """Measure bandwidth (and t(S), acceptance of the pair when given) and write a profile."""
+    from specedge.runtime.session import physical_cores
+
+    bw = measure_bandwidth()
+    day = time.strftime("%Y-%m-%d")
+    source = f"specedge profile measure, {bw.threads}-thread read of {bw.buffer_bytes >> 20} MiB, {day}"
+    latencies, acceptance = [], {}
+    for folder in (p for p in (target, draft) if p is not None):
+        model = OnnxModel(folder)
+        widths = sorted(w for w in model.manifest.widths if w <= 9)
+        latencies.append(Latency(artifact_id(model.manifest, Path(folder)), model.provider,
+                                 time_widths(model, widths)))
+    if target is not None and draft is not None:
+        acceptance[f"{Path(target).name}+{Path(draft).name}"] = measure_acceptance(target, draft)
+    unknown = {"value": None, "kind": "unpublished", "source": "not measured by specedge"}
+    data = {
+        "name": name, "description": "this machine, measured by `specedge profile measure`",
+        "memory_bandwidth_gb_per_s": {"value": round(bw.read_gb_per_s, 2), "kind": "measured", "source": source},
+        "compute_int8_tops": unknown, "compute_fp16_tops": unknown,
+        "memory_gb": {"value": round(_memory_gb(), 1), "kind": "measured", "source": "/proc/meminfo"},
+        "cpu_cores": {"value": physical_cores(), "kind": "measured", "source": "os.sched_getaffinity"},
+        "providers": ["cpu"],
+    }
+    profile = parse_profile(data)
+    profile = DeviceProfile(**{**profile.__dict__, "latencies": tuple(latencies), "acceptance": acceptance})
+    profiles_dir().mkdir(parents=True, exist_ok=True)
+    path = profiles_dir() / f"{name}.json"
+    path.write_text(profile.to_json())
+    return profile, path
+
+
+def _memory_gb() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
+def predict_pair(device: DeviceProfile, target: Path, draft: Path, alpha: float | None) -> Prediction:
+    t_model, d_model = OnnxModel(target, verify=False), OnnxModel(draft, verify=False)
+    if alpha is None:
+        alpha = device.acceptance.get(f"{Path(target).name}+{Path(draft).name}")
+    if alpha is None:
+        raise SpecEdgeError(f"device {device.name} has no measured acceptance for this pair",
+                            "pass --acceptance A (e.g. 0.8) or run `specedge profile measure --target --draft`")
+    gammas = [w - 1 for w in t_model.manifest.widths if 2 <= w <= 9]
+    return predict(pass_model(target, t_model.manifest, device), pass_model(draft, d_model.manifest, device),
+                   alpha, gammas)
+
+
+def prediction_json(device: DeviceProfile, prediction: Prediction) -> str:
+    return json.dumps({"device": device.name, **asdict(prediction)}, indent=2)
+
+
+def plot_prediction(device: DeviceProfile, prediction: Prediction, path: Path, roofline: float) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SpecEdgeError("--plot needs matplotlib", "pip install matplotlib") from None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    gammas = [p.gamma for p in prediction.points]
+    ax.plot(gammas, [p.tokens_per_s for p in prediction.points], "o-", label="speculative (predicted)")
+    ax.axhline(prediction.plain_tokens_per_s, color="gray", ls="--", label="plain decoding")
+    ax.axhline(roofline, color="red", ls=":", label="bandwidth roofline, plain")
+    ax.set_xlabel("γ (draft tokens per target pass)")
+    ax.set_ylabel("tokens/s")
+    ax.set_title(f"{device.name}, α = {prediction.alpha:.2f}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

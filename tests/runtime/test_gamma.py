@@ -1,0 +1,39 @@
+"""γ auto on hand-made acceptance and pass times."""
+
+from specedge.kernels.acceptance import expected_tokens
+from specedge.runtime.gamma import GammaController
+
+
+def feed(ctrl: GammaController, alpha: float, t_draft: float, t_verify: dict[int, float], rounds: int = 40) -> None:
+    for i in range(rounds):
+        for width, t in t_verify.items():
+            proposed = width - 1
+            accepted = round(alpha * proposed) if i % 2 else int(alpha * proposed)
+            ctrl.observe(proposed, accepted, t_draft * proposed, t)
+
+
+def test_expected_tokens() -> None:
+    assert expected_tokens(0.0, 4) == 1.0
+    assert expected_tokens(1.0, 4) == 5.0
+    assert abs(expected_tokens(0.5, 2) - 1.75) < 1e-12
+
+
+def test_high_acceptance_and_cheap_drafts_choose_long_rounds() -> None:
+    ctrl = GammaController.for_widths([1, 2, 3, 4, 5, 6, 7, 8, 9, 64])
+    assert ctrl.choices == (1, 2, 3, 4, 5, 6, 7, 8) and ctrl.choose() == 4  # nothing measured: start
+    feed(ctrl, 0.9, t_draft=0.005, t_verify={1: 0.05, 5: 0.06, 9: 0.07})
+    assert ctrl.choose() >= 6
+
+
+def test_low_acceptance_falls_back_to_plain_and_still_probes() -> None:
+    ctrl = GammaController.for_widths([1, 3, 5, 9])
+    feed(ctrl, 0.1, t_draft=0.03, t_verify={1: 0.05, 3: 0.08, 5: 0.1})
+    choices = [ctrl.choose() for _ in range(16)]
+    assert choices.count(0) >= 14 and any(c > 0 for c in choices)  # plain, with a probe now and then
+
+
+def test_unmeasured_widths_follow_a_line_through_measured_ones() -> None:
+    ctrl = GammaController.for_widths([1, 2, 3, 5])
+    ctrl.observe(0, 0, 0.0, 0.10)
+    ctrl.observe(4, 2, 0.01, 0.18)
+    assert abs(ctrl.verify_seconds(3) - 0.14) < 1e-9
