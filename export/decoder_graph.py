@@ -34,12 +34,14 @@ I64 = TensorProto.INT64
 
 
 class DecoderBuilder:
-    def __init__(self, writer: GraphWriter, source: SourceModel, quant: QuantSpec, context: int) -> None:
+    def __init__(self, writer: GraphWriter, source: SourceModel, quant: QuantSpec, context: int,
+                 fused: bool = True) -> None:
         self.g = writer
         self.src = source
         self.cfg: DecoderConfig = source.config
         self.quant = quant
         self.context = context
+        self.fused = fused  # CPU: one MatMul for q/k/v and for gate/up, ORT's RotaryEmbedding kernel
         self.float_tensors: list[str] = []
         cfg = self.cfg
         self.costs = WeightCosts(kv_slot_bytes=cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4,
@@ -96,11 +98,26 @@ class DecoderBuilder:
         shaped = self.g.op("Reshape", x, self.g.const([1, -1, n, self.cfg.head_dim]))
         return self.g.op("Transpose", shaped, perm=[0, 2, 1, 3], out=out)
 
+    def rope_angles(self) -> np.ndarray:
+        d = self.cfg.head_dim
+        inv_freq = 1.0 / (self.cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+        return np.outer(np.arange(self.context, dtype=np.float64), inv_freq)  # [C, d/2]
+
+    def rope_caches(self) -> tuple[str, str]:
+        """cos, sin [C, d/2] for ONNX Runtime's RotaryEmbedding kernel."""
+        freqs = self.rope_angles()
+        self.count(gather_row_bytes=freqs.shape[1] * 2 * 4)  # one row of cos and of sin per position
+        return (self.g.weight("rope.cos_cache", np.cos(freqs).astype(np.float32)),
+                self.g.weight("rope.sin_cache", np.sin(freqs).astype(np.float32)))
+
+    def rope_fused(self, x: str, position_ids: str, caches: tuple[str, str], out: str | None = None) -> str:
+        return self.g.op("RotaryEmbedding", x, position_ids, caches[0], caches[1], domain="com.microsoft",
+                         interleaved=0, out=out)
+
     def rope_tables(self, position_ids: str) -> tuple[str, str]:
         """cos, sin [1,1,S,d] gathered from tables over the context's positions."""
         d = self.cfg.head_dim
-        inv_freq = 1.0 / (self.cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
-        freqs = np.outer(np.arange(self.context, dtype=np.float64), inv_freq)  # [C, d/2]
+        freqs = self.rope_angles()
         angles = np.concatenate([freqs, freqs], axis=-1)  # [C, d]
         out = []
         self.count(gather_row_bytes=2 * d * 4)  # one row of cos and of sin per position
@@ -110,15 +127,32 @@ class DecoderBuilder:
         return out[0], out[1]
 
     # -- the layers ---------------------------------------------------------------------------
-    def attention(self, i: int, x: str, cos: str, sin: str, scatter_idx: str, bias: str) -> str:
+    def projections(self, i: int, x: str) -> dict[str, str]:
+        """q [1,S,H*d], k, v [1,S,KV*d]: one fused MatMul (then Split) or three."""
+        cfg, w = self.cfg, self.src.weights
+        p = f"model.layers.{i}.self_attn"
+        weights = {n: w.pop(f"{p}.{n}_proj.weight") for n in ("q", "k", "v")}
+        biases = {n: w.pop(f"{p}.{n}_proj.bias", None) if cfg.attention_bias else None for n in ("q", "k", "v")}
+        if not self.fused:
+            return {n: self.linear(x, f"{p}.{n}_proj", weights[n], biases[n]) for n in ("q", "k", "v")}
+        bias = np.concatenate([biases[n] for n in ("q", "k", "v")]) if cfg.attention_bias else None
+        y = self.linear(x, f"{p}.qkv_proj", np.concatenate([weights[n] for n in ("q", "k", "v")]), bias)
+        q, k, v = self.g.split(y, [weights[n].shape[0] for n in ("q", "k", "v")])
+        return {"q": q, "k": k, "v": v}
+
+    def attention(self, i: int, x: str, rope: tuple[str, str], position_ids: str, scatter_idx: str,
+                  bias: str) -> str:
         cfg, g = self.cfg, self.g
         p = f"model.layers.{i}.self_attn"
         w = self.src.weights
-        proj = {n: self.linear(x, f"{p}.{n}_proj", w.pop(f"{p}.{n}_proj.weight"),
-                               w.pop(f"{p}.{n}_proj.bias", None) if cfg.attention_bias else None)
-                for n in ("q", "k", "v")}
-        q = self.rope(self.heads(proj["q"], cfg.num_heads), cos, sin)  # [1,H,S,d]
-        k = self.rope(self.heads(proj["k"], cfg.num_kv_heads), cos, sin, out=f"new_key.{i}")  # [1,KV,S,d]
+        proj = self.projections(i, x)
+        q, k = self.heads(proj["q"], cfg.num_heads), self.heads(proj["k"], cfg.num_kv_heads)
+        if self.fused:
+            q = self.rope_fused(q, position_ids, rope)  # [1,H,S,d]
+            k = self.rope_fused(k, position_ids, rope, out=f"new_key.{i}")  # [1,KV,S,d]
+        else:
+            q = self.rope(q, *rope)
+            k = self.rope(k, *rope, out=f"new_key.{i}")
         v = self.heads(proj["v"], cfg.num_kv_heads, out=f"new_value.{i}")
         keys = g.op("ScatterElements", f"past_key.{i}", scatter_idx, k, axis=2)  # [1,KV,T,d]
         values = g.op("ScatterElements", f"past_value.{i}", scatter_idx, v, axis=2)
@@ -135,8 +169,13 @@ class DecoderBuilder:
     def mlp(self, i: int, x: str) -> str:
         g, w = self.g, self.src.weights
         p = f"model.layers.{i}.mlp"
-        gate = self.linear(x, f"{p}.gate_proj", w.pop(f"{p}.gate_proj.weight"))
-        up = self.linear(x, f"{p}.up_proj", w.pop(f"{p}.up_proj.weight"))
+        if self.fused:
+            gate_w, up_w = w.pop(f"{p}.gate_proj.weight"), w.pop(f"{p}.up_proj.weight")
+            both = self.linear(x, f"{p}.gate_up_proj", np.concatenate([gate_w, up_w]))
+            gate, up = g.split(both, [gate_w.shape[0], up_w.shape[0]])
+        else:
+            gate = self.linear(x, f"{p}.gate_proj", w.pop(f"{p}.gate_proj.weight"))
+            up = self.linear(x, f"{p}.up_proj", w.pop(f"{p}.up_proj.weight"))
         act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
         return self.linear(act, f"{p}.down_proj", w.pop(f"{p}.down_proj.weight"))
 
@@ -160,7 +199,7 @@ class DecoderBuilder:
         bias = g.op("Unsqueeze", g.op("Tile", attention_bias, g.const([1, group, 1])), g.const([1]))
         scatter_idx = g.op("Expand", g.op("Reshape", position_ids, g.const([1, 1, -1, 1])),
                            g.const([1, cfg.num_kv_heads, 1, cfg.head_dim]))  # [1,KV,S,d]
-        cos, sin = self.rope_tables(position_ids)
+        rope = self.rope_caches() if self.fused else self.rope_tables(position_ids)
 
         embed = w.pop("model.embed_tokens.weight")  # [V, D]
         self.float_tensors.append("model.embed_tokens.weight")
@@ -170,7 +209,7 @@ class DecoderBuilder:
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}"
             x = self.rms_norm(h, f"{p}.input_layernorm", w.pop(f"{p}.input_layernorm.weight"))
-            h = g.op("Add", h, self.attention(i, x, cos, sin, scatter_idx, bias))
+            h = g.op("Add", h, self.attention(i, x, rope, position_ids, scatter_idx, bias))
             x = self.rms_norm(h, f"{p}.post_attention_layernorm",
                               w.pop(f"{p}.post_attention_layernorm.weight"))
             h = g.op("Add", h, self.mlp(i, x))

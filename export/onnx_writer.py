@@ -74,6 +74,14 @@ class GraphWriter:
                                            domain=domain, **attrs))
         return name
 
+    def split(self, x: str, sizes: list[int], axis: int = -1) -> list[str]:
+        """Split x along axis into pieces of the given sizes."""
+        self._count += 1
+        names = [f"split_{self._count}_{j}" for j in range(len(sizes))]
+        self.nodes.append(helper.make_node("Split", [x, self.const(sizes)], names, name=f"n{self._count}_Split",
+                                           axis=axis))
+        return names
+
     # -- the end ------------------------------------------------------------------------------
     def finish(self, graph_name: str) -> onnx.ModelProto:
         self._data.close()

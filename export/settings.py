@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from specedge.errors import SpecEdgeError
 
 QUANT_BITS = {"fp32": 32, "int8": 8, "int4": 4}
-EXPORT_FORMAT = 2  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
+EXPORT_FORMAT = 3  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
 DEFAULT_CONTEXT = 4096
 DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 64)
 

@@ -19,7 +19,7 @@ def test_pass_bytes_on_tiny_model_match_hand_count(tiny_llama: tuple[Path, Path,
     per_layer = h * h + h * kv * hd + h * kv * hd + h * h + 3 * h * inter
     matmul = (layers * per_layer + h * VOCAB) * f32
     norms = (2 * layers + 1) * h * f32
-    row = h * f32 + 2 * hd * f32  # one embedding row, one row of rotary cos and sin
+    row = h * f32 + 2 * (hd // 2) * f32  # one embedding row, one half-width row of rotary cos and of sin
     slot = layers * 2 * kv * hd * f32
     cache = model.new_cache(bucket=16)
     model.prefill(list(range(10)), cache)
