@@ -121,3 +121,31 @@ class DraftModelDrafter:
             return Draft(tokens=tokens, q=None, calls=len(tokens), traffic=traffic)
         q_all = np.stack(qs) if qs else np.zeros((0, self.model.manifest.vocab_size))  # [k, V]
         return Draft(tokens=tokens, q=q_all, calls=len(tokens), traffic=traffic)
+
+
+class HybridDrafter:
+    """Prompt lookup where the context has a match, the draft model elsewhere - per round.
+
+    An n-gram proposal costs no model pass, so it is taken whenever the context offers one of at
+    least `min_match` tokens; the draft model catches up on the tokens it skipped in its next pass.
+    """
+
+    name = "hybrid"
+
+    def __init__(self, ngram: NgramDrafter, model: DraftModelDrafter, min_match: int = 2) -> None:
+        self.ngram = ngram
+        self.model = model
+        self.min_match = min_match
+
+    def begin(self, context: Sequence[int]) -> None:
+        self.model.begin(context)
+
+    def accept(self, committed: int) -> None:
+        self.model.accept(committed)
+
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams,
+                rng: np.random.Generator) -> Draft:
+        draft = self.ngram.propose(context, k, params, rng)
+        if len(draft.tokens) >= min(self.min_match, k):
+            return draft
+        return self.model.propose(context, k, params, rng)

@@ -21,7 +21,7 @@ import numpy as np
 
 from specedge.errors import SpecEdgeError
 from specedge.runtime.decoding import SpecConfig, decode_tokens
-from specedge.runtime.drafters import Drafter, DraftModelDrafter, NgramDrafter
+from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, NgramDrafter
 from specedge.runtime.model import OnnxModel
 from specedge.runtime.stats import GenerationStats
 from specedge.runtime.text import Message, StreamDecoder, TextCodec
@@ -122,6 +122,8 @@ class Generator:
             draft_model = OnnxModel(draft, provider=draft_provider or provider, threads=threads)
             check_pair(target_model, draft_model)
             drafter = DraftModelDrafter(draft_model)
+            if ngram:
+                drafter = HybridDrafter(NgramDrafter(target_model.manifest.vocab_size), drafter)
         elif ngram:
             drafter = NgramDrafter(target_model.manifest.vocab_size)
         return cls(target_model, drafter, config)

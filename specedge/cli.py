@@ -150,8 +150,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
         from specedge.resolve import resolve_pair
 
         target, draft, _ = resolve_pair(args.pair)
-    if args.ngram and not args.target:
-        draft = None
     config = build_config(argparse.Namespace(**{**vars(args), "no_draft": False,
                                                 "stop": None, "seed": args.seed, "ignore_eos": False}))
     gen = Generator.load(target, draft=draft, ngram=args.ngram, provider=args.provider,
@@ -240,7 +238,7 @@ def add_chat(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", default=DEFAULT_PAIR, help=f"a registry pair (default {DEFAULT_PAIR})")
     p.add_argument("--target", help="target artifact folder or registry model (instead of --pair)")
     p.add_argument("--draft", help="draft artifact folder or registry model (with --target)")
-    p.add_argument("--ngram", action="store_true", help="draft by n-gram lookup instead of a draft model")
+    p.add_argument("--ngram", action="store_true", help="n-gram lookup; with a draft model: hybrid drafting")
     p.add_argument("--gamma", type=gamma_arg, default="auto", help="draft tokens per target pass, or auto (default)")
     p.add_argument("--show-draft", action="store_true", help="colour the tokens the draft proposed")
     p.add_argument("--prompt", help="answer this one message and exit")
@@ -277,7 +275,8 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
     drafters = p.add_mutually_exclusive_group()
     drafters.add_argument("--draft", help="draft artifact folder or registry model name")
     drafters.add_argument("--no-draft", action="store_true", help="plain decoding of the target")
-    p.add_argument("--ngram", action="store_true", help="draft by n-gram lookup in the context")
+    p.add_argument("--ngram", action="store_true",
+                   help="draft by n-gram lookup in the context; with --draft: hybrid (lookup where it matches)")
     p.add_argument("--prompt", required=True)
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     p.add_argument("--gamma", type=gamma_arg, default="auto",

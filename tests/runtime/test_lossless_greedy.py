@@ -64,3 +64,14 @@ def test_auto_gamma_equals_plain(tiny_pair: tuple[Path, Path, Path], drafter: st
     result = gen.generate(LONG_PROMPT)
     assert result.token_ids == plain_tokens(target, LONG_PROMPT, 40)
     assert result.stats.gamma_auto and sum(result.stats.gamma_counts.values()) == result.stats.target_calls
+
+
+@pytest.mark.parametrize("gamma", [2, 4])
+def test_hybrid_drafting_equals_plain(tiny_pair: tuple[Path, Path, Path], gamma: int) -> None:
+    _, target, draft = tiny_pair
+    gen = Generator.load(target, draft=draft, ngram=True,
+                         config=SpecConfig(gamma=gamma, max_new_tokens=30, ignore_eos=True))
+    for prompt in (SHORT_PROMPT, LONG_PROMPT):  # the short prompt repeats: lookup proposes there
+        result = gen.generate(prompt)
+        assert result.token_ids == plain_tokens(target, prompt, 30)
+        assert result.stats.drafter == "hybrid"

@@ -70,12 +70,16 @@ def draw(gen: Generator, seed: int) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize(("case", "mode"), list(itertools.product(CASES, ["plain", "draft-model", "ngram"])))
+MODES = [*itertools.product(CASES, ["plain", "draft-model", "ngram"]), ("top-p", "hybrid")]
+
+
+@pytest.mark.parametrize(("case", "mode"), MODES)
 def test_sampled_tokens_follow_target_law(small_vocab_pair: tuple[Path, Path], case: str, mode: str) -> None:
     target, draft = small_vocab_pair
     params = CASES[case]
     config = SpecConfig(gamma=0 if mode == "plain" else 3, sampling=params)
-    gen = Generator.load(target, draft=draft if mode == "draft-model" else None, ngram=mode == "ngram",
+    gen = Generator.load(target, draft=draft if mode in ("draft-model", "hybrid") else None,
+                         ngram=mode in ("ngram", "hybrid"),
                          threads=1, config=config)
     samples = draw(gen, seed=hash((case, mode)) % 2**31)
     p2, p3 = exact_laws(target, params)
