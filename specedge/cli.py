@@ -223,6 +223,37 @@ def add_profile(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=cmd_profile_predict)
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from specedge.bench import run_bench
+
+    if args.target:
+        target, draft = artifact_arg(args.target), artifact_arg(args.draft)
+    else:
+        from specedge.resolve import resolve_pair
+
+        target, draft, _ = resolve_pair(args.pair)
+    gammas = tuple(int(g) for g in args.gammas.split(","))
+    report = run_bench(target, draft, Path(args.prompts), Path(args.out), max_new_tokens=args.max_new_tokens,
+                       gammas=gammas, limit=args.limit, command="specedge " + " ".join(sys.argv[1:]))
+    print(report.read_text())
+    return 0
+
+
+def add_bench(sub: argparse._SubParsersAction) -> None:
+    from specedge.models.registry import DEFAULT_PAIR
+
+    p = sub.add_parser("bench", help="plain vs speculative decoding per prompt kind, in one run")
+    p.add_argument("--prompts", required=True, help="JSONL file: one {kind, prompt} per line")
+    p.add_argument("--out", required=True, help="folder for results.json, results.md, speedup.png")
+    p.add_argument("--pair", default=DEFAULT_PAIR)
+    p.add_argument("--target", help="target artifact (instead of --pair)")
+    p.add_argument("--draft", help="draft artifact (with --target)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--gammas", default="1,2,3,4,5,6,7,8", help="fixed γ values to run the draft model at")
+    p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    p.set_defaults(func=cmd_bench)
+
+
 def add_model_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list the registry's models and pairs, and what is cached")
     p.set_defaults(func=cmd_models)
@@ -306,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_export(sub)
     add_model_commands(sub)
     add_profile(sub)
+    add_bench(sub)
     return parser
 
 

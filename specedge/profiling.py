@@ -67,11 +67,12 @@ def pass_model(model_dir: Path, manifest: Manifest, device: DeviceProfile, conte
 def time_widths(model: OnnxModel, widths: list[int], context: int = MEASURE_CONTEXT,
                 repeats: int = 7) -> dict[int, float]:
     """Median seconds of a pass of each width over a cache holding `context` tokens."""
+    context = min(context, model.manifest.context - 2 * max(widths) - 1)
     cache = model.new_cache()
-    model.prefill(list(range(100, 100 + context)), cache)
+    model.prefill([100 + i % 50 for i in range(context)], cache)
     out = {}
     for width in widths:
-        tokens = list(range(200, 200 + width))
+        tokens = [200 % model.manifest.vocab_size] * width
         model.forward(tokens, cache)  # warm-up
         runs = []
         for _ in range(repeats):
@@ -83,10 +84,16 @@ def time_widths(model: OnnxModel, widths: list[int], context: int = MEASURE_CONT
 
 
 def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 64) -> float:
+    """Acceptance α of the pair at γ = 4 over the built-in prompts (those that fit the context)."""
     gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=4, max_new_tokens=max_new_tokens))
     drafted = accepted = 0
     for prompt in PROMPTS:
-        stats = gen.generate(prompt, chat=True).stats
+        ids = gen.encode(prompt, chat=True)
+        room = min(max_new_tokens, gen.target.manifest.context - len(ids) - 1)
+        if room < 8:
+            ids = ids[-(gen.target.manifest.context // 2):]  # a tiny context: the prompt's tail
+            room = min(max_new_tokens, gen.target.manifest.context - len(ids) - 1)
+        stats = gen.generate(ids, max_new_tokens=room).stats
         drafted += stats.drafted
         accepted += stats.accepted
     return accepted / drafted if drafted else 0.0

@@ -1,0 +1,170 @@
+"""`specedge bench`: plain vs speculative decoding of the same target, in one run, per prompt kind.
+
+Every prompt is decoded greedily by each mode in turn (plain first), so drift in a shared
+machine's speed hits all modes alike; the tables report medians and ratios to plain decoding of
+the same prompt, never a lone absolute time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from specedge.errors import SpecEdgeError
+from specedge.runtime import Generator, OnnxModel, SpecConfig
+from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, NgramDrafter
+
+
+@dataclass(frozen=True)
+class Run:
+    prompt: int
+    kind: str
+    mode: str  # "plain", "draft-g4", "draft-auto", "ngram", "hybrid"
+    tokens: int
+    tokens_per_s: float
+    ratio: float  # to plain decoding of the same prompt
+    tokens_per_pass: float
+    acceptance: float
+    identical: bool  # same tokens as plain decoding
+    gamma: int
+    host_fraction: float  # share of decoding spent outside model passes
+
+
+def load_prompts(path: Path) -> list[dict[str, str]]:
+    try:
+        rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as e:
+        raise SpecEdgeError(f"cannot read prompts from {path}: {e}", "pass a JSONL file of {kind, prompt}") from None
+    if not rows or any("prompt" not in r or "kind" not in r for r in rows):
+        raise SpecEdgeError(f"{path} must hold one JSON object per line with 'kind' and 'prompt'")
+    return rows
+
+
+def modes(target: OnnxModel, draft: OnnxModel, gammas: Sequence[int]) -> dict[str, tuple[Drafter | None, SpecConfig]]:
+    vocab = target.manifest.vocab_size
+    model = DraftModelDrafter(draft)
+    out: dict[str, tuple[Drafter | None, SpecConfig]] = {"plain": (None, SpecConfig(gamma=0))}
+    for g in gammas:
+        out[f"draft-g{g}"] = (model, SpecConfig(gamma=g))
+    out["draft-auto"] = (model, SpecConfig(gamma=4, auto_gamma=True))
+    out["ngram"] = (NgramDrafter(vocab), SpecConfig(gamma=4, auto_gamma=True))
+    out["hybrid"] = (HybridDrafter(NgramDrafter(vocab), model), SpecConfig(gamma=4, auto_gamma=True))
+    return out
+
+
+def run_prompt(index: int, row: dict[str, str], target: OnnxModel,
+               mode_table: dict[str, tuple[Drafter | None, SpecConfig]], max_new_tokens: int) -> list[Run]:
+    runs, plain_ids, plain_speed = [], None, 0.0
+    for mode, (drafter, config) in mode_table.items():
+        gen = Generator(target, drafter, dataclasses.replace(config, max_new_tokens=max_new_tokens))
+        result = gen.generate(row["prompt"], chat=True)
+        s = result.stats
+        if plain_ids is None:
+            plain_ids, plain_speed = result.token_ids, s.tokens_per_s
+        runs.append(Run(prompt=index, kind=row["kind"], mode=mode, tokens=s.n_tokens, tokens_per_s=s.tokens_per_s,
+                        ratio=s.tokens_per_s / plain_speed if plain_speed else 0.0,
+                        tokens_per_pass=s.mean_accepted_per_target_call, acceptance=s.acceptance_rate,
+                        identical=result.token_ids == plain_ids, gamma=s.gamma,
+                        host_fraction=s.time_host_s / s.time_decode_s if s.time_decode_s else 0.0))
+    return runs
+
+
+def time_curve(model: OnnxModel, widths: range) -> dict[int, float]:
+    from specedge.profiling import time_widths
+
+    return time_widths(model, [w for w in widths if w in model.manifest.widths])
+
+
+def summarize(runs: list[Run]) -> dict[str, dict[str, dict[str, float]]]:
+    """kind -> mode -> median tokens/s, median ratio, mean tokens/pass, identical count."""
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for kind in [*sorted({r.kind for r in runs}), "all"]:
+        table[kind] = {}
+        for mode in dict.fromkeys(r.mode for r in runs):
+            sel = [r for r in runs if r.mode == mode and (kind == "all" or r.kind == kind)]
+            table[kind][mode] = {
+                "tokens_per_s": statistics.median(r.tokens_per_s for r in sel),
+                "ratio": statistics.median(r.ratio for r in sel),
+                "min_ratio": min(r.ratio for r in sel),
+                "tokens_per_pass": statistics.fmean(r.tokens_per_pass for r in sel),
+                "identical": sum(r.identical for r in sel),
+                "prompts": len(sel),
+            }
+    return table
+
+
+def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict) -> str:
+    lines = [f"# specedge bench - {meta['target']} + {meta['draft']}", "",
+             f"`{meta['command']}`", "",
+             f"{meta['prompts']} prompts, greedy, up to {meta['max_new_tokens']} new tokens, {meta['date']}; "
+             f"peak memory {meta['peak_rss_gib']:.1f} GiB. Ratios are to plain decoding of the same prompt "
+             "(median over the kind); 'same' counts prompts whose tokens equal plain decoding's.", ""]
+    for kind, modes_ in summary.items():
+        lines += [f"## {kind}", "", "| mode | tokens/s | ratio to plain | worst ratio | tokens/target pass | same |",
+                  "|---|---|---|---|---|---|"]
+        for mode, m in modes_.items():
+            lines.append(f"| {mode} | {m['tokens_per_s']:.1f} | {m['ratio']:.2f} | {m['min_ratio']:.2f} | "
+                         f"{m['tokens_per_pass']:.2f} | {m['identical']}/{m['prompts']} |")
+        lines.append("")
+    lines += ["## cost of a pass t(S), relative to t(1), at 512 tokens of context", "",
+              "| graph | " + " | ".join(f"S={w}" for w in next(iter(curves.values()))) + " |",
+              "|---|" + "---|" * len(next(iter(curves.values())))]
+    for name, curve in curves.items():
+        t1 = curve[min(curve)]
+        lines.append(f"| {name} (t(1) = {t1 * 1000:.1f} ms) | " +
+                     " | ".join(f"{t / t1:.2f}" for t in curve.values()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict, gammas: Sequence[int], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for kind, table in summary.items():
+        if kind == "all":
+            continue
+        ax.plot(list(gammas), [table[f"draft-g{g}"]["ratio"] for g in gammas], "o-", label=kind)
+    ax.axhline(1.0, color="gray", ls="--", label="plain decoding")
+    ax.set_xlabel("γ (draft tokens per target pass)")
+    ax.set_ylabel("speed relative to plain decoding (median)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, max_new_tokens: int = 128,
+              gammas: Sequence[int] = tuple(range(1, 9)), limit: int | None = None, command: str = "") -> Path:
+    rows = load_prompts(prompts_file)[:limit]
+    target, draft = OnnxModel(target_dir), OnnxModel(draft_dir)
+    table = modes(target, draft, gammas)
+    Generator(target, None, SpecConfig(gamma=0, max_new_tokens=8)).generate("warm up")
+    runs: list[Run] = []
+    for i, row in enumerate(rows):
+        runs += run_prompt(i, row, target, table, max_new_tokens)
+        done = [r for r in runs if r.prompt == i]
+        print(f"[{i + 1}/{len(rows)}] {row['kind']}: " + ", ".join(f"{r.mode} {r.ratio:.2f}" for r in done),
+              file=sys.stderr)
+    curves = {"target": time_curve(target, range(1, 10)), "draft": time_curve(draft, range(1, 10))}
+    summary = summarize(runs)
+    meta = {"target": target_dir.name, "draft": draft_dir.name, "prompts": len(rows), "command": command,
+            "max_new_tokens": max_new_tokens, "date": time.strftime("%Y-%m-%d"),
+            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "t_of_s": curves,
+                                                  "runs": [asdict(r) for r in runs]}, indent=1))
+    (out / "results.md").write_text(markdown(summary, curves, meta))
+    plot(summary, gammas, out / "speedup.png")
+    return out / "results.md"

@@ -1,0 +1,23 @@
+"""The benchmark runs end to end on the tiny pair and writes its JSON, table and plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specedge.bench import run_bench
+
+
+def test_bench_writes_tables_and_checks_identity(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    _, target, draft = tiny_llama
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(json.dumps({"kind": k, "prompt": p}) for k, p in
+                                 [("code", "def f(x):"), ("chat", "hello there"), ("edit", "abcabc abcabc")]))
+    report = run_bench(target, draft, prompts, tmp_path / "out", max_new_tokens=12, gammas=(1, 2, 4))
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    modes = {r["mode"] for r in data["runs"]}
+    assert modes == {"plain", "draft-g1", "draft-g2", "draft-g4", "draft-auto", "ngram", "hybrid"}
+    assert all(r["identical"] for r in data["runs"])  # greedy: every mode gives plain decoding's tokens
+    assert set(data["t_of_s"]["target"]) == {"1", "2", "3", "5", "8"}  # the tiny graph's widths up to 9
+    text = report.read_text()
+    assert "| hybrid |" in text and "## code" in text and "t(S)" in text
