@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import resource
 import shutil
@@ -16,7 +17,7 @@ from specedge.errors import SpecEdgeError
 from specedge.export.decoder_graph import DecoderBuilder
 from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec
-from specedge.export.settings import ExportSettings
+from specedge.export.settings import QUANT_BITS, ExportSettings
 from specedge.export.source import SourceModel, load_source
 from specedge.runtime.manifest import (
     MANIFEST_NAME,
@@ -72,11 +73,13 @@ def _progress(total: int, desc: str):
                 disable=not sys.stderr.isatty())
 
 
-def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) -> Manifest:
-    """Build the graph and everything beside it into `folder` (which must exist and be empty)."""
-    spec = QuantSpec(settings.quant, settings.block_size, settings.accuracy_level)
+def build_graph(source: SourceModel, settings: ExportSettings, folder: Path) -> DecoderBuilder:
+    """The symbolic-width graph: folder/model.onnx + folder/model.onnx.data."""
+    quant = "fp32" if settings.quant == "qdq" else settings.quant  # QDQ is applied to the float graph
+    spec = QuantSpec(quant, settings.block_size, settings.accuracy_level)
     writer = GraphWriter(folder / DATA_FILE)
-    builder = DecoderBuilder(writer, source, spec, settings.context)
+    builder = DecoderBuilder(writer, source, spec, settings.context, fused=not settings.static,
+                             fp16=settings.fp16)
     try:
         with _progress(source.config.num_layers, f"export {source.path.name}") as bar:
             builder.build(on_layer=lambda _i: bar.update(1))
@@ -85,6 +88,63 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         writer.abort()
         raise
     (folder / GRAPH_FILE).write_bytes(model.SerializeToString())
+    return builder
+
+
+def write_static_graphs(source: SourceModel, settings: ExportSettings, folder: Path) -> dict[int, str]:
+    """Static targets: QDQ-quantize (QNN) the built graph, then one fixed-shape graph per width, all
+    reading folder/model.onnx.data; a QNN graph with unsupported ops or dynamic shapes stops the export."""
+    import onnx
+
+    from specedge.export.checker import check_graph
+    from specedge.export.static_graphs import fix_dims, graph_name, logits_rows
+
+    base = folder / GRAPH_FILE
+    if settings.quant == "qdq":
+        from specedge.export.qdq import CALIBRATION_TEXT, calibration_feeds, quantize_qdq
+
+        cfg = source.config
+        tok = _tokenizer(source)
+        texts = [tok.encode(t).ids[:settings.context - 1] for t in CALIBRATION_TEXT]
+        feeds = calibration_feeds(base, texts, cfg.num_layers,
+                                  cfg.num_kv_heads, cfg.head_dim)
+        qdq_dir = folder / "qdq"
+        qdq_dir.mkdir()
+        quantize_qdq(base, qdq_dir / GRAPH_FILE, feeds)
+        (qdq_dir / DATA_FILE).replace(folder / DATA_FILE)
+        (qdq_dir / GRAPH_FILE).replace(base)
+        qdq_dir.rmdir()
+    proto = onnx.load(str(base), load_external_data=False)
+    graphs, problems = {}, []
+    for width in settings.widths:
+        fixed = fix_dims(proto, width, settings.context, logits_rows(width, settings.widths))
+        if settings.target == "qnn":
+            problems += [f"width {width}: {p}" for p in check_graph(fixed, "qnn")]
+        (folder / graph_name(width)).write_bytes(fixed.SerializeToString())
+        graphs[width] = graph_name(width)
+    base.unlink()
+    if problems:
+        shown = "; ".join(problems[:12]) + (f"; and {len(problems) - 12} more" if len(problems) > 12 else "")
+        raise SpecEdgeError(f"the graph cannot run on QNN's HTP backend: {shown}",
+                            "this architecture needs ops QNN lacks; export for cpu or dml instead")
+    return graphs
+
+
+def _tokenizer(source: SourceModel):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(source.tokenizer_json)
+
+
+def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) -> Manifest:
+    """Build the graph(s) and everything beside them into `folder` (which must exist and be empty)."""
+    builder = build_graph(source, settings, folder)
+    graphs = write_static_graphs(source, settings, folder) if settings.static else {}
+    costs = builder.costs
+    if settings.quant == "qdq":  # uint8 weights with per-channel scales
+        costs = dataclasses.replace(costs, matmul_bytes=costs.matmul_params, head_bytes=costs.head_bytes // 4)
+    spec = QuantSpec("fp32" if settings.quant == "qdq" else settings.quant, settings.block_size,
+                     settings.accuracy_level)
     (folder / TOKENIZER_FILE).write_text(source.tokenizer_json)
     cfg = source.config
     manifest = Manifest(
@@ -106,14 +166,16 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         context=settings.context,
         widths=tuple(sorted(set(settings.widths))),
         quantization=Quantization(
-            method=spec.method, bits=spec.bits,
+            method=settings.quant, bits=QUANT_BITS[settings.quant],
             block_size=spec.block_size if spec.quantized else 0,
             accuracy_level=spec.accuracy_level if spec.quantized else 0,
-            float_tensors=tuple(builder.float_tensors) if spec.quantized else ()),
-        graph=GRAPH_FILE,
-        costs=builder.costs,
+            float_tensors=tuple(builder.float_tensors) if settings.quant != "fp32" else ()),
+        graph=graphs[min(graphs)] if graphs else GRAPH_FILE,
+        costs=costs,
+        target=settings.target,
+        graphs=graphs,
         files={name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
-               for name in (GRAPH_FILE, DATA_FILE, TOKENIZER_FILE)},
+               for name in (*(graphs.values() if graphs else [GRAPH_FILE]), DATA_FILE, TOKENIZER_FILE)},
     )
     (folder / MANIFEST_NAME).write_text(manifest.to_json())
     return manifest

@@ -35,13 +35,14 @@ I64 = TensorProto.INT64
 
 class DecoderBuilder:
     def __init__(self, writer: GraphWriter, source: SourceModel, quant: QuantSpec, context: int,
-                 fused: bool = True) -> None:
+                 fused: bool = True, fp16: bool = False) -> None:
         self.g = writer
         self.src = source
         self.cfg: DecoderConfig = source.config
         self.quant = quant
         self.context = context
         self.fused = fused  # CPU: one MatMul for q/k/v and for gate/up, ORT's RotaryEmbedding kernel
+        self.fp16 = fp16  # float MatMul weights stored in fp16, cast up in the graph
         self.float_tensors: list[str] = []
         cfg = self.cfg
         self.costs = WeightCosts(kv_slot_bytes=cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4,
@@ -65,6 +66,11 @@ class DecoderBuilder:
                           self.g.weight(f"{name}.scales", pw.scales), domain="com.microsoft",
                           K=pw.k, N=pw.n, bits=self.quant.bits, block_size=self.quant.block_size,
                           accuracy_level=self.quant.accuracy_level, out=mm_out)
+        elif self.fp16:
+            w16 = w.astype(np.float16)
+            nbytes = w16.nbytes
+            weight_fp32 = self.g.op("Cast", self.g.weight(f"{name}.weight", w16), to=F32)
+            y = self.g.op("MatMul", x, weight_fp32, out=mm_out)
         else:
             nbytes = w.nbytes
             y = self.g.op("MatMul", x, self.g.weight(f"{name}.weight", w), out=mm_out)
@@ -78,7 +84,7 @@ class DecoderBuilder:
     def rms_norm(self, x: str, name: str, weight: np.ndarray) -> str:
         """x / sqrt(mean(x^2) + eps) * w, in the pattern ONNX Runtime fuses to one kernel."""
         g = self.g
-        ms = g.op("ReduceMean", g.op("Pow", x, g.const([2.0], np.float32)), axes=[-1], keepdims=1)
+        ms = g.op("ReduceMean", g.op("Pow", x, g.const([2.0], np.float32)), g.const([-1]), keepdims=1)
         rms = g.op("Sqrt", g.op("Add", ms, g.const([self.cfg.rms_norm_eps], np.float32)))
         self.float_tensors.append(f"{name}.weight")
         self.count(other_bytes=weight.nbytes)

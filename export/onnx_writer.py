@@ -14,9 +14,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-OPSET = 17
+OPSET = 21
 MS_OPSET = 1
-IR_VERSION = 8
+IR_VERSION = 10
 ALIGN = 4096  # page-aligned offsets let ONNX Runtime map weights instead of copying them
 INLINE_LIMIT = 256  # bytes: smaller tensors stay inside the proto
 

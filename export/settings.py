@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from specedge.errors import SpecEdgeError
 
-QUANT_BITS = {"fp32": 32, "int8": 8, "int4": 4}
-EXPORT_FORMAT = 3  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
+QUANT_BITS = {"fp32": 32, "int8": 8, "int4": 4, "qdq": 8}  # qdq: uint8 weights, uint16 activations (QNN)
+TARGETS = ("cpu", "qnn", "dml")
+EXPORT_FORMAT = 4  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
 DEFAULT_CONTEXT = 4096
 DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 64)
 
@@ -19,6 +20,12 @@ class ExportSettings:
     widths: tuple[int, ...] = DEFAULT_WIDTHS
     block_size: int = 32
     accuracy_level: int = 4
+    target: str = "cpu"  # cpu: one graph, dynamic widths; qnn / dml: one static graph per width
+    fp16: bool = False  # float weights stored as fp16 (DirectML)
+
+    @property
+    def static(self) -> bool:
+        return self.target != "cpu"
 
     def validate(self) -> None:
         if self.quant not in QUANT_BITS:
@@ -27,6 +34,14 @@ class ExportSettings:
         if not self.widths or min(self.widths) < 1 or 1 not in self.widths:
             raise SpecEdgeError(f"widths {list(self.widths)} must be positive and include 1",
                                 "pass e.g. --widths 1,5,64")
+        if self.target not in TARGETS:
+            raise SpecEdgeError(f"unknown export target '{self.target}'", f"use one of {', '.join(TARGETS)}")
+        if (self.quant == "qdq") != (self.target == "qnn"):
+            raise SpecEdgeError("QDQ quantization goes with --for qnn, and --for qnn with QDQ",
+                                "pass --for qnn --quant qdq, or another target")
+        if self.static and self.quant in ("int4", "int8"):
+            raise SpecEdgeError(f"--for {self.target} takes fp32 (or --fp16) or qdq weights, not {self.quant}",
+                                "MatMulNBits is a CPU kernel; export with --quant fp32 for DirectML")
         if self.context <= max(self.widths):
             raise SpecEdgeError(f"context {self.context} must exceed the largest width {max(self.widths)}",
                                 "raise --context or lower --widths")

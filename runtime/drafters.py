@@ -101,6 +101,10 @@ class DraftModelDrafter:
                 rng: np.random.Generator) -> Draft:
         k = min(k, self.model.manifest.context - len(context) + 1)
         feed = list(context[self.cache.length:])  # the tokens the draft has not seen, pending last
+        static = self.model.manifest.graphs
+        if static and len(feed) > 1 and len(feed) not in static:  # catch up in exported widths first
+            self.model.prefill(list(context[:-1]), self.cache)
+            feed = [context[-1]]
         tokens: list[int] = []
         qs: list[np.ndarray] = []
         traffic = Traffic()

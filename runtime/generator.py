@@ -23,6 +23,7 @@ from specedge.errors import SpecEdgeError
 from specedge.runtime.decoding import SpecConfig, decode_tokens
 from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, NgramDrafter
 from specedge.runtime.model import OnnxModel
+from specedge.runtime.session import resolve_provider
 from specedge.runtime.stats import GenerationStats
 from specedge.runtime.text import Message, StreamDecoder, TextCodec
 
@@ -115,11 +116,14 @@ class Generator:
     @classmethod
     def load(cls, target: str | Path, draft: str | Path | None = None, ngram: bool = False,
              provider: str = "cpu", draft_provider: str | None = None, threads: int | None = None,
-             config: SpecConfig | None = None) -> Generator:
+             config: SpecConfig | None = None, fallback: str | None = None) -> Generator:
+        """fallback: a provider to use (and say so) when `provider` is missing, e.g. "cpu"."""
+        draft_provider = resolve_provider(draft_provider or provider, fallback)
+        provider = resolve_provider(provider, fallback)
         target_model = OnnxModel(target, provider=provider, threads=threads)
         drafter: Drafter | None = None
         if draft is not None:
-            draft_model = OnnxModel(draft, provider=draft_provider or provider, threads=threads)
+            draft_model = OnnxModel(draft, provider=draft_provider, threads=threads)
             check_pair(target_model, draft_model)
             drafter = DraftModelDrafter(draft_model)
             if ngram:

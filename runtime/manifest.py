@@ -47,6 +47,12 @@ class Manifest:
     graph: str  # the ONNX file, relative to the artifact folder
     files: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {size, sha256}
     costs: WeightCosts = field(default_factory=WeightCosts)  # bytes the graph's weights cost a pass
+    target: str = "cpu"  # the provider the graphs were built for: cpu, qnn or dml
+    graphs: dict[int, str] = field(default_factory=dict)  # static targets: width -> its graph file
+
+    @property
+    def static(self) -> bool:
+        return bool(self.graphs)
 
     @property
     def prefill_width(self) -> int:
@@ -62,6 +68,7 @@ class Manifest:
             d["quantization"].get("float_tensors", ()))})
         d["eos_token_ids"] = tuple(d["eos_token_ids"])
         d["costs"] = WeightCosts(**d.get("costs", {}))
+        d["graphs"] = {int(w): f for w, f in d.get("graphs", {}).items()}
         d["widths"] = tuple(d["widths"])
         return Manifest(**d)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specedge.errors import SpecEdgeError
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.manifest import Manifest, load_manifest
 from specedge.runtime.session import create_session
@@ -36,7 +37,10 @@ class OnnxModel:
         self.folder = Path(folder)
         self.manifest: Manifest = load_manifest(self.folder, verify=verify)
         self.provider = provider
-        self.session = create_session(self.folder / self.manifest.graph, provider, threads)
+        self.threads = threads
+        self._sessions: dict[int, object] = {}  # static artifacts: one session per width, made on first use
+        self.session = None if self.manifest.static else create_session(self.folder / self.manifest.graph,
+                                                                          provider, threads)
         layers = range(self.manifest.num_layers)
         self._outputs = ["logits"] + [f"new_{kind}.{i}" for i in layers for kind in ("key", "value")]
         self._past_names = [(f"past_key.{i}", f"past_value.{i}") for i in layers]
@@ -48,13 +52,27 @@ class OnnxModel:
     def new_cache(self, bucket: int = 256) -> KVCache:
         m = self.manifest
         return KVCache(m.num_layers, m.num_kv_heads, m.head_dim, m.context, bucket=bucket,
-                       static=self.provider != "cpu")
+                       static=m.static or self.provider != "cpu")
+
+    def session_for(self, width: int):
+        if self.session is not None:
+            return self.session
+        if width not in self.manifest.graphs:
+            raise SpecEdgeError(f"{self.folder} has static graphs for widths {sorted(self.manifest.graphs)}, "
+                                f"not {width}", "re-export with that width in --widths")
+        if width not in self._sessions:
+            self._sessions[width] = create_session(self.folder / self.manifest.graphs[width], self.provider,
+                                                   self.threads, width, self.manifest.context)
+        return self._sessions[width]
 
     def forward(self, tokens: Sequence[int], cache: KVCache, all_logits: bool = True) -> ForwardOutput:
         """Run tokens at positions [cache.length, +S). Does not commit: the caller decides how many
         of the new entries to keep. all_logits=False returns the last row only (prefill)."""
         start, width = cache.length, len(tokens)
         slots = cache.reserve(start + width)
+        graphs = self.manifest.graphs
+        if graphs:  # static graphs fix the number of logits rows: all of them, or the last for prefill
+            all_logits = width != max(graphs) or width == 1
         feeds: dict[str, np.ndarray] = {
             "input_ids": np.asarray(tokens, dtype=np.int64)[None],  # [1, S]
             "position_ids": np.arange(start, start + width, dtype=np.int64)[None],  # [1, S]
@@ -65,7 +83,7 @@ class OnnxModel:
         for (k_name, v_name), k, v in zip(self._past_names, cache.keys, cache.values, strict=True):
             feeds[k_name] = k
             feeds[v_name] = v
-        out = self.session.run(self._outputs, feeds)
+        out = self.session_for(width).run(self._outputs, feeds)
         traffic = pass_traffic(self.manifest.costs, width, slots, len(feeds["logits_index"]))
         return ForwardOutput(logits=out[0][0], new_keys=out[1::2], new_values=out[2::2], traffic=traffic)
 
@@ -73,11 +91,19 @@ class OnnxModel:
         """Bring the cache to hold `tokens`, reusing a cached prefix, feeding the rest in chunks
         of the prefill width; returns the logits after the last token [V]."""
         cache.reuse_prefix(tokens, limit=len(tokens) - 1)  # the last token is fed for its logits
-        chunk = self.manifest.prefill_width
         logits = np.empty(0)
-        for i in range(cache.length, len(tokens), chunk):
-            piece = tokens[i:i + chunk]
+        i = cache.length
+        while i < len(tokens):
+            piece = tokens[i:i + self.chunk_width(len(tokens) - i)]
             out = self.forward(piece, cache, all_logits=False)
             cache.commit(out.new_keys, out.new_values, piece)
             logits = out.logits[-1]
+            i += len(piece)
         return logits
+
+    def chunk_width(self, remaining: int) -> int:
+        """The next prefill chunk: the prefill width, or for static graphs the widest exported width
+        that fits what remains."""
+        if not self.manifest.static:
+            return min(remaining, self.manifest.prefill_width)
+        return max(w for w in self.manifest.graphs if w <= remaining)

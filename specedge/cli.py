@@ -40,7 +40,11 @@ def cmd_export(args: argparse.Namespace) -> int:
                             "pip install 'specedge[export]' torch==2.13.0") from None
     from specedge.export.settings import ExportSettings
 
-    settings = ExportSettings(quant=args.quant, context=args.context, widths=args.widths)
+    quant = "qdq" if args.target_provider == "qnn" and args.quant == "int4" else args.quant
+    if args.target_provider == "dml" and args.quant == "int4":
+        quant = "fp32"
+    settings = ExportSettings(quant=quant, context=args.context, widths=args.widths, target=args.target_provider,
+                              fp16=args.fp16)
     result = export_model(Path(args.model), Path(args.out), settings, overwrite=args.force)
     m = result.manifest
     print(f"exported {m.architecture} ({m.num_layers} layers, {m.quantization.method}) to {result.path}")
@@ -89,7 +93,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     draft = None if args.no_draft or args.draft is None else artifact_arg(args.draft)
     gen = Generator.load(artifact_arg(args.target), draft=draft,
                          ngram=args.ngram and not args.no_draft, provider=args.provider,
-                         draft_provider=args.draft_provider, threads=args.threads, config=config)
+                         draft_provider=args.draft_provider, threads=args.threads, config=config,
+                         fallback=args.fallback)
     gen.bandwidth_gb_per_s = machine_bandwidth()
     stream = gen.stream(args.prompt, chat=args.chat)
     for piece in stream:
@@ -153,7 +158,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     config = build_config(argparse.Namespace(**{**vars(args), "no_draft": False,
                                                 "stop": None, "seed": args.seed, "ignore_eos": False}))
     gen = Generator.load(target, draft=draft, ngram=args.ngram, provider=args.provider,
-                         draft_provider=args.draft_provider, threads=args.threads, config=config)
+                         draft_provider=args.draft_provider, threads=args.threads, config=config,
+                         fallback=args.fallback)
     gen.bandwidth_gb_per_s = machine_bandwidth()
     session = ChatSession(gen, system=args.system, max_new_tokens=args.max_new_tokens,
                           show_draft=args.show_draft)
@@ -281,6 +287,7 @@ def add_chat(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--provider", default="cpu")
     p.add_argument("--draft-provider", default=None)
+    p.add_argument("--fallback", choices=["cpu"], default=None)
     p.add_argument("--threads", type=int, default=None)
     p.set_defaults(func=cmd_chat)
 
@@ -291,8 +298,12 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export a HF checkpoint or GGUF file to a quantized ONNX artifact")
     p.add_argument("--model", required=True, help="a Hugging Face checkpoint folder or a .gguf file")
     p.add_argument("--out", required=True, help="the artifact folder to write")
-    p.add_argument("--quant", default="int4", choices=["fp32", "int8", "int4"],
-                   help="weight format of the MatMuls (default: int4, MatMulNBits block 32)")
+    p.add_argument("--quant", default="int4", choices=["fp32", "int8", "int4", "qdq"],
+                   help="weight format of the MatMuls (default: int4 MatMulNBits block 32 for cpu, "
+                        "qdq for qnn, fp32 for dml)")
+    p.add_argument("--for", dest="target_provider", default="cpu", choices=["cpu", "qnn", "dml"],
+                   help="cpu: one graph for every width; qnn / dml: a static graph per width, shared weights")
+    p.add_argument("--fp16", action="store_true", help="store float weights in fp16 (DirectML)")
     p.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="KV cache capacity C in tokens")
     p.add_argument("--widths", type=parse_widths, default=DEFAULT_WIDTHS,
                    help="sequence widths S the graph serves: 1, gamma+1 for each gamma, the prefill chunk")
@@ -322,6 +333,8 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ignore-eos", action="store_true", help="decode exactly --max-new-tokens")
     p.add_argument("--provider", default="cpu", help="execution provider: cpu, dml or qnn")
     p.add_argument("--draft-provider", default=None, help="provider of the draft (default: --provider)")
+    p.add_argument("--fallback", choices=["cpu"], default=None,
+                   help="run on this provider (and say so) when the asked one is missing")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object with text, ids and stats")
     p.set_defaults(func=cmd_generate)

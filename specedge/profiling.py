@@ -12,6 +12,7 @@ from specedge.device_profiles.measure import measure_bandwidth
 from specedge.device_profiles.predict import PassModel, Prediction, efficiency, predict
 from specedge.device_profiles.profiles import DeviceProfile, Latency, find_profile, parse_profile
 from specedge.errors import SpecEdgeError
+from specedge.kernels.acceptance import expected_tokens
 from specedge.models.paths import cache_root
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.manifest import Manifest
@@ -83,10 +84,21 @@ def time_widths(model: OnnxModel, widths: list[int], context: int = MEASURE_CONT
     return out
 
 
-def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 64) -> float:
-    """Acceptance α of the pair at γ = 4 over the built-in prompts (those that fit the context)."""
-    gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=4, max_new_tokens=max_new_tokens))
-    drafted = accepted = 0
+def alpha_from_tokens_per_round(tokens: float, gamma: int) -> float:
+    """The α at which E(α,γ) equals the measured tokens per round. Acceptance comes in runs (a
+    draft that is right once tends to stay right), so this fits the formula better than the
+    plain fraction of accepted drafts does."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, gamma) < tokens else (lo, mid)
+    return (lo + hi) / 2
+
+
+def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 96, gamma: int = 4) -> float:
+    """Effective acceptance α of the pair at γ = 4 over the built-in prompts (those that fit)."""
+    gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=gamma, max_new_tokens=max_new_tokens))
+    produced = rounds = 0
     for prompt in PROMPTS:
         ids = gen.encode(prompt, chat=True)
         room = min(max_new_tokens, gen.target.manifest.context - len(ids) - 1)
@@ -94,9 +106,11 @@ def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 64) -> f
             ids = ids[-(gen.target.manifest.context // 2):]  # a tiny context: the prompt's tail
             room = min(max_new_tokens, gen.target.manifest.context - len(ids) - 1)
         stats = gen.generate(ids, max_new_tokens=room).stats
-        drafted += stats.drafted
-        accepted += stats.accepted
-    return accepted / drafted if drafted else 0.0
+        full = stats.gamma_counts.get(gamma, 0)  # rounds that drafted γ tokens (not cut short at the end)
+        if full:
+            produced += stats.produced
+            rounds += stats.target_calls
+    return alpha_from_tokens_per_round(produced / rounds, gamma) if rounds else 0.0
 
 
 def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEVICE) -> tuple[DeviceProfile, Path]:
