@@ -117,7 +117,7 @@ def write_static_graphs(source: SourceModel, settings: ExportSettings, folder: P
     proto = onnx.load(str(base), load_external_data=False)
     graphs, problems = {}, []
     for width in settings.widths:
-        fixed = fix_dims(proto, width, settings.context, logits_rows(width, settings.widths))
+        fixed = fix_dims(proto, width, settings.context, logits_rows(width))
         if settings.target == "qnn":
             problems += [f"width {width}: {p}" for p in check_graph(fixed, "qnn")]
         (folder / graph_name(width)).write_bytes(fixed.SerializeToString())

@@ -16,9 +16,13 @@ import onnx
 DIMS = ("S", "T", "R")
 
 
-def logits_rows(width: int, widths: tuple[int, ...]) -> int:
-    """Rows of logits a static graph returns: 1 for the prefill width (the widest), all otherwise."""
-    return 1 if width == max(widths) and width > 1 else width
+MAX_VERIFY_WIDTH = 9  # γ <= 8: wider graphs only prefill
+
+
+def logits_rows(width: int) -> int:
+    """Rows of logits a static graph returns: every row up to the widest verification (γ+1 <= 9);
+    only the last one for the wider prefill graphs."""
+    return width if width <= MAX_VERIFY_WIDTH else 1
 
 
 def fix_dims(model: onnx.ModelProto, width: int, context: int, rows: int) -> onnx.ModelProto:

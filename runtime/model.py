@@ -14,6 +14,7 @@ from specedge.runtime.manifest import Manifest, load_manifest
 from specedge.runtime.session import create_session
 from specedge.runtime.traffic import Traffic, pass_traffic
 
+STATIC_ALL_ROWS_UP_TO = 9  # export/static_graphs.py: MAX_VERIFY_WIDTH
 MASK_VALUE = np.float32(-30000.0)  # the graph's masked-slot bias (see export/decoder_graph.py)
 
 
@@ -70,9 +71,8 @@ class OnnxModel:
         of the new entries to keep. all_logits=False returns the last row only (prefill)."""
         start, width = cache.length, len(tokens)
         slots = cache.reserve(start + width)
-        graphs = self.manifest.graphs
-        if graphs:  # static graphs fix the number of logits rows: all of them, or the last for prefill
-            all_logits = width != max(graphs) or width == 1
+        if self.manifest.graphs:  # static graphs fix the logits rows: all up to width 9, else the last
+            all_logits = width <= STATIC_ALL_ROWS_UP_TO
         feeds: dict[str, np.ndarray] = {
             "input_ids": np.asarray(tokens, dtype=np.int64)[None],  # [1, S]
             "position_ids": np.arange(start, start + width, dtype=np.int64)[None],  # [1, S]

@@ -260,7 +260,16 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_bench)
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from specedge.doctor import report
+
+    print(report())
+    return 0
+
+
 def add_model_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="the providers this installation has, and where each cached artifact runs")
+    p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("models", help="list the registry's models and pairs, and what is cached")
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("fetch", help="download and verify a registry model's weights (or a pair's)")
