@@ -13,6 +13,9 @@ from specedge import __version__
 from specedge.errors import SpecEdgeError
 
 
+DEFAULT_QUANT = {"cpu": "int4", "qnn": "qdq", "dml": "fp32"}
+
+
 def gamma_arg(text: str) -> str:
     if text != "auto":
         try:
@@ -40,9 +43,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                             "pip install 'specedge[export]' torch==2.13.0") from None
     from specedge.export.settings import ExportSettings
 
-    quant = "qdq" if args.target_provider == "qnn" and args.quant == "int4" else args.quant
-    if args.target_provider == "dml" and args.quant == "int4":
-        quant = "fp32"
+    quant = args.quant or DEFAULT_QUANT[args.target_provider]
     settings = ExportSettings(quant=quant, context=args.context, widths=args.widths, target=args.target_provider,
                               fp16=args.fp16)
     result = export_model(Path(args.model), Path(args.out), settings, overwrite=args.force)
@@ -307,7 +308,7 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export a HF checkpoint or GGUF file to a quantized ONNX artifact")
     p.add_argument("--model", required=True, help="a Hugging Face checkpoint folder or a .gguf file")
     p.add_argument("--out", required=True, help="the artifact folder to write")
-    p.add_argument("--quant", default="int4", choices=["fp32", "int8", "int4", "qdq"],
+    p.add_argument("--quant", default=None, choices=["fp32", "int8", "int4", "qdq"],
                    help="weight format of the MatMuls (default: int4 MatMulNBits block 32 for cpu, "
                         "qdq for qnn, fp32 for dml)")
     p.add_argument("--for", dest="target_provider", default="cpu", choices=["cpu", "qnn", "dml"],
