@@ -12,7 +12,6 @@ from pathlib import Path
 from specedge import __version__
 from specedge.errors import SpecEdgeError
 
-
 DEFAULT_QUANT = {"cpu": "int4", "qnn": "qdq", "dml": "fp32"}
 
 
