@@ -200,7 +200,7 @@ class Generator:
                 text += decoder.flush()
             if len(text) > shown:
                 yield from split_by_origin(text, shown, len(text), ends, drafted)
-        except GeneratorExit:
+        except (GeneratorExit, KeyboardInterrupt):  # closed early, or Ctrl-C inside a model pass
             stats.stop_reason = stats.stop_reason or "interrupted"
             raise
         finally:

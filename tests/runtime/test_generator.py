@@ -52,3 +52,13 @@ def test_chat_template_and_prefix_reuse(tiny_llama: tuple[Path, Path, Path]) -> 
     assert first.stats.prompt_tokens == len(gen.codec.encode(text, add_special_tokens=False))
     again = gen.generate("hi", chat=True)  # the cached prompt is reused, the answer is the same
     assert again.token_ids == first.token_ids
+
+
+def test_closing_a_stream_early_keeps_what_was_decoded(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, draft = tiny_llama
+    gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=4, max_new_tokens=40, ignore_eos=True))
+    stream = gen.stream("hello")
+    first = next(iter(stream))
+    stream.close()
+    assert stream.result is not None and stream.result.stats.stop_reason == "interrupted"
+    assert stream.result.text.startswith(first)
