@@ -146,10 +146,13 @@ def plot(summary: dict, gammas: Sequence[int], path: Path) -> bool:
 
 
 def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, max_new_tokens: int = 128,
-              gammas: Sequence[int] = tuple(range(1, 9)), limit: int | None = None, command: str = "") -> Path:
+              gammas: Sequence[int] = tuple(range(1, 9)), limit: int | None = None, command: str = "",
+              only: Sequence[str] | None = None) -> Path:
     rows = load_prompts(prompts_file)[:limit]
     target, draft = OnnxModel(target_dir), OnnxModel(draft_dir)
     table = modes(target, draft, gammas)
+    if only:  # plain decoding always runs first: every ratio is to it
+        table = {m: v for m, v in table.items() if m == "plain" or m in only}
     Generator(target, None, SpecConfig(gamma=0, max_new_tokens=8)).generate("warm up")
     runs: list[Run] = []
     for i, row in enumerate(rows):
@@ -166,5 +169,6 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "t_of_s": curves,
                                                   "runs": [asdict(r) for r in runs]}, indent=1))
     (out / "results.md").write_text(markdown(summary, curves, meta))
-    plot(summary, gammas, out / "speedup.png")
+    if all(f"draft-g{g}" in table for g in gammas):
+        plot(summary, gammas, out / "speedup.png")
     return out / "results.md"

@@ -240,7 +240,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         target, draft, _ = resolve_pair(args.pair)
     gammas = tuple(int(g) for g in args.gammas.split(","))
     report = run_bench(target, draft, Path(args.prompts), Path(args.out), max_new_tokens=args.max_new_tokens,
-                       gammas=gammas, limit=args.limit, command="specedge " + " ".join(sys.argv[1:]))
+                       gammas=gammas, limit=args.limit, command="specedge " + " ".join(sys.argv[1:]),
+                       only=args.modes.split(",") if args.modes else None)
     print(report.read_text())
     return 0
 
@@ -257,6 +258,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--gammas", default="1,2,3,4,5,6,7,8", help="fixed γ values to run the draft model at")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    p.add_argument("--modes", default=None, help="only these modes besides plain, e.g. draft-auto,ngram")
     p.set_defaults(func=cmd_bench)
 
 
