@@ -21,3 +21,12 @@ def test_bench_writes_tables_and_checks_identity(tiny_llama: tuple[Path, Path, P
     assert set(data["t_of_s"]["target"]) == {"1", "2", "3", "5", "8"}  # the tiny graph's widths up to 9
     text = report.read_text()
     assert "| hybrid |" in text and "## code" in text and "t(S)" in text
+
+
+def test_bench_runs_a_subset_of_modes(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    _, target, draft = tiny_llama
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"kind": "code", "prompt": "def f(x):"}))
+    run_bench(target, draft, prompts, tmp_path / "out", max_new_tokens=8, gammas=(1, 2), only=["ngram"])
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {r["mode"] for r in data["runs"]} == {"plain", "ngram"}
