@@ -19,6 +19,7 @@ token-identical to plain decoding. Grouped-query heads attend through a reshape
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 from onnx import TensorProto
@@ -185,7 +186,7 @@ class DecoderBuilder:
         act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
         return self.linear(act, f"{p}.down_proj", w.pop(f"{p}.down_proj.weight"))
 
-    def build(self, on_layer: object = None) -> None:
+    def build(self, on_layer: Callable[[int], object] | None = None) -> None:
         cfg, g, w = self.cfg, self.g, self.src.weights
         kv_shape: list[int | str] = [1, cfg.num_kv_heads, "T", cfg.head_dim]
         input_ids = g.input("input_ids", I64, [1, "S"])
@@ -219,7 +220,7 @@ class DecoderBuilder:
             x = self.rms_norm(h, f"{p}.post_attention_layernorm",
                               w.pop(f"{p}.post_attention_layernorm.weight"))
             h = g.op("Add", h, self.mlp(i, x))
-            if callable(on_layer):
+            if on_layer is not None:
                 on_layer(i)
         last = g.op("Gather", h, logits_index, axis=1)  # [1,R,D]
         last = self.rms_norm(last, "model.norm", w.pop("model.norm.weight"))

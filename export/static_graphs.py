@@ -13,10 +13,9 @@ import copy
 
 import onnx
 
+from specedge.runtime.model import MAX_VERIFY_WIDTH
+
 DIMS = ("S", "T", "R")
-
-
-MAX_VERIFY_WIDTH = 9  # γ <= 8: wider graphs only prefill
 
 
 def logits_rows(width: int) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specedge.kernels.acceptance import expected_tokens
+from specedge.runtime.model import MAX_VERIFY_WIDTH
 
 PRIOR_ALPHA = 0.7
 PRIOR_SLOPE = 0.15  # t(S) / t(1) grows by this per extra token until measured
@@ -33,8 +34,8 @@ class GammaController:
     plain_rounds: int = 0
 
     @classmethod
-    def for_widths(cls, widths: Sequence[int], start: int = 4, max_gamma: int = 8) -> GammaController:
-        choices = tuple(w - 1 for w in sorted(widths) if 2 <= w <= max_gamma + 1)
+    def for_widths(cls, widths: Sequence[int], start: int = 4, max_width: int = MAX_VERIFY_WIDTH) -> GammaController:
+        choices = tuple(w - 1 for w in sorted(widths) if 2 <= w <= max_width)
         return cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0)
 
     @property

@@ -14,7 +14,7 @@ from specedge.runtime.manifest import Manifest, load_manifest
 from specedge.runtime.session import create_session
 from specedge.runtime.traffic import Traffic, pass_traffic
 
-STATIC_ALL_ROWS_UP_TO = 9  # export/static_graphs.py: MAX_VERIFY_WIDTH
+MAX_VERIFY_WIDTH = 9  # γ <= 8: wider passes only prefill (static graphs return their last row only)
 MASK_VALUE = np.float32(-30000.0)  # the graph's masked-slot bias (see export/decoder_graph.py)
 
 
@@ -72,7 +72,7 @@ class OnnxModel:
         start, width = cache.length, len(tokens)
         slots = cache.reserve(start + width)
         if self.manifest.graphs:  # static graphs fix the logits rows: all up to width 9, else the last
-            all_logits = width <= STATIC_ALL_ROWS_UP_TO
+            all_logits = width <= MAX_VERIFY_WIDTH
         feeds: dict[str, np.ndarray] = {
             "input_ids": np.asarray(tokens, dtype=np.int64)[None],  # [1, S]
             "position_ids": np.arange(start, start + width, dtype=np.int64)[None],  # [1, S]

@@ -16,6 +16,7 @@ from specedge.kernels.acceptance import expected_tokens
 from specedge.models.paths import cache_root
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.manifest import Manifest
+from specedge.runtime.model import MAX_VERIFY_WIDTH
 from specedge.runtime.traffic import pass_traffic
 
 THIS_DEVICE = "this-device"
@@ -123,7 +124,7 @@ def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEV
     latencies, acceptance = [], {}
     for folder in (p for p in (target, draft) if p is not None):
         model = OnnxModel(folder)
-        widths = sorted(w for w in model.manifest.widths if w <= 9)
+        widths = sorted(w for w in model.manifest.widths if w <= MAX_VERIFY_WIDTH)
         latencies.append(Latency(artifact_id(model.manifest, Path(folder)), model.provider,
                                  time_widths(model, widths)))
     if target is not None and draft is not None:
@@ -162,7 +163,7 @@ def predict_pair(device: DeviceProfile, target: Path, draft: Path, alpha: float 
     if alpha is None:
         raise SpecEdgeError(f"device {device.name} has no measured acceptance for this pair",
                             "pass --acceptance A (e.g. 0.8) or run `specedge profile measure --target --draft`")
-    gammas = [w - 1 for w in t_model.manifest.widths if 2 <= w <= 9]
+    gammas = [w - 1 for w in t_model.manifest.widths if 2 <= w <= MAX_VERIFY_WIDTH]
     return predict(pass_model(target, t_model.manifest, device), pass_model(draft, d_model.manifest, device),
                    alpha, gammas)
 
