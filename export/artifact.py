@@ -167,8 +167,8 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         widths=tuple(sorted(set(settings.widths))),
         quantization=Quantization(
             method=settings.quant, bits=QUANT_BITS[settings.quant],
-            block_size=spec.block_size if spec.quantized else 0,
-            accuracy_level=spec.accuracy_level if spec.quantized else 0,
+            block_size=spec.block_size if spec.quantized and not spec.dynamic else 0,  # w8a8: per channel
+            accuracy_level=spec.accuracy_level if spec.quantized and not spec.dynamic else 0,
             float_tensors=tuple(builder.float_tensors) if settings.quant != "fp32" else ()),
         graph=graphs[min(graphs)] if graphs else GRAPH_FILE,
         costs=costs,

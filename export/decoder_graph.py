@@ -25,12 +25,13 @@ import numpy as np
 from onnx import TensorProto
 
 from specedge.export.onnx_writer import GraphWriter
-from specedge.export.quantize import QuantSpec, quantize_blockwise
+from specedge.export.quantize import QuantSpec, quantize_blockwise, quantize_per_channel
 from specedge.export.source import DecoderConfig, SourceModel
 from specedge.runtime.traffic import WeightCosts
 
 MASK_VALUE = -30000.0  # exp() of it is exactly 0 in fp32 and fp16; finite, so no NaN paths
 F32 = TensorProto.FLOAT
+U8 = TensorProto.UINT8
 I64 = TensorProto.INT64
 
 
@@ -45,6 +46,7 @@ class DecoderBuilder:
         self.fused = fused  # CPU: one MatMul for q/k/v and for gate/up, ORT's RotaryEmbedding kernel
         self.fp16 = fp16  # float MatMul weights stored in fp16, cast up in the graph
         self.float_tensors: list[str] = []
+        self._row_quantized: dict[str, tuple[str, str]] = {}  # activation -> (uint8 rows, row scales)
         cfg = self.cfg
         self.costs = WeightCosts(kv_slot_bytes=cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4,
                                  vocab_size=cfg.vocab_size)
@@ -60,7 +62,15 @@ class DecoderBuilder:
         """x @ weight.T (+ bias); weight is [out, in] as in torch.nn.Linear."""
         mm_out = None if bias is not None else out
         w = weight.T  # [K, N]
-        if self.quant.quantized:
+        if self.quant.dynamic:
+            cw = quantize_per_channel(w)
+            nbytes = cw.weight.nbytes + cw.scales.nbytes
+            q, row_scale = self.quantize_rows(x)
+            zero_point = self.g.const(128, np.uint8)
+            acc = self.g.op("MatMulInteger", q, self.g.weight(f"{name}.qweight", cw.weight), zero_point)
+            scaled = self.g.op("Mul", self.g.op("Cast", acc, to=F32), row_scale)
+            y = self.g.op("Mul", scaled, self.g.weight(f"{name}.scales", cw.scales), out=mm_out)
+        elif self.quant.quantized:
             pw = quantize_blockwise(w, self.quant.bits, self.quant.block_size)
             nbytes = pw.packed.nbytes + pw.scales.nbytes
             y = self.g.op("MatMulNBits", x, self.g.weight(f"{name}.qweight", pw.packed),
@@ -81,6 +91,18 @@ class DecoderBuilder:
             y = self.g.op("Add", y, self.g.weight(f"{name}.bias", bias), out=out)
             self.float_tensors.append(f"{name}.bias")
         return y
+
+    def quantize_rows(self, x: str) -> tuple[str, str]:
+        """x [1,S,K] -> uint8 rows (zero point 128) and scales [1,S,1], symmetric per row: each row
+        is quantized from its own values only, so rows do not depend on the pass's width, and the
+        integer MatMul is exact."""
+        if x not in self._row_quantized:
+            g = self.g
+            absmax = g.op("ReduceMax", g.op("Abs", x), g.const([-1]), keepdims=1)
+            scale = g.op("Div", g.op("Max", absmax, g.const([1e-30], np.float32)), g.const([127.0], np.float32))
+            shifted = g.op("Add", g.op("Round", g.op("Div", x, scale)), g.const([128.0], np.float32))
+            self._row_quantized[x] = (g.op("Cast", shifted, to=U8), scale)
+        return self._row_quantized[x]
 
     def rms_norm(self, x: str, name: str, weight: np.ndarray) -> str:
         """x / sqrt(mean(x^2) + eps) * w, in the pattern ONNX Runtime fuses to one kernel."""

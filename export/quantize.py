@@ -1,4 +1,5 @@
-"""Weight-only block quantization into ONNX Runtime's MatMulNBits layout.
+"""Weight quantization: block-wise into ONNX Runtime's MatMulNBits layout (int4, int8), and
+per-channel int8 for MatMulInteger with activations quantized per row in the graph (w8a8).
 
 A float MatMul weight W [K, N] becomes B uint8 [N, K/block, block*bits/8] and scales float32
 [N, K/block], symmetric (the implicit zero point is 2^(bits-1)). With accuracy_level 4 the CPU
@@ -32,6 +33,11 @@ class QuantSpec:
     @property
     def quantized(self) -> bool:
         return self.bits < 32
+
+    @property
+    def dynamic(self) -> bool:
+        """int8 weights x int8 activations quantized per row at run time (MatMulInteger)."""
+        return self.method == "w8a8"
 
 
 @dataclass(frozen=True)
@@ -70,3 +76,17 @@ def dequantize_blockwise(pw: PackedWeight, bits: int) -> np.ndarray:
     zero = 1 << (bits - 1)
     w = (q.astype(np.float32) - zero) * pw.scales[:, :, None]  # [N, blocks, block]
     return w.reshape(pw.n, pw.k).T
+
+
+@dataclass(frozen=True)
+class ChannelWeight:
+    weight: np.ndarray  # int8 [K, N]
+    scales: np.ndarray  # float32 [N]
+
+
+def quantize_per_channel(weight: np.ndarray) -> ChannelWeight:
+    """Symmetric int8 per output channel of a [K, N] float weight: W ~ q * scales."""
+    absmax = np.abs(weight).max(axis=0)
+    scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(weight / scales), -127, 127).astype(np.int8)
+    return ChannelWeight(weight=q, scales=scales)

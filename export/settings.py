@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from specedge.errors import SpecEdgeError
 
-QUANT_BITS = {"fp32": 32, "int8": 8, "int4": 4, "qdq": 8}  # qdq: uint8 weights, uint16 activations (QNN)
+QUANT_BITS = {"fp32": 32, "int8": 8, "int4": 4, "w8a8": 8, "qdq": 8}
+# int8/int4: MatMulNBits weight-only; w8a8: int8 weights x per-row int8 activations (MatMulInteger);
+# qdq: uint8 weights, uint16 activations (QNN)
 TARGETS = ("cpu", "qnn", "dml")
 EXPORT_FORMAT = 4  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
 DEFAULT_CONTEXT = 4096
@@ -39,9 +41,9 @@ class ExportSettings:
         if (self.quant == "qdq") != (self.target == "qnn"):
             raise SpecEdgeError("QDQ quantization goes with --for qnn, and --for qnn with QDQ",
                                 "pass --for qnn --quant qdq, or another target")
-        if self.static and self.quant in ("int4", "int8"):
+        if self.static and self.quant in ("int4", "int8", "w8a8"):
             raise SpecEdgeError(f"--for {self.target} takes fp32 (or --fp16) or qdq weights, not {self.quant}",
-                                "MatMulNBits is a CPU kernel; export with --quant fp32 for DirectML")
+                                "MatMulNBits and MatMulInteger are CPU kernels; export with --quant fp32 for DirectML")
         if self.context <= max(self.widths):
             raise SpecEdgeError(f"context {self.context} must exceed the largest width {max(self.widths)}",
                                 "raise --context or lower --widths")

@@ -28,6 +28,7 @@ class Part:
 class ExportDefaults:
     quant: str
     context: int
+    block_size: int = 32  # int4/int8 MatMulNBits block
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         license="Apache-2.0 (Qwen2.5-Coder by Alibaba Cloud)",
-        export=ExportDefaults(quant="int4", context=4096),
+        # int8 x int8 MatMulInteger: a 9-wide pass costs ~1.3 steps (int4: ~2.7), rows stay exact
+        export=ExportDefaults(quant="w8a8", context=4096),
     ),
     ModelEntry(
         name="qwen2.5-coder-0.5b",
@@ -75,7 +77,8 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         license="Apache-2.0 (Qwen2.5-Coder by Alibaba Cloud)",
-        export=ExportDefaults(quant="int4", context=4096),
+        # a draft runs 1-token steps: block 128 makes them ~20% faster than block 32
+        export=ExportDefaults(quant="int4", context=4096, block_size=128),
     ),
     ModelEntry(
         name="smollm2-135m",

@@ -83,13 +83,15 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
     yield [context[-1]]
     while len(context) <= capacity:  # the pending token still fits
         remaining = config.max_new_tokens - produced
-        gamma = controller.choose() if controller is not None else config.gamma
+        source, gamma = None, config.gamma
+        if controller is not None and drafter is not None:
+            source, gamma = controller.plan(drafter.sources(context))
         k = min(gamma, capacity - len(context), max(remaining - 1, 0))
         t_draft = 0.0
         draft = Draft(tokens=[], q=None)
         if drafter is not None and k > 0:
             t = time.perf_counter()
-            draft = drafter.propose(context, k, params, rng)
+            draft = drafter.propose(context, k, params, rng, source=source)
             t_draft = time.perf_counter() - t
             stats.time_draft_s += t_draft
             stats.draft_calls += draft.calls
@@ -105,7 +107,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         stats.time_verify_s += t_verify
         stats.record_round(len(draft.tokens), result.n_accepted, gamma)
         if controller is not None:
-            controller.observe(len(draft.tokens), result.n_accepted, t_draft, t_verify)
+            controller.observe(len(draft.tokens), result.n_accepted, t_draft, t_verify, source or "model")
         new = [*draft.tokens[:result.n_accepted], result.next_token]
         context.extend(new)
         if drafter is not None:

@@ -4,7 +4,9 @@
 - NgramDrafter: prompt lookup, no model: the continuation of the latest earlier occurrence of
   the context's last n tokens.
 A drafter returns the distribution q each token was drawn from (None when greedy); the n-gram
-drafter proposes deterministically, so its q is one-hot.
+drafter proposes deterministically, so its q is one-hot. `sources(context)` names where this
+round's drafts could come from ("ngram", "model"), best first, so γ auto can judge each source
+on its own record; `propose(..., source=...)` takes drafts from the one it picked.
 """
 
 from __future__ import annotations
@@ -34,9 +36,12 @@ class Drafter(Protocol):
     def begin(self, context: Sequence[int]) -> None:
         """Start a generation whose context (prompt + first token) is given."""
 
+    def sources(self, context: Sequence[int]) -> tuple[str, ...]:
+        """Where drafts for this context can come from, best first (empty: none this round)."""
+
     def propose(self, context: Sequence[int], k: int, params: SamplingParams,
-                rng: np.random.Generator) -> Draft:
-        """Up to k tokens to follow context."""
+                rng: np.random.Generator, source: str | None = None) -> Draft:
+        """Up to k tokens to follow context, from `source` (default: the drafter's first choice)."""
 
     def accept(self, committed: int) -> None:
         """The first `committed` tokens of the context are final; forget anything beyond."""
@@ -73,8 +78,11 @@ class NgramDrafter:
                 return arr[start:start + k].tolist()
         return []
 
+    def sources(self, context: Sequence[int]) -> tuple[str, ...]:
+        return ("ngram",) if self.lookup(context, 1) else ()
+
     def propose(self, context: Sequence[int], k: int, params: SamplingParams,
-                rng: np.random.Generator) -> Draft:
+                rng: np.random.Generator, source: str | None = None) -> Draft:
         tokens = self.lookup(context, k) if k > 0 else []
         q = None if params.greedy else one_hot(tokens, self.vocab_size)
         return Draft(tokens=tokens, q=q)
@@ -97,8 +105,11 @@ class DraftModelDrafter:
     def accept(self, committed: int) -> None:
         self.cache.truncate(committed)
 
+    def sources(self, context: Sequence[int]) -> tuple[str, ...]:
+        return ("model",)
+
     def propose(self, context: Sequence[int], k: int, params: SamplingParams,
-                rng: np.random.Generator) -> Draft:
+                rng: np.random.Generator, source: str | None = None) -> Draft:
         k = min(k, self.model.manifest.context - len(context) + 1)
         feed = list(context[self.cache.length:])  # the tokens the draft has not seen, pending last
         static = self.model.manifest.graphs
@@ -130,8 +141,9 @@ class DraftModelDrafter:
 class HybridDrafter:
     """Prompt lookup where the context has a match, the draft model elsewhere - per round.
 
-    An n-gram proposal costs no model pass, so it is taken whenever the context offers one of at
-    least `min_match` tokens; the draft model catches up on the tokens it skipped in its next pass.
+    An n-gram proposal costs no model pass, so it is offered first whenever the context has a
+    continuation of at least `min_match` tokens; γ auto falls back to the model when lookups stop
+    being accepted. The draft model catches up on the tokens it skipped in its next pass.
     """
 
     name = "hybrid"
@@ -147,9 +159,16 @@ class HybridDrafter:
     def accept(self, committed: int) -> None:
         self.model.accept(committed)
 
+    def sources(self, context: Sequence[int]) -> tuple[str, ...]:
+        if len(self.ngram.lookup(context, self.min_match)) >= self.min_match:
+            return ("ngram", "model")
+        return ("model",)
+
     def propose(self, context: Sequence[int], k: int, params: SamplingParams,
-                rng: np.random.Generator) -> Draft:
+                rng: np.random.Generator, source: str | None = None) -> Draft:
+        if source == "model":
+            return self.model.propose(context, k, params, rng)
         draft = self.ngram.propose(context, k, params, rng)
-        if len(draft.tokens) >= min(self.min_match, k):
+        if source == "ngram" or len(draft.tokens) >= min(self.min_match, k):
             return draft
         return self.model.propose(context, k, params, rng)

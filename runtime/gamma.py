@@ -1,11 +1,15 @@
 """γ auto: choose the draft length of each round from measured acceptance and measured pass times.
 
 A round of γ drafts costs γ·t_draft + t_verify(γ+1) and yields E(α,γ) = (1 − α^(γ+1)) / (1 − α)
-tokens; plain decoding yields 1 token per t_verify(1). The controller keeps decayed counts of
-accepted / proposed drafts (α) and moving averages of the pass times it has seen, estimates the
-widths it has not seen from a straight line through the ones it has, and picks the γ (0 = plain)
-with the most tokens per second. While plain decoding wins it still drafts every `probe_every`
-rounds, so a rise in acceptance is noticed.
+tokens; plain decoding yields 1 token per t_verify(1). The controller keeps, per source of drafts
+(the draft model, the n-gram lookup), decayed counts of accepted drafts and of rejections and a
+moving average of the drafting time per token; and moving averages of the verification pass
+times it has seen. α is the maximum-likelihood estimate under the model above,
+accepted / (accepted + rejections): the drafts after a rejection were never tested, so counting
+them as failures (accepted / proposed) underrates α whenever acceptance comes in runs, as it
+does. Widths not yet measured come from a straight line through the measured ones. The controller
+picks the γ (0 = plain) with the most tokens per second; while plain decoding wins it still
+drafts every `probe_every` rounds, so a rise in acceptance is noticed.
 """
 
 from __future__ import annotations
@@ -17,8 +21,22 @@ from specedge.kernels.acceptance import expected_tokens
 from specedge.runtime.model import MAX_VERIFY_WIDTH
 
 PRIOR_ALPHA = 0.7
+PRIOR_COUNT = 2.0  # pseudo-counts of the prior
 PRIOR_SLOPE = 0.15  # t(S) / t(1) grows by this per extra token until measured
 EMA = 0.3
+
+
+@dataclass
+class SourceStats:
+    """What the rounds of one source of drafts showed."""
+
+    accepted: float = 0.0
+    rejected: float = 0.0  # rounds that ended in a rejection
+    t_draft: float | None = None  # seconds per drafted token
+
+    @property
+    def alpha(self) -> float:
+        return (self.accepted + PRIOR_COUNT * PRIOR_ALPHA) / (self.accepted + self.rejected + PRIOR_COUNT)
 
 
 @dataclass
@@ -27,10 +45,8 @@ class GammaController:
     start: int = 4
     decay: float = 0.97
     probe_every: int = 8
-    accepted: float = 0.0
-    proposed: float = 0.0
-    t_draft: float | None = None  # seconds per drafted token
     t_verify: dict[int, float] = field(default_factory=dict)  # width -> seconds
+    sources: dict[str, SourceStats] = field(default_factory=dict)
     plain_rounds: int = 0
 
     @classmethod
@@ -38,10 +54,11 @@ class GammaController:
         choices = tuple(w - 1 for w in sorted(widths) if 2 <= w <= max_width)
         return cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0)
 
-    @property
-    def alpha(self) -> float:
-        prior = 2.0  # pseudo-counts of the prior
-        return (self.accepted + prior * PRIOR_ALPHA) / (self.proposed + prior)
+    def stats(self, source: str) -> SourceStats:
+        return self.sources.setdefault(source, SourceStats())
+
+    def alpha(self, source: str = "model") -> float:
+        return self.stats(source).alpha
 
     def verify_seconds(self, width: int) -> float:
         if width in self.t_verify:
@@ -58,34 +75,46 @@ class GammaController:
         base = t0 / (1 + PRIOR_SLOPE * (w0 - 1))
         return base * (1 + PRIOR_SLOPE * (width - 1))
 
-    def rate(self, gamma: int) -> float:
+    def rate(self, gamma: int, source: str = "model") -> float:
         """Predicted tokens per second at this γ (0: plain decoding)."""
         if gamma == 0:
             return 1.0 / self.verify_seconds(1)
-        t_draft = self.t_draft if self.t_draft is not None else 0.0
-        return expected_tokens(self.alpha, gamma) / (gamma * t_draft + self.verify_seconds(gamma + 1))
+        s = self.stats(source)
+        t_draft = s.t_draft if s.t_draft is not None else 0.0
+        return expected_tokens(s.alpha, gamma) / (gamma * t_draft + self.verify_seconds(gamma + 1))
 
-    def choose(self) -> int:
-        if not self.choices:
-            return 0
-        if not self.t_verify or self.t_draft is None:
-            return self.start
-        best = max(self.choices, key=self.rate)
-        if self.rate(best) >= self.rate(0):
-            return best
+    def plan(self, sources: Sequence[str]) -> tuple[str | None, int]:
+        """The source of drafts and the γ with the most tokens per second this round, or (None, 0)
+        for a plain step. A source not measured yet is tried at the start γ."""
+        if not self.choices or not sources:
+            return None, 0
+        options = []
+        for source in sources:
+            if not self.t_verify or self.stats(source).t_draft is None:
+                return source, self.start
+            gamma = max(self.choices, key=lambda g: self.rate(g, source))
+            options.append((self.rate(gamma, source), source, gamma))
+        rate, source, gamma = max(options)
+        if rate >= self.rate(0):
+            return source, gamma
         self.plain_rounds += 1
         if self.plain_rounds % self.probe_every == 0:
-            return best
-        return 0
+            return source, gamma
+        return None, 0
 
-    def observe(self, proposed: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
-        """Record a round: proposed / accepted drafts, time spent drafting them, and the verification
-        pass of width proposed + 1."""
+    def choose(self, source: str = "model") -> int:
+        return self.plan((source,))[1]
+
+    def observe(self, proposed: int, accepted: int, draft_seconds: float, verify_seconds: float,
+                source: str = "model") -> None:
+        """Record a round: proposed / accepted drafts from `source`, time spent drafting them, and
+        the verification pass of width proposed + 1."""
         if proposed:
-            self.accepted = self.decay * self.accepted + accepted
-            self.proposed = self.decay * self.proposed + proposed
+            s = self.stats(source)
+            s.accepted = self.decay * s.accepted + accepted
+            s.rejected = self.decay * s.rejected + (accepted < proposed)
             per_token = draft_seconds / proposed
-            self.t_draft = per_token if self.t_draft is None else (1 - EMA) * self.t_draft + EMA * per_token
+            s.t_draft = per_token if s.t_draft is None else (1 - EMA) * s.t_draft + EMA * per_token
         width = proposed + 1
         old = self.t_verify.get(width)
         self.t_verify[width] = verify_seconds if old is None else (1 - EMA) * old + EMA * verify_seconds

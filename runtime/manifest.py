@@ -17,7 +17,7 @@ MANIFEST_NAME = "manifest.json"
 
 @dataclass(frozen=True)
 class Quantization:
-    method: str  # "fp32", "int8", "int4"
+    method: str  # "fp32", "int8", "int4", "w8a8", "qdq"
     bits: int  # 32, 8 or 4
     block_size: int  # 0 for fp32
     accuracy_level: int  # MatMulNBits accuracy_level (4: int8 activations), 0 for fp32

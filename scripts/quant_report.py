@@ -1,13 +1,15 @@
 """Which weight format should the default target use? Top-1 agreement with the dequantized fp32
-export over a fixed text, and plain-decoding tokens/s, for fp32, int8 and int4.
+export over a fixed text, plain-decoding tokens/s, and the cost of a 5-wide verification pass
+relative to a 1-token step, for fp32, int8, int4 and w8a8.
 
-    .venv/bin/python scripts/quant_report.py [--model qwen2.5-coder-1.5b]
+    .venv/bin/python scripts/quant_report.py [--model qwen2.5-coder-1.5b] [--quants fp32,int4,w8a8]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import time
 
 import numpy as np
 
@@ -62,15 +64,29 @@ def teacher_forced_argmax(model: OnnxModel, ids: list[int]) -> np.ndarray:
     return np.concatenate(out)
 
 
+def step_time(model: OnnxModel, width: int, context: int = 256, repeats: int = 7) -> float:
+    """Median seconds of one pass of `width` tokens over `context` cached ones."""
+    cache = model.new_cache()
+    model.prefill([0] * context, cache)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        model.forward([0] * width, cache)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="qwen2.5-coder-1.5b")
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--quants", default="fp32,int8,int4,w8a8", help="fp32 first: it is the reference")
     args = parser.parse_args()
-    paths = {q: resolve_model(args.model, quant=q) for q in ("fp32", "int8", "int4")}
+    paths = {q: resolve_model(args.model, quant=q) for q in args.quants.split(",")}
     reference = None
-    print(f"| format | weights on disk | top-1 agreement with fp32 | plain tok/s (median of {len(PROMPTS)}) |")
-    print("|---|---|---|---|")
+    print(f"| format | weights on disk | top-1 agreement with fp32 | plain tok/s (median of {len(PROMPTS)}) "
+          "| t(5)/t(1) |")
+    print("|---|---|---|---|---|")
     for quant, path in paths.items():
         model = OnnxModel(path)
         gen = Generator(model, None, SpecConfig(gamma=0, max_new_tokens=args.max_new_tokens))
@@ -81,7 +97,8 @@ def main() -> None:
         gen.generate("warm up", max_new_tokens=4)
         speed = statistics.median(gen.generate(p, chat=True, ignore_eos=True).stats.tokens_per_s for p in PROMPTS)
         size = (path / "model.onnx.data").stat().st_size / 1e9
-        print(f"| {quant} | {size:.2f} GB | {agree:.1%} of {len(ids)} tokens | {speed:.1f} |")
+        wide = step_time(model, 5) / step_time(model, 1)
+        print(f"| {quant} | {size:.2f} GB | {agree:.1%} of {len(ids)} tokens | {speed:.1f} | {wide:.2f} |")
         del model, gen
 
 

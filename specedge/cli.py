@@ -44,7 +44,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     quant = args.quant or DEFAULT_QUANT[args.target_provider]
     settings = ExportSettings(quant=quant, context=args.context, widths=args.widths, target=args.target_provider,
-                              fp16=args.fp16)
+                              fp16=args.fp16, block_size=args.block_size)
     result = export_model(Path(args.model), Path(args.out), settings, overwrite=args.force)
     m = result.manifest
     print(f"exported {m.architecture} ({m.num_layers} layers, {m.quantization.method}) to {result.path}")
@@ -75,15 +75,18 @@ def machine_bandwidth() -> float | None:
 
 
 def artifact_arg(value: str) -> Path:
-    """An artifact folder, or the name of a registry model (fetched and exported on first use)."""
+    """An artifact folder, or the name of a registry model, optionally NAME:QUANT (fetched and
+    exported on first use)."""
+    from specedge.export.settings import QUANT_BITS
     from specedge.models.registry import MODELS
 
     path = Path(value)
-    if path.exists() or value not in MODELS:
+    name, _, quant = value.partition(":")
+    if path.exists() or name not in MODELS or (quant and quant not in QUANT_BITS):
         return path
     from specedge.resolve import resolve_model
 
-    return resolve_model(value)
+    return resolve_model(name, quant=quant or None)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -123,7 +126,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         state = []
         if is_fetched(entry):
             state.append("weights cached")
-        for quant in ("int4", "int8", "fp32"):
+        for quant in ("int4", "int8", "w8a8", "fp32"):
             if (cached_artifact(entry.name, quant) / "manifest.json").is_file():
                 state.append(f"{quant} exported")
         print(f"  {entry.name:<22} {entry.size / 1e9:5.2f} GB  {entry.description}")
@@ -241,7 +244,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     gammas = tuple(int(g) for g in args.gammas.split(","))
     report = run_bench(target, draft, Path(args.prompts), Path(args.out), max_new_tokens=args.max_new_tokens,
                        gammas=gammas, limit=args.limit, command="specedge " + " ".join(sys.argv[1:]),
-                       only=args.modes.split(",") if args.modes else None)
+                       only=args.modes.split(",") if args.modes else None,
+                       baseline_dir=artifact_arg(args.baseline) if args.baseline else None)
     print(report.read_text())
     return 0
 
@@ -259,6 +263,9 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gammas", default="1,2,3,4,5,6,7,8", help="fixed γ values to run the draft model at")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     p.add_argument("--modes", default=None, help="only these modes besides plain, e.g. draft-auto,ngram")
+    p.add_argument("--baseline", default=None,
+                   help="another export of the target (folder or NAME:QUANT, e.g. qwen2.5-coder-1.5b:int4) whose "
+                        "plain decoding runs too, as the speed to beat")
     p.set_defaults(func=cmd_bench)
 
 
@@ -309,9 +316,12 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export a HF checkpoint or GGUF file to a quantized ONNX artifact")
     p.add_argument("--model", required=True, help="a Hugging Face checkpoint folder or a .gguf file")
     p.add_argument("--out", required=True, help="the artifact folder to write")
-    p.add_argument("--quant", default=None, choices=["fp32", "int8", "int4", "qdq"],
+    p.add_argument("--quant", default=None, choices=["fp32", "int8", "int4", "w8a8", "qdq"],
                    help="weight format of the MatMuls (default: int4 MatMulNBits block 32 for cpu, "
                         "qdq for qnn, fp32 for dml)")
+    p.add_argument("--block-size", type=int, default=32, choices=[16, 32, 64, 128, 256],
+                   help="int4/int8 block: 32 keeps every row of a wide pass equal to a 1-token step; "
+                        "larger blocks make a 1-token step faster (for drafts)")
     p.add_argument("--for", dest="target_provider", default="cpu", choices=["cpu", "qnn", "dml"],
                    help="cpu: one graph for every width; qnn / dml: a static graph per width, shared weights")
     p.add_argument("--fp16", action="store_true", help="store float weights in fp16 (DirectML)")

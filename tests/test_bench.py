@@ -30,3 +30,19 @@ def test_bench_runs_a_subset_of_modes(tiny_llama: tuple[Path, Path, Path], tmp_p
     run_bench(target, draft, prompts, tmp_path / "out", max_new_tokens=8, gammas=(1, 2), only=["ngram"])
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     assert {r["mode"] for r in data["runs"]} == {"plain", "ngram"}
+
+
+def test_bench_compares_with_a_baseline_export(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """--baseline: plain decoding of another export runs too; ratios to the faster plain are reported."""
+    _, target, draft = tiny_llama
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"kind": "code", "prompt": "def f(x):"}))
+    report = run_bench(target, draft, prompts, tmp_path / "out", max_new_tokens=8, gammas=(1,), only=["ngram"],
+                       baseline_dir=draft)
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    runs = {r["mode"]: r for r in data["runs"]}
+    assert list(runs) == ["plain", "baseline-plain", "ngram"]
+    best = max(runs["plain"]["tokens_per_s"], runs["baseline-plain"]["tokens_per_s"])
+    assert abs(runs["ngram"]["ratio_best_plain"] - runs["ngram"]["tokens_per_s"] / best) < 1e-9
+    assert data["meta"]["baseline"] == draft.name and "baseline" in data["t_of_s"]
+    assert "vs best plain" in report.read_text()

@@ -32,8 +32,32 @@ def test_low_acceptance_falls_back_to_plain_and_still_probes() -> None:
     assert choices.count(0) >= 14 and any(c > 0 for c in choices)  # plain, with a probe now and then
 
 
+def test_alpha_counts_only_tested_drafts() -> None:
+    """Rounds of 4 drafts accepting 4, 4, 0, 4: one rejection in 13 tested drafts, not 4 in 16."""
+    ctrl = GammaController(choices=(4,), decay=1.0)
+    for accepted in (4, 4, 0, 4):
+        ctrl.observe(4, accepted, 0.01, 0.1)
+    assert abs(ctrl.alpha() - (12 + 2 * 0.7) / (12 + 1 + 2)) < 1e-12
+    tokens_per_round = (5 + 5 + 1 + 5) / 4
+    assert abs(expected_tokens(ctrl.alpha(), 4) - tokens_per_round) < 0.1  # accepted/proposed: off by 1.0
+
+
 def test_unmeasured_widths_follow_a_line_through_measured_ones() -> None:
     ctrl = GammaController.for_widths([1, 2, 3, 5])
     ctrl.observe(0, 0, 0.0, 0.10)
     ctrl.observe(4, 2, 0.01, 0.18)
     assert abs(ctrl.verify_seconds(3) - 0.14) < 1e-9
+
+
+def test_each_source_is_judged_on_its_own_record() -> None:
+    """Rejected lookups do not make the draft model look bad, nor the other way round."""
+    ctrl = GammaController.for_widths(range(1, 10))
+    ctrl.observe(0, 0, 0.0, 0.09)  # a plain step
+    for _ in range(30):
+        ctrl.observe(4, 0, 0.0, 0.1, source="ngram")  # lookups always rejected
+        ctrl.observe(4, 4, 0.04, 0.1, source="model")  # the model always accepted
+    assert ctrl.alpha("ngram") < 0.1 < 0.9 < ctrl.alpha("model")
+    source, gamma = ctrl.plan(("ngram", "model"))
+    assert source == "model" and gamma >= 4
+    assert ctrl.plan(("ngram", "model")) == (source, gamma)
+    assert ctrl.plan(()) == (None, 0)  # nothing to draft from: a plain step

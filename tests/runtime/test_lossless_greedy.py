@@ -55,11 +55,11 @@ def test_draft_model_is_accepted_often(tiny_llama: tuple[Path, Path, Path]) -> N
     assert stats.mean_accepted_per_target_call > 1.2
 
 
-@pytest.mark.parametrize("drafter", ["draft-model", "ngram"])
+@pytest.mark.parametrize("drafter", ["draft-model", "ngram", "hybrid"])
 def test_auto_gamma_equals_plain(tiny_pair: tuple[Path, Path, Path], drafter: str) -> None:
     _, target, draft = tiny_pair
     config = SpecConfig(gamma=4, auto_gamma=True, max_new_tokens=40, ignore_eos=True)
-    gen = Generator.load(target, draft=draft if drafter == "draft-model" else None, ngram=drafter == "ngram",
+    gen = Generator.load(target, draft=draft if drafter != "ngram" else None, ngram=drafter != "draft-model",
                          config=config)
     result = gen.generate(LONG_PROMPT)
     assert result.token_ids == plain_tokens(target, LONG_PROMPT, 40)

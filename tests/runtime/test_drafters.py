@@ -1,0 +1,34 @@
+"""Where each drafter says this round's drafts can come from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from specedge.kernels.sampling import SamplingParams
+from specedge.runtime import OnnxModel
+from specedge.runtime.drafters import DraftModelDrafter, HybridDrafter, NgramDrafter
+
+REPEATING = [5, 6, 7, 8, 5, 6, 7]  # ends in "5 6 7", seen before, followed by 8 5 6 7
+FRESH = [5, 6, 7, 8, 9]
+
+
+def test_sources_follow_the_context(tiny_llama: tuple[Path, Path, Path]) -> None:
+    ngram = NgramDrafter(vocab_size=300)
+    model = DraftModelDrafter(OnnxModel(tiny_llama[2]))
+    hybrid = HybridDrafter(ngram, model)
+    assert ngram.sources(REPEATING) == ("ngram",) and ngram.sources(FRESH) == ()
+    assert model.sources(FRESH) == ("model",)
+    assert hybrid.sources(REPEATING) == ("ngram", "model") and hybrid.sources(FRESH) == ("model",)
+
+
+def test_hybrid_takes_drafts_from_the_source_asked_for(tiny_llama: tuple[Path, Path, Path]) -> None:
+    ngram = NgramDrafter(vocab_size=300)
+    model = DraftModelDrafter(OnnxModel(tiny_llama[2]))
+    hybrid = HybridDrafter(ngram, model)
+    rng, greedy = np.random.default_rng(0), SamplingParams()
+    hybrid.begin(REPEATING)
+    assert hybrid.propose(REPEATING, 3, greedy, rng, source="ngram").tokens == [8, 5, 6]
+    from_model = hybrid.propose(REPEATING, 3, greedy, rng, source="model")
+    assert from_model.calls == 3 and len(from_model.tokens) == 3
