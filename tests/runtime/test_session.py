@@ -49,3 +49,16 @@ def test_missing_provider_names_the_package_and_fallback_says_so(provider: str, 
         resolve_provider(provider)
     assert resolve_provider(provider, fallback="cpu") == "cpu"
     assert "running on cpu as --fallback asks" in capsys.readouterr().err
+
+
+def test_sessions_share_one_thread_pool(tiny_llama) -> None:
+    """Target and draft run on one process-wide pool, made by the first session of the process."""
+    from specedge.runtime import OnnxModel
+    from specedge.runtime.session import physical_cores, shared_thread_pool
+
+    _, target, draft = tiny_llama
+    OnnxModel(target)
+    assert shared_thread_pool(physical_cores())
+    model = OnnxModel(draft, threads=physical_cores() + 1)  # shares the pool made before
+    assert shared_thread_pool(physical_cores() + 1)
+    assert model.forward([1, 2, 3], model.new_cache()).logits.shape[0] == 3
