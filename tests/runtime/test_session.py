@@ -51,14 +51,13 @@ def test_missing_provider_names_the_package_and_fallback_says_so(provider: str, 
     assert "running on cpu as --fallback asks" in capsys.readouterr().err
 
 
-def test_sessions_share_one_thread_pool(tiny_llama) -> None:
-    """Target and draft run on one process-wide pool, made by the first session of the process."""
+def test_threads_stop_spinning_between_passes(tiny_llama) -> None:
+    """Target and draft alternate: neither session's threads may spin through the other's pass."""
     from specedge.runtime import OnnxModel
-    from specedge.runtime.session import physical_cores, shared_thread_pool
+    from specedge.runtime.session import _session_options, provider_setup
 
-    _, target, draft = tiny_llama
-    OnnxModel(target)
-    assert shared_thread_pool(physical_cores())
-    model = OnnxModel(draft, threads=physical_cores() + 1)  # shares the pool made before
-    assert shared_thread_pool(physical_cores() + 1)
+    opts = _session_options(provider_setup("cpu", tiny_llama[1] / "model.onnx"), threads=2)
+    assert opts.get_session_config_entry("session.force_spinning_stop") == "1"
+    assert opts.intra_op_num_threads == 2
+    model = OnnxModel(tiny_llama[2], threads=1)
     assert model.forward([1, 2, 3], model.new_cache()).logits.shape[0] == 3
