@@ -69,7 +69,7 @@ def run_prompt(index: int, row: dict[str, str], target: OnnxModel,
                mode_table: dict[str, tuple[Drafter | None, SpecConfig]], max_new_tokens: int,
                baseline: OnnxModel | None = None) -> list[Run]:
     """Each mode on one prompt; plain decoding first, then the baseline's, then the others."""
-    runs, plain_ids, plain_speed, best_plain = [], None, 0.0, 0.0
+    runs, plain_ids, plain_speed = [], None, 0.0
     jobs = [(mode, target, drafter, config) for mode, (drafter, config) in mode_table.items()]
     if baseline is not None:
         jobs.insert(1, (BASELINE, baseline, None, SpecConfig(gamma=0)))
@@ -79,14 +79,19 @@ def run_prompt(index: int, row: dict[str, str], target: OnnxModel,
         s = result.stats
         if plain_ids is None:
             plain_ids, plain_speed = result.token_ids, s.tokens_per_s
-        best_plain = max(best_plain, s.tokens_per_s) if mode in ("plain", BASELINE) else best_plain
         runs.append(Run(prompt=index, kind=row["kind"], mode=mode, tokens=s.n_tokens, tokens_per_s=s.tokens_per_s,
                         ratio=s.tokens_per_s / plain_speed if plain_speed else 0.0,
-                        ratio_best_plain=s.tokens_per_s / best_plain if best_plain else 0.0,
+                        ratio_best_plain=0.0,  # set below, once both plain decodings have run
                         tokens_per_pass=s.mean_accepted_per_target_call, acceptance=s.acceptance_rate,
                         identical=result.token_ids == plain_ids, gamma=s.gamma,
                         host_fraction=s.time_host_s / s.time_decode_s if s.time_decode_s else 0.0))
-    return runs
+    return with_best_plain(runs)
+
+
+def with_best_plain(runs: list[Run]) -> list[Run]:
+    """Each run's ratio to the faster plain decoding (the target's or the baseline's) of its prompt."""
+    best = max(r.tokens_per_s for r in runs if r.mode in ("plain", BASELINE))
+    return [dataclasses.replace(r, ratio_best_plain=r.tokens_per_s / best if best else 0.0) for r in runs]
 
 
 def time_curve(model: OnnxModel, widths: range) -> dict[int, float]:
