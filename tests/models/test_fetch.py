@@ -106,7 +106,8 @@ def test_full_disk_is_a_clear_error(fake_model: tuple[ModelEntry, Path, list[byt
 def test_registry_entries_are_consistent() -> None:
     for entry in registry.MODELS.values():
         assert len(entry.sha256) == 64 and entry.size > 0 and entry.parts
-        assert entry.export.quant in ("fp32", "int8", "int4")
+        assert entry.export.quant in ("fp32", "int8", "int4", "w8a8")
+        assert entry.export.block_size in (16, 32, 64, 128, 256)
     for pair in registry.PAIRS.values():
         assert pair.target in registry.MODELS and pair.draft in registry.MODELS
     assert [p.member for p in registry.get_model("qwen2.5-coder-1.5b").parts][9] == \
