@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 
+from specedge.profiling import time_widths
 from specedge.resolve import resolve_model
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 
@@ -64,18 +64,6 @@ def teacher_forced_argmax(model: OnnxModel, ids: list[int]) -> np.ndarray:
     return np.concatenate(out)
 
 
-def step_time(model: OnnxModel, width: int, context: int = 256, repeats: int = 7) -> float:
-    """Median seconds of one pass of `width` tokens over `context` cached ones."""
-    cache = model.new_cache()
-    model.prefill([0] * context, cache)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        model.forward([0] * width, cache)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="qwen2.5-coder-1.5b")
@@ -97,7 +85,8 @@ def main() -> None:
         gen.generate("warm up", max_new_tokens=4)
         speed = statistics.median(gen.generate(p, chat=True, ignore_eos=True).stats.tokens_per_s for p in PROMPTS)
         size = (path / "model.onnx.data").stat().st_size / 1e9
-        wide = step_time(model, 5) / step_time(model, 1)
+        times = time_widths(model, [1, 5])
+        wide = times[5] / times[1]
         print(f"| {quant} | {size:.2f} GB | {agree:.1%} of {len(ids)} tokens | {speed:.1f} | {wide:.2f} |")
         del model, gen
 
