@@ -56,9 +56,9 @@ def one_hot(tokens: Sequence[int], vocab: int) -> np.ndarray:
 class NgramDrafter:
     name = "ngram"
 
-    def __init__(self, vocab_size: int, max_ngram: int = 3, min_ngram: int = 1) -> None:
+    def __init__(self, vocab_size: int, max_ngram: int = 8, min_ngram: int = 1) -> None:
         self.vocab_size = vocab_size
-        self.max_ngram = max_ngram
+        self.max_ngram = max_ngram  # a long suffix finds the right place to copy from in code
         self.min_ngram = min_ngram
 
     def begin(self, context: Sequence[int]) -> None:
@@ -67,16 +67,21 @@ class NgramDrafter:
     def accept(self, committed: int) -> None:
         pass
 
-    def lookup(self, context: Sequence[int], k: int) -> list[int]:
-        """Continuation of the latest earlier match of the longest suffix n-gram."""
+    def match(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
+        """Up to k tokens following the latest earlier occurrence of the longest suffix n-gram,
+        and that n (0: no match)."""
         arr = np.asarray(context, dtype=np.int64)
         for n in range(min(self.max_ngram, len(arr) - 1), self.min_ngram - 1, -1):
             windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], n)  # [L-n, n]
             hits = np.flatnonzero((windows == arr[-n:]).all(axis=1))
             if hits.size:
                 start = int(hits[-1]) + n
-                return arr[start:start + k].tolist()
-        return []
+                return arr[start:start + k].tolist(), n
+        return [], 0
+
+    def lookup(self, context: Sequence[int], k: int) -> list[int]:
+        """Continuation of the latest earlier match of the longest suffix n-gram."""
+        return self.match(context, k)[0]
 
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         return ("ngram",) if self.lookup(context, 1) else ()
@@ -141,14 +146,17 @@ class DraftModelDrafter:
 class HybridDrafter:
     """Prompt lookup where the context has a match, the draft model elsewhere - per round.
 
-    An n-gram proposal costs no model pass, so it is offered first whenever the context has a
-    continuation of at least `min_match` tokens; γ auto falls back to the model when lookups stop
-    being accepted. The draft model catches up on the tokens it skipped in its next pass.
+    The lookup is taken whenever the context's last `min_match` tokens or more occurred before
+    (a shorter match is too common to say where the text repeats): it costs no model pass, and
+    in code being edited or quoted it is right for long runs. Elsewhere the draft model
+    proposes; it catches up on the tokens it skipped in its next pass. γ auto sizes each round
+    from the record of the source the round uses, and falls back to plain decoding when
+    neither pays.
     """
 
     name = "hybrid"
 
-    def __init__(self, ngram: NgramDrafter, model: DraftModelDrafter, min_match: int = 2) -> None:
+    def __init__(self, ngram: NgramDrafter, model: DraftModelDrafter, min_match: int = 3) -> None:
         self.ngram = ngram
         self.model = model
         self.min_match = min_match
@@ -160,15 +168,11 @@ class HybridDrafter:
         self.model.accept(committed)
 
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
-        if len(self.ngram.lookup(context, self.min_match)) >= self.min_match:
-            return ("ngram", "model")
-        return ("model",)
+        tokens, n = self.ngram.match(context, 1)
+        return ("ngram",) if tokens and n >= self.min_match else ("model",)
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams,
                 rng: np.random.Generator, source: str | None = None) -> Draft:
-        if source == "model":
-            return self.model.propose(context, k, params, rng)
-        draft = self.ngram.propose(context, k, params, rng)
-        if source == "ngram" or len(draft.tokens) >= min(self.min_match, k):
-            return draft
+        if (source or self.sources(context)[0]) == "ngram":
+            return self.ngram.propose(context, k, params, rng)
         return self.model.propose(context, k, params, rng)
