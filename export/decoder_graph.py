@@ -14,6 +14,14 @@ order whether it comes in a 1-token step or a (γ+1)-wide verification: with row
 MatMul kernels, logits are bitwise equal across widths, so greedy speculation is
 token-identical to plain decoding. Grouped-query heads attend through a reshape
 [1,heads,S,d] -> [1,kv_heads,group*S,d], never by repeating the cache.
+
+With attention="fused" (CPU only, for drafts and plain decoding) attention is ONNX Runtime's
+GroupQueryAttention over a KV buffer it updates in place, and residual adds fuse into the norms:
+fewer nodes and no copy of the cache per pass, but ORT computes a 1-token step by another
+kernel path than a wider pass, so its rows are not bitwise equal across widths. Its contract:
+input_ids [1,S], seqlens_k [1] int32 (total length - 1), total_sequence_length [] int32,
+logits_index [R], past_key.i / past_value.i [1,kv_heads,T,head_dim]; outputs logits and
+present_key.i / present_value.i, which the runtime binds to the same buffers as the pasts.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ I64 = TensorProto.INT64
 
 class DecoderBuilder:
     def __init__(self, writer: GraphWriter, source: SourceModel, quant: QuantSpec, context: int,
-                 fused: bool = True, fp16: bool = False) -> None:
+                 fused: bool = True, fp16: bool = False, attention: str = "exact") -> None:
         self.g = writer
         self.src = source
         self.cfg: DecoderConfig = source.config
@@ -45,6 +53,7 @@ class DecoderBuilder:
         self.context = context
         self.fused = fused  # CPU: one MatMul for q/k/v and for gate/up, ORT's RotaryEmbedding kernel
         self.fp16 = fp16  # float MatMul weights stored in fp16, cast up in the graph
+        self.attention_kind = attention  # "exact": rows equal across widths; "fused": GroupQueryAttention
         self.float_tensors: list[str] = []
         self._row_quantized: dict[str, tuple[str, str]] = {}  # activation -> (uint8 rows, row scales)
         cfg = self.cfg
@@ -156,6 +165,34 @@ class DecoderBuilder:
         return out[0], out[1]
 
     # -- the layers ---------------------------------------------------------------------------
+    def qkv_packed(self, i: int, x: str) -> str:
+        """[1,S,(H+2*KV)*d]: q, k and v from one MatMul, unsplit."""
+        cfg, w = self.cfg, self.src.weights
+        p = f"model.layers.{i}.self_attn"
+        names = ("q", "k", "v")
+        weight = np.concatenate([w.pop(f"{p}.{n}_proj.weight") for n in names])
+        bias = np.concatenate([w.pop(f"{p}.{n}_proj.bias") for n in names]) if cfg.attention_bias else None
+        return self.linear(x, f"{p}.qkv_proj", weight, bias)
+
+    def attention_fused(self, i: int, x: str, rope: tuple[str, str], seqlens_k: str, total_length: str) -> str:
+        cfg = self.cfg
+        p = f"model.layers.{i}.self_attn"
+        attn, _, _ = self.g.ops("GroupQueryAttention", self.qkv_packed(i, x), "", "", f"past_key.{i}",
+                                f"past_value.{i}", seqlens_k, total_length, rope[0], rope[1],
+                                outs=[None, f"present_key.{i}", f"present_value.{i}"], domain="com.microsoft",
+                                num_heads=cfg.num_heads, kv_num_heads=cfg.num_kv_heads, do_rotary=1,
+                                rotary_interleaved=0)
+        return self.linear(attn, f"{p}.o_proj", self.src.weights.pop(f"{p}.o_proj.weight"))
+
+    def skip_norm(self, x: str, residual: str, name: str, weight: np.ndarray) -> tuple[str, str]:
+        """(norm(residual + x), residual + x) in one kernel."""
+        self.float_tensors.append(f"{name}.weight")
+        self.count(other_bytes=weight.nbytes)
+        normed, _, _, total = self.g.ops("SkipSimplifiedLayerNormalization", x, residual,
+                                         self.g.weight(f"{name}.weight", weight), outs=[None, "", "", None],
+                                         domain="com.microsoft", epsilon=self.cfg.rms_norm_eps)
+        return normed, total
+
     def projections(self, i: int, x: str) -> dict[str, str]:
         """q [1,S,H*d], k, v [1,S,KV*d]: one fused MatMul (then Split) or three."""
         cfg, w = self.cfg, self.src.weights
@@ -208,13 +245,65 @@ class DecoderBuilder:
         act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
         return self.linear(act, f"{p}.down_proj", w.pop(f"{p}.down_proj.weight"))
 
+    def embed(self) -> tuple[str, np.ndarray]:
+        """h [1,S,D] of input_ids, and the output head's weight (the embedding when tied)."""
+        cfg, w = self.cfg, self.src.weights
+        embed = w.pop("model.embed_tokens.weight")  # [V, D]
+        self.float_tensors.append("model.embed_tokens.weight")
+        self.count(gather_row_bytes=embed.shape[1] * embed.itemsize)
+        h = self.g.op("Gather", self.g.weight("model.embed_tokens.weight", embed), "input_ids")  # [1,S,D]
+        return h, embed if cfg.tie_word_embeddings else w.pop("lm_head.weight", embed)
+
+    def head(self, h: str, weight: np.ndarray) -> None:
+        last = self.g.op("Gather", h, "logits_index", axis=1)  # [1,R,D]
+        last = self.rms_norm(last, "model.norm", self.src.weights.pop("model.norm.weight"))
+        self.linear(last, "lm_head", weight, out="logits")
+
     def build(self, on_layer: Callable[[int], object] | None = None) -> None:
+        if self.attention_kind == "fused":
+            self.build_fused(on_layer)
+        else:
+            self.build_exact(on_layer)
+
+    def build_fused(self, on_layer: Callable[[int], object] | None = None) -> None:
         cfg, g, w = self.cfg, self.g, self.src.weights
         kv_shape: list[int | str] = [1, cfg.num_kv_heads, "T", cfg.head_dim]
-        input_ids = g.input("input_ids", I64, [1, "S"])
+        g.input("input_ids", I64, [1, "S"])
+        seqlens_k = g.input("seqlens_k", TensorProto.INT32, [1])
+        total_length = g.input("total_sequence_length", TensorProto.INT32, [])
+        g.input("logits_index", I64, ["R"])
+        for i in range(cfg.num_layers):
+            g.input(f"past_key.{i}", F32, kv_shape)
+            g.input(f"past_value.{i}", F32, kv_shape)
+        g.output("logits", F32, [1, "R", cfg.vocab_size])
+        for i in range(cfg.num_layers):
+            g.output(f"present_key.{i}", F32, kv_shape)
+            g.output(f"present_value.{i}", F32, kv_shape)
+        rope = self.rope_caches()
+        h, head = self.embed()
+        x = self.rms_norm(h, "model.layers.0.input_layernorm", w.pop("model.layers.0.input_layernorm.weight"))
+        for i in range(cfg.num_layers):
+            p = f"model.layers.{i}"
+            attn = self.attention_fused(i, x, rope, seqlens_k, total_length)
+            x, h = self.skip_norm(attn, h, f"{p}.post_attention_layernorm",
+                                  w.pop(f"{p}.post_attention_layernorm.weight"))
+            mlp = self.mlp(i, x)
+            if i + 1 < cfg.num_layers:
+                nxt = f"model.layers.{i + 1}.input_layernorm"
+                x, h = self.skip_norm(mlp, h, nxt, w.pop(f"{nxt}.weight"))
+            else:
+                h = g.op("Add", h, mlp)
+            if on_layer is not None:
+                on_layer(i)
+        self.head(h, head)
+
+    def build_exact(self, on_layer: Callable[[int], object] | None = None) -> None:
+        cfg, g, w = self.cfg, self.g, self.src.weights
+        kv_shape: list[int | str] = [1, cfg.num_kv_heads, "T", cfg.head_dim]
+        g.input("input_ids", I64, [1, "S"])
         position_ids = g.input("position_ids", I64, [1, "S"])
         attention_bias = g.input("attention_bias", F32, [1, "S", "T"])
-        logits_index = g.input("logits_index", I64, ["R"])
+        g.input("logits_index", I64, ["R"])
         for i in range(cfg.num_layers):
             g.input(f"past_key.{i}", F32, kv_shape)
             g.input(f"past_value.{i}", F32, kv_shape)
@@ -230,11 +319,7 @@ class DecoderBuilder:
                            g.const([1, cfg.num_kv_heads, 1, cfg.head_dim]))  # [1,KV,S,d]
         rope = self.rope_caches() if self.fused else self.rope_tables(position_ids)
 
-        embed = w.pop("model.embed_tokens.weight")  # [V, D]
-        self.float_tensors.append("model.embed_tokens.weight")
-        self.count(gather_row_bytes=embed.shape[1] * embed.itemsize)
-        h = g.op("Gather", g.weight("model.embed_tokens.weight", embed), input_ids)  # [1,S,D]
-        head = embed if cfg.tie_word_embeddings else w.pop("lm_head.weight", embed)
+        h, head = self.embed()
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}"
             x = self.rms_norm(h, f"{p}.input_layernorm", w.pop(f"{p}.input_layernorm.weight"))
@@ -244,6 +329,4 @@ class DecoderBuilder:
             h = g.op("Add", h, self.mlp(i, x))
             if on_layer is not None:
                 on_layer(i)
-        last = g.op("Gather", h, logits_index, axis=1)  # [1,R,D]
-        last = self.rms_norm(last, "model.norm", w.pop("model.norm.weight"))
-        self.linear(last, "lm_head", head, out="logits")
+        self.head(h, head)

@@ -74,13 +74,18 @@ class GraphWriter:
                                            domain=domain, **attrs))
         return name
 
+    def ops(self, op_type: str, *inputs: str, outs: list[str | None], domain: str = "",
+            **attrs: object) -> list[str]:
+        """A node with several outputs; None names an output of its own, "" leaves it unused."""
+        self._count += 1
+        names = [f"{op_type.lower()}_{self._count}_{j}" if o is None else o for j, o in enumerate(outs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), names, name=f"n{self._count}_{op_type}",
+                                           domain=domain, **attrs))
+        return names
+
     def split(self, x: str, sizes: list[int], axis: int = -1) -> list[str]:
         """Split x along axis into pieces of the given sizes."""
-        self._count += 1
-        names = [f"split_{self._count}_{j}" for j in range(len(sizes))]
-        self.nodes.append(helper.make_node("Split", [x, self.const(sizes)], names, name=f"n{self._count}_Split",
-                                           axis=axis))
-        return names
+        return self.ops("Split", x, self.const(sizes), outs=[None] * len(sizes), axis=axis)
 
     # -- the end ------------------------------------------------------------------------------
     def finish(self, graph_name: str) -> onnx.ModelProto:

@@ -10,6 +10,9 @@ QUANT_BITS = {"fp32": 32, "int8": 8, "int4": 4, "w8a8": 8, "qdq": 8}
 # int8/int4: MatMulNBits weight-only; w8a8: int8 weights x per-row int8 activations (MatMulInteger);
 # qdq: uint8 weights, uint16 activations (QNN)
 TARGETS = ("cpu", "qnn", "dml")
+ATTENTION = ("exact", "fused")
+# exact: every row of a wide pass bitwise equal to a 1-token step (targets: lossless greedy speculation);
+# fused: ONNX Runtime's GroupQueryAttention with the cache updated in place, faster 1-token steps (drafts)
 EXPORT_FORMAT = 4  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
 DEFAULT_CONTEXT = 4096
 DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 64)
@@ -24,6 +27,7 @@ class ExportSettings:
     accuracy_level: int = 4
     target: str = "cpu"  # cpu: one graph, dynamic widths; qnn / dml: one static graph per width
     fp16: bool = False  # float weights stored as fp16 (DirectML)
+    attention: str = "exact"
 
     @property
     def static(self) -> bool:
@@ -38,6 +42,11 @@ class ExportSettings:
                                 "pass e.g. --widths 1,5,64")
         if self.target not in TARGETS:
             raise SpecEdgeError(f"unknown export target '{self.target}'", f"use one of {', '.join(TARGETS)}")
+        if self.attention not in ATTENTION:
+            raise SpecEdgeError(f"unknown attention '{self.attention}'", f"use one of {', '.join(ATTENTION)}")
+        if self.attention == "fused" and self.target != "cpu":
+            raise SpecEdgeError(f"--attention fused is a CPU graph, not one for --for {self.target}",
+                                "drop --attention fused for NPU/GPU exports")
         if (self.quant == "qdq") != (self.target == "qnn"):
             raise SpecEdgeError("QDQ quantization goes with --for qnn, and --for qnn with QDQ",
                                 "pass --for qnn --quant qdq, or another target")

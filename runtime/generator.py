@@ -50,6 +50,15 @@ def check_pair(target: OnnxModel, draft: OnnxModel) -> None:
             "pick a draft from the same model family as the target")
 
 
+def check_lossless(target: OnnxModel, drafter: Drafter | None) -> None:
+    """Speculation is lossless only if a verification row equals the target's 1-token step."""
+    if drafter is not None and not target.manifest.rows_exact:
+        raise SpecEdgeError(
+            f"target {target.folder} was exported with --attention {target.manifest.attention}: its "
+            "verification rows differ from its 1-token steps, so speculation would change its output",
+            "use it as a draft or for plain decoding (--no-draft), or re-export the target with --attention exact")
+
+
 def check_gamma(config: SpecConfig, target: OnnxModel, drafter: Drafter | None) -> None:
     if drafter is None or config.auto_gamma:
         return
@@ -111,6 +120,7 @@ class Generator:
         self.codec = TextCodec(target.folder, target.manifest)
         self.cache = target.new_cache()
         self.bandwidth_gb_per_s: float | None = None  # set from a measured device profile, for the roofline
+        check_lossless(target, drafter)
         check_gamma(self.config, target, drafter)
 
     @classmethod

@@ -4,6 +4,8 @@ Entries at or beyond `length` are stale and masked out by the graph, so rolling 
 draft suffix is `truncate()`: nothing is erased. The cache remembers which tokens it holds, so a
 new prompt that shares a prefix with what is cached (the next turn of a chat) reuses it. On CPU
 the buffers grow in buckets, so a pass over a short context does not pay for the whole capacity.
+An in-place cache (a graph with fused attention) has its entries written into the buffers by
+the pass itself; committing them only records their tokens.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ import numpy as np
 
 class KVCache:
     def __init__(self, num_layers: int, kv_heads: int, head_dim: int, capacity: int,
-                 bucket: int = 256, static: bool = False) -> None:
+                 bucket: int = 256, static: bool = False, in_place: bool = False) -> None:
         self.num_layers = num_layers
         self.kv_heads = kv_heads
         self.head_dim = head_dim
         self.capacity = capacity
         self.bucket = bucket
         self.static = static  # static-shape providers take the full capacity every pass
+        self.in_place = in_place  # the pass writes its entries into the buffers itself
         self.tokens: list[int] = []  # the tokens whose entries are committed, in order
         self.keys: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
@@ -56,10 +59,10 @@ class KVCache:
 
     def commit(self, new_keys: list[np.ndarray], new_values: list[np.ndarray], tokens: Sequence[int]) -> None:
         """Append the entries of `tokens`, the first len(tokens) of a pass's new entries
-        ([1,kv_heads,S,d] per layer), at `length`."""
+        ([1,kv_heads,S,d] per layer; in place: already in the buffers), at `length`."""
         start, n = self.length, len(tokens)
         self.reserve(start + n)
-        for i in range(self.num_layers):
+        for i in range(0 if self.in_place else self.num_layers):
             self.keys[i][:, :, start:start + n] = new_keys[i][:, :, :n]
             self.values[i][:, :, start:start + n] = new_values[i][:, :, :n]
         self.tokens.extend(int(t) for t in tokens)

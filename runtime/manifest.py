@@ -49,10 +49,16 @@ class Manifest:
     costs: WeightCosts = field(default_factory=WeightCosts)  # bytes the graph's weights cost a pass
     target: str = "cpu"  # the provider the graphs were built for: cpu, qnn or dml
     graphs: dict[int, str] = field(default_factory=dict)  # static targets: width -> its graph file
+    attention: str = "exact"  # "fused": GroupQueryAttention, cache updated in place, rows not exact
 
     @property
     def static(self) -> bool:
         return bool(self.graphs)
+
+    @property
+    def rows_exact(self) -> bool:
+        """Every row of a wide pass equals the 1-token step at its position: a lossless target."""
+        return self.attention == "exact"
 
     @property
     def prefill_width(self) -> int:

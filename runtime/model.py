@@ -45,6 +45,8 @@ class OnnxModel:
         layers = range(self.manifest.num_layers)
         self._outputs = ["logits"] + [f"new_{kind}.{i}" for i in layers for kind in ("key", "value")]
         self._past_names = [(f"past_key.{i}", f"past_value.{i}") for i in layers]
+        self._bound: list[np.ndarray] = []  # fused attention: the cache buffers bound in place
+        self._binding = None
 
     @property
     def name(self) -> str:
@@ -53,7 +55,7 @@ class OnnxModel:
     def new_cache(self, bucket: int = 256) -> KVCache:
         m = self.manifest
         return KVCache(m.num_layers, m.num_kv_heads, m.head_dim, m.context, bucket=bucket,
-                       static=m.static or self.provider != "cpu")
+                       static=m.static or self.provider != "cpu", in_place=not m.rows_exact)
 
     def session_for(self, width: int):
         if self.session is not None:
@@ -71,6 +73,8 @@ class OnnxModel:
         of the new entries to keep. all_logits=False returns the last row only (prefill)."""
         start, width = cache.length, len(tokens)
         slots = cache.reserve(start + width)
+        if not self.manifest.rows_exact:
+            return self._forward_in_place(tokens, cache, all_logits)
         if self.manifest.graphs:  # static graphs fix the logits rows: all up to width 9, else the last
             all_logits = width <= MAX_VERIFY_WIDTH
         feeds: dict[str, np.ndarray] = {
@@ -86,6 +90,35 @@ class OnnxModel:
         out = self.session_for(width).run(self._outputs, feeds)
         traffic = pass_traffic(self.manifest.costs, width, slots, len(feeds["logits_index"]))
         return ForwardOutput(logits=out[0][0], new_keys=out[1::2], new_values=out[2::2], traffic=traffic)
+
+    def _forward_in_place(self, tokens: Sequence[int], cache: KVCache, all_logits: bool) -> ForwardOutput:
+        """Fused attention: GroupQueryAttention writes the new entries straight into the cache
+        buffers, bound as both past and present, so nothing is copied and nothing returned."""
+        import onnxruntime as ort
+
+        start, width = cache.length, len(tokens)
+        buffers = [b for pair in zip(cache.keys, cache.values, strict=True) for b in pair]
+        if self._binding is None or len(buffers) != len(self._bound) or any(
+                a is not b for a, b in zip(buffers, self._bound, strict=True)):
+            self._binding = self.session.io_binding()
+            self._binding.bind_output("logits")  # first: get_outputs() follows the binding order
+            for (k_name, v_name), k, v in zip(self._past_names, cache.keys, cache.values, strict=True):
+                for name, buf in ((k_name, k), (v_name, v)):
+                    value = ort.OrtValue.ortvalue_from_numpy(buf)  # shares the numpy buffer
+                    self._binding.bind_ortvalue_input(name, value)
+                    self._binding.bind_ortvalue_output(name.replace("past_", "present_"), value)
+            self._bound = buffers  # keeps the buffers alive as long as they are bound
+        b = self._binding
+        b.bind_cpu_input("input_ids", np.asarray(tokens, dtype=np.int64)[None])
+        b.bind_cpu_input("seqlens_k", np.array([start + width - 1], dtype=np.int32))
+        b.bind_cpu_input("total_sequence_length", np.array(start + width, dtype=np.int32))
+        rows = np.arange(width, dtype=np.int64) if all_logits else np.array([width - 1], dtype=np.int64)
+        b.bind_cpu_input("logits_index", rows)
+        b.bind_output("logits")  # unallocated: its rows change from pass to pass
+        self.session.run_with_iobinding(b)
+        logits = b.get_outputs()[0].numpy()
+        traffic = pass_traffic(self.manifest.costs, width, start + width, len(rows))
+        return ForwardOutput(logits=logits[0], new_keys=[], new_values=[], traffic=traffic)
 
     def prefill(self, tokens: Sequence[int], cache: KVCache) -> np.ndarray:
         """Bring the cache to hold `tokens`, reusing a cached prefix, feeding the rest in chunks

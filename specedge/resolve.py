@@ -14,7 +14,7 @@ from specedge.models.registry import ModelEntry, get_model, get_pair
 
 def export_settings(entry: ModelEntry, quant: str | None = None) -> ExportSettings:
     return ExportSettings(quant=quant or entry.export.quant, context=entry.export.context,
-                          block_size=entry.export.block_size)
+                          block_size=entry.export.block_size, attention=entry.export.attention)
 
 
 def cached_artifact(name: str, quant: str | None = None) -> Path:

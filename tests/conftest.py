@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -21,13 +22,14 @@ def tiny_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _tiny_pair(root: Path, arch: str, **overrides: object) -> tuple[Path, Path, Path]:
-    """(target source, target artifact, draft artifact); the draft is the target plus noise."""
+    """(target source, target artifact, draft artifact); the draft is the target plus noise,
+    exported like the default draft, with fused attention."""
     tag = arch + "".join(f"-{k}{v}" for k, v in overrides.items())
     src = make_tiny_model(root / f"{tag}-src", arch, seed=1, **overrides)
     draft_src = make_tiny_model(root / f"{tag}-draft-src", noise_from=src, noise=0.05, seed=2)
     settings = ExportSettings(quant="fp32", context=TINY_CONTEXT, widths=TINY_WIDTHS)
     target = export_model(src, root / f"{tag}-target", settings).path
-    draft = export_model(draft_src, root / f"{tag}-draft", settings).path
+    draft = export_model(draft_src, root / f"{tag}-draft", dataclasses.replace(settings, attention="fused")).path
     return src, target, draft
 
 
