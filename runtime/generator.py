@@ -130,7 +130,7 @@ class Generator:
         """fallback: a provider to use (and say so) when `provider` is missing, e.g. "cpu"."""
         draft_provider = resolve_provider(draft_provider or provider, fallback)
         provider = resolve_provider(provider, fallback)
-        target_model = OnnxModel(target, provider=provider, threads=threads)
+        target_model = OnnxModel(target, provider=provider, threads=threads, spin=draft is None)
         drafter: Drafter | None = None
         if draft is not None:
             draft_model = OnnxModel(draft, provider=draft_provider, threads=threads)

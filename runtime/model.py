@@ -34,19 +34,23 @@ def attention_bias(start: int, width: int, slots: int) -> np.ndarray:
 
 class OnnxModel:
     def __init__(self, folder: str | Path, provider: str = "cpu", threads: int | None = None,
-                 verify: bool = True) -> None:
+                 verify: bool = True, spin: bool = False) -> None:
+        """spin: the only model decoding in this process (plain decoding), so its threads may
+        spin between passes; never for a target and a draft that take turns on the cores."""
         self.folder = Path(folder)
         self.manifest: Manifest = load_manifest(self.folder, verify=verify)
         self.provider = provider
         self.threads = threads
+        self.spin = spin
         self._sessions: dict[int, object] = {}  # static artifacts: one session per width, made on first use
         self.session = None if self.manifest.static else create_session(self.folder / self.manifest.graph,
-                                                                          provider, threads)
+                                                                          provider, threads, spin=spin)
         layers = range(self.manifest.num_layers)
         self._outputs = ["logits"] + [f"new_{kind}.{i}" for i in layers for kind in ("key", "value")]
         self._past_names = [(f"past_key.{i}", f"past_value.{i}") for i in layers]
         self._bound: list[np.ndarray] = []  # fused attention: the cache buffers bound in place
         self._binding = None
+        self._feeds: dict[str, np.ndarray] = {}
 
     @property
     def name(self) -> str:
@@ -65,7 +69,7 @@ class OnnxModel:
                                 f"not {width}", "re-export with that width in --widths")
         if width not in self._sessions:
             self._sessions[width] = create_session(self.folder / self.manifest.graphs[width], self.provider,
-                                                   self.threads, width, self.manifest.context)
+                                                   self.threads, width, self.manifest.context, self.spin)
         return self._sessions[width]
 
     def forward(self, tokens: Sequence[int], cache: KVCache, all_logits: bool = True) -> ForwardOutput:
@@ -109,11 +113,14 @@ class OnnxModel:
                     self._binding.bind_ortvalue_output(name.replace("past_", "present_"), value)
             self._bound = buffers  # keeps the buffers alive as long as they are bound
         b = self._binding
-        b.bind_cpu_input("input_ids", np.asarray(tokens, dtype=np.int64)[None])
-        b.bind_cpu_input("seqlens_k", np.array([start + width - 1], dtype=np.int32))
-        b.bind_cpu_input("total_sequence_length", np.array(start + width, dtype=np.int32))
         rows = np.arange(width, dtype=np.int64) if all_logits else np.array([width - 1], dtype=np.int64)
-        b.bind_cpu_input("logits_index", rows)
+        feeds = {"input_ids": np.asarray(tokens, dtype=np.int64)[None],
+                 "seqlens_k": np.array([start + width - 1], dtype=np.int32),
+                 "total_sequence_length": np.array(start + width, dtype=np.int32),
+                 "logits_index": rows}
+        for name, array in feeds.items():
+            b.bind_cpu_input(name, array)  # binds the array's memory, not a copy
+        self._feeds = feeds  # so it lives until the next pass rebinds
         b.bind_output("logits")  # unallocated: its rows change from pass to pass
         self.session.run_with_iobinding(b)
         logits = b.get_outputs()[0].numpy()

@@ -67,10 +67,12 @@ BASELINE = "baseline-plain"
 
 def run_prompt(index: int, row: dict[str, str], target: OnnxModel,
                mode_table: dict[str, tuple[Drafter | None, SpecConfig]], max_new_tokens: int,
-               baseline: OnnxModel | None = None) -> list[Run]:
-    """Each mode on one prompt; plain decoding first, then the baseline's, then the others."""
+               baseline: OnnxModel | None = None, plain_target: OnnxModel | None = None) -> list[Run]:
+    """Each mode on one prompt; plain decoding first (by `plain_target`, the target's session
+    that runs alone, if given), then the baseline's, then the others."""
     runs, plain_ids, plain_speed = [], None, 0.0
-    jobs = [(mode, target, drafter, config) for mode, (drafter, config) in mode_table.items()]
+    jobs = [(mode, plain_target if mode == "plain" and plain_target else target, drafter, config)
+            for mode, (drafter, config) in mode_table.items()]
     if baseline is not None:
         jobs.insert(1, (BASELINE, baseline, None, SpecConfig(gamma=0)))
     for mode, model, drafter, config in jobs:
@@ -174,15 +176,16 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
               only: Sequence[str] | None = None, baseline_dir: Path | None = None) -> Path:
     rows = load_prompts(prompts_file)[:limit]
     target, draft = OnnxModel(target_dir), OnnxModel(draft_dir)
-    baseline = OnnxModel(baseline_dir) if baseline_dir else None
+    plain_target = OnnxModel(target_dir, spin=True)  # plain decoding as a user gets it: the session alone
+    baseline = OnnxModel(baseline_dir, spin=True) if baseline_dir else None
     table = modes(target, draft, gammas)
     if only:  # plain decoding always runs first: every ratio is to it
         table = {m: v for m, v in table.items() if m == "plain" or m in only}
-    for model in (target, baseline) if baseline else (target,):
+    for model in (target, plain_target, baseline) if baseline else (target, plain_target):
         Generator(model, None, SpecConfig(gamma=0, max_new_tokens=8)).generate("warm up")
     runs: list[Run] = []
     for i, row in enumerate(rows):
-        runs += run_prompt(i, row, target, table, max_new_tokens, baseline)
+        runs += run_prompt(i, row, target, table, max_new_tokens, baseline, plain_target)
         done = [r for r in runs if r.prompt == i]
         print(f"[{i + 1}/{len(rows)}] {row['kind']}: " + ", ".join(f"{r.mode} {r.ratio:.2f}" for r in done),
               file=sys.stderr)

