@@ -9,8 +9,7 @@ import argparse
 import statistics
 
 from specedge.resolve import resolve_pair
-from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.drafters import DraftModelDrafter
+from specedge.runtime import Generator, SpecConfig
 
 PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number iteratively.",
@@ -29,9 +28,10 @@ def main() -> None:
     args = parser.parse_args()
     target, draft, gamma = resolve_pair(args.pair)
     gamma = args.gamma or gamma
+    # each as a user gets it: plain decoding's session runs alone (its threads spin between passes),
+    # the speculative pair's sessions take turns (theirs stop)
     plain = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=args.max_new_tokens))
-    spec = Generator(plain.target, DraftModelDrafter(OnnxModel(draft)),  # one target session for both
-                     SpecConfig(gamma=gamma, max_new_tokens=args.max_new_tokens))
+    spec = Generator.load(target, draft=draft, config=SpecConfig(gamma=gamma, max_new_tokens=args.max_new_tokens))
     plain.generate("warm up", max_new_tokens=4)
     spec.generate("warm up", max_new_tokens=4)
     print(f"| prompt | tokens | plain tok/s | speculative tok/s (γ={gamma}) | ratio | tokens/pass | identical |")
