@@ -196,15 +196,14 @@ class DecoderBuilder:
     def projections(self, i: int, x: str) -> dict[str, str]:
         """q [1,S,H*d], k, v [1,S,KV*d]: one fused MatMul (then Split) or three."""
         cfg, w = self.cfg, self.src.weights
+        if self.fused:
+            q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+            q, k, v = self.g.split(self.qkv_packed(i, x), [q_size, kv_size, kv_size])
+            return {"q": q, "k": k, "v": v}
         p = f"model.layers.{i}.self_attn"
-        weights = {n: w.pop(f"{p}.{n}_proj.weight") for n in ("q", "k", "v")}
-        biases = {n: w.pop(f"{p}.{n}_proj.bias", None) if cfg.attention_bias else None for n in ("q", "k", "v")}
-        if not self.fused:
-            return {n: self.linear(x, f"{p}.{n}_proj", weights[n], biases[n]) for n in ("q", "k", "v")}
-        bias = np.concatenate([biases[n] for n in ("q", "k", "v")]) if cfg.attention_bias else None
-        y = self.linear(x, f"{p}.qkv_proj", np.concatenate([weights[n] for n in ("q", "k", "v")]), bias)
-        q, k, v = self.g.split(y, [weights[n].shape[0] for n in ("q", "k", "v")])
-        return {"q": q, "k": k, "v": v}
+        return {n: self.linear(x, f"{p}.{n}_proj", w.pop(f"{p}.{n}_proj.weight"),
+                               w.pop(f"{p}.{n}_proj.bias", None) if cfg.attention_bias else None)
+                for n in ("q", "k", "v")}
 
     def attention(self, i: int, x: str, rope: tuple[str, str], position_ids: str, scatter_idx: str,
                   bias: str) -> str:
