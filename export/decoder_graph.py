@@ -258,6 +258,18 @@ class DecoderBuilder:
         last = self.rms_norm(last, "model.norm", self.src.weights.pop("model.norm.weight"))
         self.linear(last, "lm_head", weight, out="logits")
 
+    def declare_cache_io(self, out_prefix: str, out_length: str) -> None:
+        """Per layer past_key.i / past_value.i inputs [1,KV,T,d]; outputs logits [1,R,V] and per
+        layer {out_prefix}_key.i / {out_prefix}_value.i [1,KV,out_length,d]."""
+        cfg, g = self.cfg, self.g
+        for i in range(cfg.num_layers):
+            g.input(f"past_key.{i}", F32, [1, cfg.num_kv_heads, "T", cfg.head_dim])
+            g.input(f"past_value.{i}", F32, [1, cfg.num_kv_heads, "T", cfg.head_dim])
+        g.output("logits", F32, [1, "R", cfg.vocab_size])
+        for i in range(cfg.num_layers):
+            g.output(f"{out_prefix}_key.{i}", F32, [1, cfg.num_kv_heads, out_length, cfg.head_dim])
+            g.output(f"{out_prefix}_value.{i}", F32, [1, cfg.num_kv_heads, out_length, cfg.head_dim])
+
     def build(self, on_layer: Callable[[int], object] | None = None) -> None:
         if self.attention_kind == "fused":
             self.build_fused(on_layer)
@@ -266,18 +278,11 @@ class DecoderBuilder:
 
     def build_fused(self, on_layer: Callable[[int], object] | None = None) -> None:
         cfg, g, w = self.cfg, self.g, self.src.weights
-        kv_shape: list[int | str] = [1, cfg.num_kv_heads, "T", cfg.head_dim]
         g.input("input_ids", I64, [1, "S"])
         seqlens_k = g.input("seqlens_k", TensorProto.INT32, [1])
         total_length = g.input("total_sequence_length", TensorProto.INT32, [])
         g.input("logits_index", I64, ["R"])
-        for i in range(cfg.num_layers):
-            g.input(f"past_key.{i}", F32, kv_shape)
-            g.input(f"past_value.{i}", F32, kv_shape)
-        g.output("logits", F32, [1, "R", cfg.vocab_size])
-        for i in range(cfg.num_layers):
-            g.output(f"present_key.{i}", F32, kv_shape)
-            g.output(f"present_value.{i}", F32, kv_shape)
+        self.declare_cache_io("present", "T")
         rope = self.rope_caches()
         h, head = self.embed()
         x = self.rms_norm(h, "model.layers.0.input_layernorm", w.pop("model.layers.0.input_layernorm.weight"))
@@ -298,18 +303,11 @@ class DecoderBuilder:
 
     def build_exact(self, on_layer: Callable[[int], object] | None = None) -> None:
         cfg, g, w = self.cfg, self.g, self.src.weights
-        kv_shape: list[int | str] = [1, cfg.num_kv_heads, "T", cfg.head_dim]
         g.input("input_ids", I64, [1, "S"])
         position_ids = g.input("position_ids", I64, [1, "S"])
         attention_bias = g.input("attention_bias", F32, [1, "S", "T"])
         g.input("logits_index", I64, ["R"])
-        for i in range(cfg.num_layers):
-            g.input(f"past_key.{i}", F32, kv_shape)
-            g.input(f"past_value.{i}", F32, kv_shape)
-        g.output("logits", F32, [1, "R", cfg.vocab_size])
-        for i in range(cfg.num_layers):
-            g.output(f"new_key.{i}", F32, [1, cfg.num_kv_heads, "S", cfg.head_dim])
-            g.output(f"new_value.{i}", F32, [1, cfg.num_kv_heads, "S", cfg.head_dim])
+        self.declare_cache_io("new", "S")
 
         group = cfg.num_heads // cfg.num_kv_heads
         # mask rows follow the grouped query rows (j*S + s -> s): tile it group times, once
