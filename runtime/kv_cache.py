@@ -62,9 +62,10 @@ class KVCache:
         ([1,kv_heads,S,d] per layer; in place: already in the buffers), at `length`."""
         start, n = self.length, len(tokens)
         self.reserve(start + n)
-        for i in range(0 if self.in_place else self.num_layers):
-            self.keys[i][:, :, start:start + n] = new_keys[i][:, :, :n]
-            self.values[i][:, :, start:start + n] = new_values[i][:, :, :n]
+        if not self.in_place:
+            for i in range(self.num_layers):
+                self.keys[i][:, :, start:start + n] = new_keys[i][:, :, :n]
+                self.values[i][:, :, start:start + n] = new_values[i][:, :, :n]
         self.tokens.extend(int(t) for t in tokens)
 
     def truncate(self, length: int) -> None:

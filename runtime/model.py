@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
 from specedge.errors import SpecEdgeError
 from specedge.runtime.kv_cache import KVCache
@@ -95,24 +96,28 @@ class OnnxModel:
         traffic = pass_traffic(self.manifest.costs, width, slots, len(feeds["logits_index"]))
         return ForwardOutput(logits=out[0][0], new_keys=out[1::2], new_values=out[2::2], traffic=traffic)
 
+    def _cache_binding(self, cache: KVCache):
+        """An IOBinding with each cache buffer bound as both past and present input/output; made
+        again only when the cache's buffers change (another cache, or grown to a new bucket)."""
+        buffers = [b for pair in zip(cache.keys, cache.values, strict=True) for b in pair]
+        if self._binding is not None and len(buffers) == len(self._bound) and all(
+                a is b for a, b in zip(buffers, self._bound, strict=True)):
+            return self._binding
+        binding = self.session.io_binding()
+        binding.bind_output("logits")  # first: get_outputs() follows the binding order
+        for (k_name, v_name), k, v in zip(self._past_names, cache.keys, cache.values, strict=True):
+            for name, buf in ((k_name, k), (v_name, v)):
+                value = ort.OrtValue.ortvalue_from_numpy(buf)  # shares the numpy buffer
+                binding.bind_ortvalue_input(name, value)
+                binding.bind_ortvalue_output(name.replace("past_", "present_"), value)
+        self._binding, self._bound = binding, buffers  # keeps the buffers alive as long as they are bound
+        return binding
+
     def _forward_in_place(self, tokens: Sequence[int], cache: KVCache, all_logits: bool) -> ForwardOutput:
         """Fused attention: GroupQueryAttention writes the new entries straight into the cache
         buffers, bound as both past and present, so nothing is copied and nothing returned."""
-        import onnxruntime as ort
-
         start, width = cache.length, len(tokens)
-        buffers = [b for pair in zip(cache.keys, cache.values, strict=True) for b in pair]
-        if self._binding is None or len(buffers) != len(self._bound) or any(
-                a is not b for a, b in zip(buffers, self._bound, strict=True)):
-            self._binding = self.session.io_binding()
-            self._binding.bind_output("logits")  # first: get_outputs() follows the binding order
-            for (k_name, v_name), k, v in zip(self._past_names, cache.keys, cache.values, strict=True):
-                for name, buf in ((k_name, k), (v_name, v)):
-                    value = ort.OrtValue.ortvalue_from_numpy(buf)  # shares the numpy buffer
-                    self._binding.bind_ortvalue_input(name, value)
-                    self._binding.bind_ortvalue_output(name.replace("past_", "present_"), value)
-            self._bound = buffers  # keeps the buffers alive as long as they are bound
-        b = self._binding
+        b = self._cache_binding(cache)
         rows = np.arange(width, dtype=np.int64) if all_logits else np.array([width - 1], dtype=np.int64)
         feeds = {"input_ids": np.asarray(tokens, dtype=np.int64)[None],
                  "seqlens_k": np.array([start + width - 1], dtype=np.int32),
