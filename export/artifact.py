@@ -79,7 +79,7 @@ def build_graph(source: SourceModel, settings: ExportSettings, folder: Path) -> 
     spec = QuantSpec(quant, settings.block_size, settings.accuracy_level)
     writer = GraphWriter(folder / DATA_FILE)
     builder = DecoderBuilder(writer, source, spec, settings.context, fused=not settings.static,
-                             fp16=settings.fp16, attention=settings.attention)
+                             fp16=settings.fp16, attention=settings.attention, kv_in_place=not settings.static)
     try:
         with _progress(source.config.num_layers, f"export {source.path.name}") as bar:
             builder.build(on_layer=lambda _i: bar.update(1))
@@ -175,6 +175,7 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         target=settings.target,
         graphs=graphs,
         attention=settings.attention,
+        kv_in_place=not settings.static,
         files={name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
                for name in (*(graphs.values() if graphs else [GRAPH_FILE]), DATA_FILE, TOKENIZER_FILE)},
     )

@@ -45,7 +45,8 @@ I64 = TensorProto.INT64
 
 class DecoderBuilder:
     def __init__(self, writer: GraphWriter, source: SourceModel, quant: QuantSpec, context: int,
-                 fused: bool = True, fp16: bool = False, attention: str = "exact") -> None:
+                 fused: bool = True, fp16: bool = False, attention: str = "exact",
+                 kv_in_place: bool = False) -> None:
         self.g = writer
         self.src = source
         self.cfg: DecoderConfig = source.config
@@ -54,6 +55,9 @@ class DecoderBuilder:
         self.fused = fused  # CPU: one MatMul for q/k/v and for gate/up, ORT's RotaryEmbedding kernel
         self.fp16 = fp16  # float MatMul weights stored in fp16, cast up in the graph
         self.attention_kind = attention  # "exact": rows equal across widths; "fused": GroupQueryAttention
+        # exact attention: also output each updated cache buffer as present_*, which the runtime
+        # binds to the past_* buffer itself, so the scatter writes in place instead of copying it
+        self.kv_in_place = kv_in_place
         self.float_tensors: list[str] = []
         self._row_quantized: dict[str, tuple[str, str]] = {}  # activation -> (uint8 rows, row scales)
         cfg = self.cfg
@@ -219,8 +223,9 @@ class DecoderBuilder:
             q = self.rope(q, *rope)
             k = self.rope(k, *rope, out=f"new_key.{i}")
         v = self.heads(proj["v"], cfg.num_kv_heads, out=f"new_value.{i}")
-        keys = g.op("ScatterElements", f"past_key.{i}", scatter_idx, k, axis=2)  # [1,KV,T,d]
-        values = g.op("ScatterElements", f"past_value.{i}", scatter_idx, v, axis=2)
+        present = (f"present_key.{i}", f"present_value.{i}") if self.kv_in_place else (None, None)
+        keys = g.op("ScatterElements", f"past_key.{i}", scatter_idx, k, axis=2, out=present[0])  # [1,KV,T,d]
+        values = g.op("ScatterElements", f"past_value.{i}", scatter_idx, v, axis=2, out=present[1])
         scale = g.const([1.0 / np.sqrt(cfg.head_dim)], np.float32)
         grouped = g.op("Reshape", g.op("Mul", q, scale), g.const([1, cfg.num_kv_heads, -1, cfg.head_dim]))
         scores = g.op("MatMul", grouped, g.op("Transpose", keys, perm=[0, 1, 3, 2]))  # [1,KV,G*S,T]
@@ -258,17 +263,18 @@ class DecoderBuilder:
         last = self.rms_norm(last, "model.norm", self.src.weights.pop("model.norm.weight"))
         self.linear(last, "lm_head", weight, out="logits")
 
-    def declare_cache_io(self, out_prefix: str, out_length: str) -> None:
-        """Per layer past_key.i / past_value.i inputs [1,KV,T,d]; outputs logits [1,R,V] and per
-        layer {out_prefix}_key.i / {out_prefix}_value.i [1,KV,out_length,d]."""
+    def declare_cache_io(self, *outputs: tuple[str, str]) -> None:
+        """Per layer past_key.i / past_value.i inputs [1,KV,T,d]; outputs logits [1,R,V] and, for
+        each (prefix, length) of `outputs`, per layer {prefix}_key.i / {prefix}_value.i [1,KV,length,d]."""
         cfg, g = self.cfg, self.g
         for i in range(cfg.num_layers):
             g.input(f"past_key.{i}", F32, [1, cfg.num_kv_heads, "T", cfg.head_dim])
             g.input(f"past_value.{i}", F32, [1, cfg.num_kv_heads, "T", cfg.head_dim])
         g.output("logits", F32, [1, "R", cfg.vocab_size])
-        for i in range(cfg.num_layers):
-            g.output(f"{out_prefix}_key.{i}", F32, [1, cfg.num_kv_heads, out_length, cfg.head_dim])
-            g.output(f"{out_prefix}_value.{i}", F32, [1, cfg.num_kv_heads, out_length, cfg.head_dim])
+        for prefix, length in outputs:
+            for i in range(cfg.num_layers):
+                g.output(f"{prefix}_key.{i}", F32, [1, cfg.num_kv_heads, length, cfg.head_dim])
+                g.output(f"{prefix}_value.{i}", F32, [1, cfg.num_kv_heads, length, cfg.head_dim])
 
     def build(self, on_layer: Callable[[int], object] | None = None) -> None:
         if self.attention_kind == "fused":
@@ -282,7 +288,7 @@ class DecoderBuilder:
         seqlens_k = g.input("seqlens_k", TensorProto.INT32, [1])
         total_length = g.input("total_sequence_length", TensorProto.INT32, [])
         g.input("logits_index", I64, ["R"])
-        self.declare_cache_io("present", "T")
+        self.declare_cache_io(("present", "T"))
         rope = self.rope_caches()
         h, head = self.embed()
         x = self.rms_norm(h, "model.layers.0.input_layernorm", w.pop("model.layers.0.input_layernorm.weight"))
@@ -307,7 +313,7 @@ class DecoderBuilder:
         position_ids = g.input("position_ids", I64, [1, "S"])
         attention_bias = g.input("attention_bias", F32, [1, "S", "T"])
         g.input("logits_index", I64, ["R"])
-        self.declare_cache_io("new", "S")
+        self.declare_cache_io(("new", "S"), *([("present", "T")] if self.kv_in_place else []))
 
         group = cfg.num_heads // cfg.num_kv_heads
         # mask rows follow the grouped query rows (j*S + s -> s): tile it group times, once

@@ -50,6 +50,7 @@ class Manifest:
     target: str = "cpu"  # the provider the graphs were built for: cpu, qnn or dml
     graphs: dict[int, str] = field(default_factory=dict)  # static targets: width -> its graph file
     attention: str = "exact"  # "fused": GroupQueryAttention, cache updated in place, rows not exact
+    kv_in_place: bool = False  # the graph outputs its updated cache buffers (present_*) to bind in place
 
     @property
     def static(self) -> bool:
@@ -59,6 +60,11 @@ class Manifest:
     def rows_exact(self) -> bool:
         """Every row of a wide pass equals the 1-token step at its position: a lossless target."""
         return self.attention == "exact"
+
+    @property
+    def in_place(self) -> bool:
+        """The pass writes its new cache entries into the buffers bound as past_* and present_*."""
+        return self.kv_in_place or self.attention == "fused"
 
     @property
     def prefill_width(self) -> int:

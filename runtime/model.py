@@ -52,6 +52,8 @@ class OnnxModel:
         self._bound: list[np.ndarray] = []  # fused attention: the cache buffers bound in place
         self._binding = None
         self._feeds: dict[str, np.ndarray] = {}
+        # CPU: the pass writes its cache entries into the buffers bound as past_* and present_*
+        self.in_place = self.manifest.in_place and provider == "cpu" and not self.manifest.static
 
     @property
     def name(self) -> str:
@@ -60,7 +62,7 @@ class OnnxModel:
     def new_cache(self, bucket: int = 256) -> KVCache:
         m = self.manifest
         return KVCache(m.num_layers, m.num_kv_heads, m.head_dim, m.context, bucket=bucket,
-                       static=m.static or self.provider != "cpu", in_place=not m.rows_exact)
+                       static=m.static or self.provider != "cpu", in_place=self.in_place)
 
     def session_for(self, width: int):
         if self.session is not None:
@@ -78,22 +80,28 @@ class OnnxModel:
         of the new entries to keep. all_logits=False returns the last row only (prefill)."""
         start, width = cache.length, len(tokens)
         slots = cache.reserve(start + width)
-        if not self.manifest.rows_exact:
-            return self._forward_in_place(tokens, cache, all_logits)
         if self.manifest.graphs:  # static graphs fix the logits rows: all up to width 9, else the last
             all_logits = width <= MAX_VERIFY_WIDTH
         feeds: dict[str, np.ndarray] = {
             "input_ids": np.asarray(tokens, dtype=np.int64)[None],  # [1, S]
-            "position_ids": np.arange(start, start + width, dtype=np.int64)[None],  # [1, S]
-            "attention_bias": attention_bias(start, width, slots),  # [1, S, T]
             "logits_index": np.arange(width, dtype=np.int64) if all_logits
             else np.array([width - 1], dtype=np.int64),  # [R]
         }
+        if self.manifest.rows_exact:  # attention over the whole buffer, masked
+            feeds["position_ids"] = np.arange(start, start + width, dtype=np.int64)[None]  # [1, S]
+            feeds["attention_bias"] = attention_bias(start, width, slots)  # [1, S, T]
+            seen = slots
+        else:  # GroupQueryAttention over the filled slots
+            feeds["seqlens_k"] = np.array([start + width - 1], dtype=np.int32)
+            feeds["total_sequence_length"] = np.array(start + width, dtype=np.int32)
+            seen = start + width
+        traffic = pass_traffic(self.manifest.costs, width, seen, len(feeds["logits_index"]))
+        if self.in_place:
+            return ForwardOutput(self._run_in_place(feeds, cache), new_keys=[], new_values=[], traffic=traffic)
         for (k_name, v_name), k, v in zip(self._past_names, cache.keys, cache.values, strict=True):
             feeds[k_name] = k
             feeds[v_name] = v
         out = self.session_for(width).run(self._outputs, feeds)
-        traffic = pass_traffic(self.manifest.costs, width, slots, len(feeds["logits_index"]))
         return ForwardOutput(logits=out[0][0], new_keys=out[1::2], new_values=out[2::2], traffic=traffic)
 
     def _cache_binding(self, cache: KVCache):
@@ -113,24 +121,16 @@ class OnnxModel:
         self._binding, self._bound = binding, buffers  # keeps the buffers alive as long as they are bound
         return binding
 
-    def _forward_in_place(self, tokens: Sequence[int], cache: KVCache, all_logits: bool) -> ForwardOutput:
-        """Fused attention: GroupQueryAttention writes the new entries straight into the cache
-        buffers, bound as both past and present, so nothing is copied and nothing returned."""
-        start, width = cache.length, len(tokens)
+    def _run_in_place(self, feeds: dict[str, np.ndarray], cache: KVCache) -> np.ndarray:
+        """One pass whose cache entries the graph writes straight into the buffers, bound as both
+        past and present: nothing copied, nothing returned but the logits [R, V]."""
         b = self._cache_binding(cache)
-        rows = np.arange(width, dtype=np.int64) if all_logits else np.array([width - 1], dtype=np.int64)
-        feeds = {"input_ids": np.asarray(tokens, dtype=np.int64)[None],
-                 "seqlens_k": np.array([start + width - 1], dtype=np.int32),
-                 "total_sequence_length": np.array(start + width, dtype=np.int32),
-                 "logits_index": rows}
         for name, array in feeds.items():
             b.bind_cpu_input(name, array)  # binds the array's memory, not a copy
         self._feeds = feeds  # so it lives until the next pass rebinds
         b.bind_output("logits")  # unallocated: its rows change from pass to pass
         self.session.run_with_iobinding(b)
-        logits = b.get_outputs()[0].numpy()
-        traffic = pass_traffic(self.manifest.costs, width, start + width, len(rows))
-        return ForwardOutput(logits=logits[0], new_keys=[], new_values=[], traffic=traffic)
+        return b.get_outputs()[0].numpy()[0]
 
     def prefill(self, tokens: Sequence[int], cache: KVCache) -> np.ndarray:
         """Bring the cache to hold `tokens`, reusing a cached prefix, feeding the rest in chunks

@@ -131,7 +131,8 @@ def test_graph_follows_the_contract(tiny_qwen2: tuple[Path, Path, Path]) -> None
     assert inputs["attention_bias"] == [1, "S", "T"]
     assert inputs["past_key.0"] == [1, kv, "T", hd]
     assert outputs["logits"] == [1, "R", manifest.vocab_size]
-    assert outputs["new_key.1"] == [1, kv, "S", hd]  # only the new entries
+    assert outputs["new_key.1"] == [1, kv, "S", hd]  # only the new entries (copied in by NPU/GPU runtimes)
+    assert outputs["present_value.1"] == [1, kv, "T", hd] and manifest.in_place  # CPU: bound to past_value.1
     ops = {n.op_type for n in graph.node}
     assert "Expand" not in ops or all(  # no repetition of the cache to the query heads
         "past" not in inp for n in graph.node if n.op_type == "Expand" for inp in n.input)
