@@ -1,6 +1,8 @@
 """Plain decoding, specedge against onnxruntime-genai, in alternating passes (A B A B ...), so the
-drift of a shared machine hits both sides alike. Greedy, up to 128 new tokens, stop at EOS; decode
-tokens/s, median per prompt kind over every pass.
+drift of a shared machine hits both sides alike. Greedy, exactly 128 new tokens (EOS ignored on both
+sides: the two int4 builds stop at different places, and a shorter answer is decoded over a shorter
+context, so stopping at EOS would compare different work); decode tokens/s, median per prompt kind
+over every pass.
 
     python bench/reference/plain_abab.py --ours plain-int4 --genai-python /work/genai/venv/bin/python \
         --genai-model /work/genai/models/qwen2.5-coder-1.5b-instruct-int4 --rounds 2
@@ -19,6 +21,7 @@ from specedge.bench import load_prompts
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 
 HERE = Path(__file__).parent
+NEW_TOKENS = 128
 
 
 def ours_pass(gen: Generator, rows: list[dict[str, str]]) -> list[tuple[str, float]]:
@@ -29,7 +32,7 @@ def genai_pass(python: str, model: str, prompts: Path) -> list[tuple[str, float]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "genai.json"
         subprocess.run([python, str(HERE / "genai_bench.py"), "--target", model, "--prompts", str(prompts),
-                        "--out", str(out), "--modes", "plain", "--stop-at-eos"], check=True,
+                        "--out", str(out), "--modes", "plain", "--max-new-tokens", str(NEW_TOKENS)], check=True,
                        stdout=subprocess.DEVNULL)
         return [(r["kind"], r["decode_tok_s"]) for r in json.loads(out.read_text())["results"]]
 
@@ -47,7 +50,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
     rows = load_prompts(args.prompts)
-    gen = Generator(OnnxModel(args.ours, spin=True), None, SpecConfig(gamma=0, max_new_tokens=128))
+    gen = Generator(OnnxModel(args.ours, spin=True), None,
+                    SpecConfig(gamma=0, max_new_tokens=NEW_TOKENS, ignore_eos=True))
     gen.generate(rows[0]["prompt"], chat=True, max_new_tokens=16)  # warm-up, as genai_bench does
     ours, genai = [], []
     for _ in range(args.rounds):
