@@ -79,7 +79,8 @@ def build_graph(source: SourceModel, settings: ExportSettings, folder: Path) -> 
     spec = QuantSpec(quant, settings.block_size, settings.accuracy_level)
     writer = GraphWriter(folder / DATA_FILE)
     builder = DecoderBuilder(writer, source, spec, settings.context, fused=not settings.static,
-                             fp16=settings.fp16, attention=settings.attention, kv_in_place=not settings.static)
+                             fp16=settings.fp16, attention=settings.attention, kv_in_place=not settings.static,
+                             head_vocab=settings.head_vocab, next_ids=not settings.static)
     try:
         with _progress(source.config.num_layers, f"export {source.path.name}") as bar:
             builder.build(on_layer=lambda _i: bar.update(1))
@@ -176,6 +177,8 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         graphs=graphs,
         attention=settings.attention,
         kv_in_place=not settings.static,
+        head_vocab=settings.head_vocab,
+        next_ids=not settings.static,
         files={name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
                for name in (*(graphs.values() if graphs else [GRAPH_FILE]), DATA_FILE, TOKENIZER_FILE)},
     )
@@ -197,6 +200,9 @@ def export_model(src: Path, out: Path, settings: ExportSettings | None = None,
         raise SpecEdgeError(f"{out} already exists", "choose another --out or pass --force to replace it")
     start = time.perf_counter()
     source = load_source(Path(src))
+    if settings.head_vocab >= source.config.vocab_size:
+        raise SpecEdgeError(f"--head-vocab {settings.head_vocab} is not below the model's vocabulary of "
+                            f"{source.config.vocab_size} tokens", "pass a smaller N, or leave it out")
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_partials(out)
     partial = out.parent / f".{out.name}{PARTIAL_MARK}{os.getpid()}"

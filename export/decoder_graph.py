@@ -46,7 +46,7 @@ I64 = TensorProto.INT64
 class DecoderBuilder:
     def __init__(self, writer: GraphWriter, source: SourceModel, quant: QuantSpec, context: int,
                  fused: bool = True, fp16: bool = False, attention: str = "exact",
-                 kv_in_place: bool = False) -> None:
+                 kv_in_place: bool = False, head_vocab: int = 0, next_ids: bool = False) -> None:
         self.g = writer
         self.src = source
         self.cfg: DecoderConfig = source.config
@@ -58,11 +58,15 @@ class DecoderBuilder:
         # exact attention: also output each updated cache buffer as present_*, which the runtime
         # binds to the past_* buffer itself, so the scatter writes in place instead of copying it
         self.kv_in_place = kv_in_place
+        # a draft's output head may score only the first head_vocab token ids: BPE ids follow merge
+        # order, so the low ids are the common tokens, and the head is a quarter of a small model
+        self.logits_vocab = head_vocab or source.config.vocab_size
+        self.next_ids = next_ids  # also output the argmax of each logits row: greedy reads 8 bytes a row
         self.float_tensors: list[str] = []
         self._row_quantized: dict[str, tuple[str, str]] = {}  # activation -> (uint8 rows, row scales)
         cfg = self.cfg
         self.costs = WeightCosts(kv_slot_bytes=cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4,
-                                 vocab_size=cfg.vocab_size)
+                                 vocab_size=self.logits_vocab)
 
     def count(self, **bytes_by_kind: int) -> None:
         """Add to the weight costs the runtime's traffic accounting reads from the manifest."""
@@ -261,7 +265,9 @@ class DecoderBuilder:
     def head(self, h: str, weight: np.ndarray) -> None:
         last = self.g.op("Gather", h, "logits_index", axis=1)  # [1,R,D]
         last = self.rms_norm(last, "model.norm", self.src.weights.pop("model.norm.weight"))
-        self.linear(last, "lm_head", weight, out="logits")
+        self.linear(last, "lm_head", weight[:self.logits_vocab], out="logits")
+        if self.next_ids:  # ties to the lowest id, as numpy's argmax
+            self.g.op("ArgMax", "logits", axis=-1, keepdims=0, select_last_index=0, out="next_ids")  # [1,R]
 
     def declare_cache_io(self, *outputs: tuple[str, str]) -> None:
         """Per layer past_key.i / past_value.i inputs [1,KV,T,d]; outputs logits [1,R,V] and, for
@@ -270,7 +276,9 @@ class DecoderBuilder:
         for i in range(cfg.num_layers):
             g.input(f"past_key.{i}", F32, [1, cfg.num_kv_heads, "T", cfg.head_dim])
             g.input(f"past_value.{i}", F32, [1, cfg.num_kv_heads, "T", cfg.head_dim])
-        g.output("logits", F32, [1, "R", cfg.vocab_size])
+        g.output("logits", F32, [1, "R", self.logits_vocab])
+        if self.next_ids:
+            g.output("next_ids", I64, [1, "R"])
         for prefix, length in outputs:
             for i in range(cfg.num_layers):
                 g.output(f"{prefix}_key.{i}", F32, [1, cfg.num_kv_heads, length, cfg.head_dim])

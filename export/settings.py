@@ -28,6 +28,7 @@ class ExportSettings:
     target: str = "cpu"  # cpu: one graph, dynamic widths; qnn / dml: one static graph per width
     fp16: bool = False  # float weights stored as fp16 (DirectML)
     attention: str = "exact"
+    head_vocab: int = 0  # > 0: the output head scores only token ids below it (a draft); 0: all
 
     @property
     def static(self) -> bool:
@@ -53,6 +54,9 @@ class ExportSettings:
         if self.static and self.quant in ("int4", "int8", "w8a8"):
             raise SpecEdgeError(f"--for {self.target} takes fp32 (or --fp16) or qdq weights, not {self.quant}",
                                 "MatMulNBits and MatMulInteger are CPU kernels; export with --quant fp32 for DirectML")
+        if self.head_vocab < 0:
+            raise SpecEdgeError(f"--head-vocab must be positive, got {self.head_vocab}",
+                                "pass e.g. --head-vocab 65536, or leave it out for the full vocabulary")
         if self.context <= max(self.widths):
             raise SpecEdgeError(f"context {self.context} must exceed the largest width {max(self.widths)}",
                                 "raise --context or lower --widths")

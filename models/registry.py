@@ -30,6 +30,7 @@ class ExportDefaults:
     context: int
     block_size: int = 32  # int4/int8 MatMulNBits block
     attention: str = "exact"  # "fused" for a model exported to draft
+    head_vocab: int = 0  # a draft's head truncated to the first N token ids (0: all)
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,9 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         license="Apache-2.0 (Qwen2.5-Coder by Alibaba Cloud)",
-        # a draft runs 1-token steps and needs no row exactness: block 128 and fused attention
-        export=ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused"),
+        # a draft runs 1-token steps and needs no row exactness: block 128 and fused attention; its
+        # head scores the first 80k ids only (98-99% of tokens in code and prose; step 18.1 -> 16.7 ms)
+        export=ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused", head_vocab=81920),
     ),
     ModelEntry(
         name="smollm2-135m",

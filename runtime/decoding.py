@@ -19,7 +19,7 @@ from specedge.kernels.sampling import SamplingParams, argmax, probabilities, sam
 from specedge.runtime.drafters import Draft, Drafter, one_hot
 from specedge.runtime.gamma import GammaController
 from specedge.runtime.kv_cache import KVCache
-from specedge.runtime.model import OnnxModel
+from specedge.runtime.model import ForwardOutput, OnnxModel
 from specedge.runtime.stats import GenerationStats
 
 
@@ -46,14 +46,14 @@ def fit_width(k: int, widths: Sequence[int]) -> int:
     return max(w for w in widths if w <= k + 1) - 1
 
 
-def accept(draft: Draft, logits: np.ndarray, params: SamplingParams, vocab: int,
+def accept(draft: Draft, out: ForwardOutput, params: SamplingParams, vocab: int,
            rng: np.random.Generator) -> AcceptResult:
-    """logits [k+1, V] of the verification pass; the draft's k tokens."""
+    """The verification pass's k+1 rows against the draft's k tokens."""
     tokens = np.asarray(draft.tokens, dtype=np.int64)
     if params.greedy:
-        return accept_greedy(tokens, argmax(logits))
+        return accept_greedy(tokens, out.next_ids)
     q = draft.q if draft.q is not None else one_hot(draft.tokens, vocab)
-    return accept_sampled(tokens, q, probabilities(logits, params), rng)
+    return accept_sampled(tokens, q, probabilities(out.logits, params), rng)
 
 
 def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int]) -> np.ndarray:
@@ -100,7 +100,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
             draft = Draft(draft.tokens[:k], None if draft.q is None else draft.q[:k])
         t = time.perf_counter()
         out = target.forward([context[-1], *draft.tokens], cache, all_logits=True)
-        result = accept(draft, out.logits, params, vocab, rng)
+        result = accept(draft, out, params, vocab, rng)
         cache.commit(out.new_keys, out.new_values, [context[-1], *draft.tokens[:result.n_accepted]])
         stats.target_traffic.add(out.traffic)
         t_verify = time.perf_counter() - t

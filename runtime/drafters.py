@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from specedge.kernels.sampling import SamplingParams, argmax, probabilities, sample
+from specedge.kernels.sampling import SamplingParams, probabilities, sample
 from specedge.runtime.model import OnnxModel
 from specedge.runtime.traffic import Traffic
 
@@ -128,13 +128,12 @@ class DraftModelDrafter:
             out = self.model.forward(feed, self.cache, all_logits=False)
             traffic.add(out.traffic)
             self.cache.commit(out.new_keys, out.new_values, feed)
-            logits = out.logits[-1]  # [V]
             if params.greedy:
-                token = int(argmax(logits))
+                token = int(out.next_ids[-1])
             else:
-                q = probabilities(logits, params)
+                q = probabilities(out.logits[-1], params)
                 token = sample(q, rng)
-                qs.append(q)
+                qs.append(np.pad(q, (0, self.model.manifest.vocab_size - len(q))))  # a truncated head: 0 beyond
             tokens.append(token)
             feed = [token]
         if params.greedy:

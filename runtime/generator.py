@@ -51,7 +51,13 @@ def check_pair(target: OnnxModel, draft: OnnxModel) -> None:
 
 
 def check_lossless(target: OnnxModel, drafter: Drafter | None) -> None:
-    """Speculation is lossless only if a verification row equals the target's 1-token step."""
+    """Speculation is lossless only if a verification row equals the target's 1-token step, and
+    a target must score every token."""
+    if target.manifest.head_vocab:
+        raise SpecEdgeError(
+            f"{target.folder} was exported with --head-vocab {target.manifest.head_vocab}: it scores only "
+            "part of the vocabulary, so it can only draft",
+            "use it as --draft, and a model exported without --head-vocab as the target")
     if drafter is not None and not target.manifest.rows_exact:
         raise SpecEdgeError(
             f"target {target.folder} was exported with --attention {target.manifest.attention}: its "

@@ -51,6 +51,8 @@ class Manifest:
     graphs: dict[int, str] = field(default_factory=dict)  # static targets: width -> its graph file
     attention: str = "exact"  # "fused": GroupQueryAttention, cache updated in place, rows not exact
     kv_in_place: bool = False  # the graph outputs its updated cache buffers (present_*) to bind in place
+    head_vocab: int = 0  # > 0: logits cover only token ids below it (a draft's truncated head)
+    next_ids: bool = False  # the graph also outputs next_ids [1,R], the argmax of each logits row
 
     @property
     def static(self) -> bool:

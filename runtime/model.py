@@ -10,6 +10,7 @@ import numpy as np
 import onnxruntime as ort
 
 from specedge.errors import SpecEdgeError
+from specedge.kernels.sampling import argmax
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.manifest import Manifest, load_manifest
 from specedge.runtime.session import create_session
@@ -21,7 +22,10 @@ MASK_VALUE = np.float32(-30000.0)  # the graph's masked-slot bias (see export/de
 
 @dataclass
 class ForwardOutput:
-    logits: np.ndarray  # [R, V]: one row per requested position
+    # [R, V]: one row per requested position. On CPU the graph writes it into a buffer this model
+    # reuses: valid until its next pass with as many rows
+    logits: np.ndarray
+    next_ids: np.ndarray  # [R]: the argmax of each row (ties: the lowest id), what greedy decoding reads
     new_keys: list[np.ndarray]  # per layer [1, kv_heads, S, head_dim]
     new_values: list[np.ndarray]
     traffic: Traffic  # the bytes this pass moved
@@ -52,6 +56,7 @@ class OnnxModel:
         self._bound: list[np.ndarray] = []  # fused attention: the cache buffers bound in place
         self._binding = None
         self._feeds: dict[str, np.ndarray] = {}
+        self._out_buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rows -> (logits, next_ids)
         # CPU: the pass writes its cache entries into the buffers bound as past_* and present_*
         self.in_place = self.manifest.in_place and provider == "cpu" and not self.manifest.static
 
@@ -97,12 +102,14 @@ class OnnxModel:
             seen = start + width
         traffic = pass_traffic(self.manifest.costs, width, seen, len(feeds["logits_index"]))
         if self.in_place:
-            return ForwardOutput(self._run_in_place(feeds, cache), new_keys=[], new_values=[], traffic=traffic)
+            logits, next_ids = self._run_in_place(feeds, cache)
+            return ForwardOutput(logits, next_ids, new_keys=[], new_values=[], traffic=traffic)
         for (k_name, v_name), k, v in zip(self._past_names, cache.keys, cache.values, strict=True):
             feeds[k_name] = k
             feeds[v_name] = v
         out = self.session_for(width).run(self._outputs, feeds)
-        return ForwardOutput(logits=out[0][0], new_keys=out[1::2], new_values=out[2::2], traffic=traffic)
+        logits = out[0][0]
+        return ForwardOutput(logits, argmax(logits), new_keys=out[1::2], new_values=out[2::2], traffic=traffic)
 
     def _cache_binding(self, cache: KVCache):
         """An IOBinding with each cache buffer bound as both past and present input/output; made
@@ -112,7 +119,6 @@ class OnnxModel:
                 a is b for a, b in zip(buffers, self._bound, strict=True)):
             return self._binding
         binding = self.session.io_binding()
-        binding.bind_output("logits")  # first: get_outputs() follows the binding order
         for (k_name, v_name), k, v in zip(self._past_names, cache.keys, cache.values, strict=True):
             for name, buf in ((k_name, k), (v_name, v)):
                 value = ort.OrtValue.ortvalue_from_numpy(buf)  # shares the numpy buffer
@@ -121,16 +127,26 @@ class OnnxModel:
         self._binding, self._bound = binding, buffers  # keeps the buffers alive as long as they are bound
         return binding
 
-    def _run_in_place(self, feeds: dict[str, np.ndarray], cache: KVCache) -> np.ndarray:
+    def _run_in_place(self, feeds: dict[str, np.ndarray], cache: KVCache) -> tuple[np.ndarray, np.ndarray]:
         """One pass whose cache entries the graph writes straight into the buffers, bound as both
-        past and present: nothing copied, nothing returned but the logits [R, V]."""
+        past and present, and whose logits [R, V] and next ids [R] land in buffers bound for as many
+        rows: no copy, no allocation, no output objects to build."""
         b = self._cache_binding(cache)
         for name, array in feeds.items():
             b.bind_cpu_input(name, array)  # binds the array's memory, not a copy
         self._feeds = feeds  # so it lives until the next pass rebinds
-        b.bind_output("logits")  # unallocated: its rows change from pass to pass
+        logits, next_ids = self._output_buffers(len(feeds["logits_index"]))
+        b.bind_output("logits", "cpu", 0, logits.dtype, list(logits.shape), logits.ctypes.data)
+        if self.manifest.next_ids:
+            b.bind_output("next_ids", "cpu", 0, next_ids.dtype, list(next_ids.shape), next_ids.ctypes.data)
         self.session.run_with_iobinding(b)
-        return b.get_outputs()[0].numpy()[0]
+        return logits[0], next_ids[0] if self.manifest.next_ids else argmax(logits[0])
+
+    def _output_buffers(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        if rows not in self._out_buffers:
+            vocab = self.manifest.head_vocab or self.manifest.vocab_size
+            self._out_buffers[rows] = (np.empty((1, rows, vocab), np.float32), np.empty((1, rows), np.int64))
+        return self._out_buffers[rows]
 
     def prefill(self, tokens: Sequence[int], cache: KVCache) -> np.ndarray:
         """Bring the cache to hold `tokens`, reusing a cached prefix, feeding the rest in chunks
@@ -144,7 +160,7 @@ class OnnxModel:
             cache.commit(out.new_keys, out.new_values, piece)
             logits = out.logits[-1]
             i += len(piece)
-        return logits
+        return logits.copy()  # the pass's buffer is reused by the next pass
 
     def chunk_width(self, remaining: int) -> int:
         """The next prefill chunk: the prefill width, or for static graphs the widest exported width

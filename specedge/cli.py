@@ -44,7 +44,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     quant = args.quant or DEFAULT_QUANT[args.target_provider]
     settings = ExportSettings(quant=quant, context=args.context, widths=args.widths, target=args.target_provider,
-                              fp16=args.fp16, block_size=args.block_size, attention=args.attention)
+                              fp16=args.fp16, block_size=args.block_size, attention=args.attention,
+                              head_vocab=args.head_vocab)
     result = export_model(Path(args.model), Path(args.out), settings, overwrite=args.force)
     m = result.manifest
     print(f"exported {m.architecture} ({m.num_layers} layers, {m.quantization.method}) to {result.path}")
@@ -325,6 +326,9 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attention", default="exact", choices=["exact", "fused"],
                    help="exact: rows of a wide pass equal 1-token steps (a target); fused: ONNX Runtime's "
                         "GroupQueryAttention, cache updated in place, faster steps but rows differ (a draft)")
+    p.add_argument("--head-vocab", type=int, default=0, metavar="N",
+                   help="score only token ids below N in the output head: a cheaper step for a draft, "
+                        "which then never proposes the rarer tokens (default: the full vocabulary)")
     p.add_argument("--for", dest="target_provider", default="cpu", choices=["cpu", "qnn", "dml"],
                    help="cpu: one graph for every width; qnn / dml: a static graph per width, shared weights")
     p.add_argument("--fp16", action="store_true", help="store float weights in fp16 (DirectML)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,7 @@ def test_fused_attention_matches_transformers_through_steps_and_rollback(tiny_pa
         out_i = model.forward([IDS[i]], cache)
         cache.commit(out_i.new_keys, out_i.new_values, [IDS[i]])
         assert np.abs(out_i.logits[0] - ref[i]).max() < 1e-3, i
+        assert out_i.next_ids[0] == out_i.logits[0].argmax()
 
 
 def test_a_fused_target_refuses_to_speculate(tiny_pair: tuple[Path, Path, Path]) -> None:
@@ -97,7 +99,9 @@ def assert_rows_equal_single_steps(target: Path) -> None:
     model = OnnxModel(target)
     cache = model.new_cache(bucket=16)
     model.prefill(IDS[:12], cache)
-    wide = model.forward(IDS[12:17], cache).logits  # [5, V]
+    wide_out = model.forward(IDS[12:17], cache)
+    wide = wide_out.logits.copy()  # [5, V]
+    np.testing.assert_array_equal(wide_out.next_ids, wide.argmax(-1))  # the graph's argmax, numpy's ties
     for i in range(5):
         out = model.forward([IDS[12 + i]], cache)
         cache.commit(out.new_keys, out.new_values, [IDS[12 + i]])
@@ -131,6 +135,7 @@ def test_graph_follows_the_contract(tiny_qwen2: tuple[Path, Path, Path]) -> None
     assert inputs["attention_bias"] == [1, "S", "T"]
     assert inputs["past_key.0"] == [1, kv, "T", hd]
     assert outputs["logits"] == [1, "R", manifest.vocab_size]
+    assert outputs["next_ids"] == [1, "R"] and manifest.next_ids  # argmax of each row, for greedy decoding
     assert outputs["new_key.1"] == [1, kv, "S", hd]  # only the new entries (copied in by NPU/GPU runtimes)
     assert outputs["present_value.1"] == [1, kv, "T", hd] and manifest.in_place  # CPU: bound to past_value.1
     ops = {n.op_type for n in graph.node}
@@ -162,3 +167,28 @@ def test_quantized_exports_stay_close_and_record_quantization(
     agree = np.mean(ours.argmax(-1) == ref.argmax(-1))
     assert agree >= {"int8": 0.9, "w8a8": 0.8, "int4": 0.6}[quant], agree  # random tiny weights: near-ties
     assert (out / "model.onnx.data").stat().st_size < (fp32 / "model.onnx.data").stat().st_size
+
+
+def test_a_truncated_head_scores_the_first_ids_and_only_drafts(tiny_pair: tuple[Path, Path, Path],
+                                                                tmp_path: Path) -> None:
+    """--head-vocab N: the logits are the first N columns of the full head's; such a model may
+    draft but refuses to be a target, and N must be below the vocabulary."""
+    from specedge.errors import SpecEdgeError
+    from specedge.export.artifact import export_model
+    from specedge.export.settings import ExportSettings
+    from specedge.runtime import Generator
+
+    src, target, _ = tiny_pair
+    settings = ExportSettings(quant="fp32", context=64, widths=(1, 4, 8), attention="fused", head_vocab=100)
+    out = export_model(src, tmp_path / "head100", settings).path
+    model = OnnxModel(out)
+    assert model.manifest.head_vocab == 100 and model.manifest.vocab_size > 100
+    logits = model.prefill(IDS, model.new_cache())
+    assert logits.shape == (100,)
+    assert np.abs(logits - hf_logits(src, IDS)[-1, :100]).max() < 1e-3
+    with pytest.raises(SpecEdgeError, match="--head-vocab 100"):
+        Generator.load(out)
+    assert Generator.load(target, draft=out).generate("abc", max_new_tokens=3).token_ids
+    with pytest.raises(SpecEdgeError, match="not below the model's vocabulary"):
+        export_model(src, tmp_path / "too-wide", dataclasses.replace(settings, head_vocab=model.manifest.vocab_size))
+    assert not (tmp_path / "too-wide").exists()

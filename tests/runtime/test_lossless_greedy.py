@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specedge.runtime import Generator, SpecConfig
-from tests.conftest import TINY_CONTEXT
+from tests.conftest import TINY_CONTEXT, TINY_WIDTHS
 
 LONG_PROMPT = "def fib(n):\n    return"  # 20 tokens: more than one 8-token prefill chunk
 SHORT_PROMPT = "abcabcab"
@@ -75,3 +75,19 @@ def test_hybrid_drafting_equals_plain(tiny_pair: tuple[Path, Path, Path], gamma:
         result = gen.generate(prompt)
         assert result.token_ids == plain_tokens(target, prompt, 30)
         assert result.stats.drafter == "hybrid"
+
+
+def test_a_draft_with_a_truncated_head_stays_lossless(tiny_pair: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """The target's own weights as a draft whose head scores ids below 100 only: right wherever
+    the target's token is below 100, never where it is not."""
+    from specedge.export.artifact import export_model
+    from specedge.export.settings import ExportSettings
+
+    src, target, _ = tiny_pair
+    draft = export_model(src, tmp_path / "head100", ExportSettings(
+        quant="fp32", context=TINY_CONTEXT, widths=TINY_WIDTHS, attention="fused", head_vocab=100)).path
+    gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=4, max_new_tokens=24, ignore_eos=True))
+    result = gen.generate(LONG_PROMPT)
+    plain = plain_tokens(target, LONG_PROMPT, 24)
+    assert result.token_ids == plain
+    assert result.stats.accepted > 0

@@ -7,6 +7,7 @@ shift of probability mass at this many draws.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -29,7 +30,8 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def small_vocab_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def small_vocab_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """target, draft, and the draft with a head truncated to the first 8 of the 12 ids"""
     from specedge.export.artifact import export_model
     from specedge.export.settings import ExportSettings
 
@@ -37,7 +39,8 @@ def small_vocab_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
     src = make_tiny_model(root / "src", "llama", seed=5, vocab_size=VOCAB, bos_token_id=0, eos_token_id=1)
     draft_src = make_tiny_model(root / "draft-src", noise_from=src, noise=0.5, seed=6)
     settings = ExportSettings(quant="fp32", context=32, widths=(1, 2, 3, 4))
-    return export_model(src, root / "t", settings).path, export_model(draft_src, root / "d", settings).path
+    truncated = export_model(draft_src, root / "d8", dataclasses.replace(settings, head_vocab=8)).path
+    return export_model(src, root / "t", settings).path, export_model(draft_src, root / "d", settings).path, truncated
 
 
 def next_law(model: OnnxModel, tokens: list[int], params: SamplingParams) -> np.ndarray:
@@ -70,15 +73,18 @@ def draw(gen: Generator, seed: int) -> np.ndarray:
     return out
 
 
-MODES = [*itertools.product(CASES, ["plain", "draft-model", "ngram"]), ("top-p", "hybrid")]
+MODES = [*itertools.product(CASES, ["plain", "draft-model", "ngram"]), ("top-p", "hybrid"),
+         ("temperature", "truncated-draft")]
 
 
 @pytest.mark.parametrize(("case", "mode"), MODES)
-def test_sampled_tokens_follow_target_law(small_vocab_pair: tuple[Path, Path], case: str, mode: str) -> None:
-    target, draft = small_vocab_pair
+def test_sampled_tokens_follow_target_law(small_vocab_pair: tuple[Path, Path, Path], case: str, mode: str) -> None:
+    target, draft, truncated = small_vocab_pair
+    if mode == "truncated-draft":  # proposes only ids 0..7; the target's mass on 8..11 comes from residuals
+        draft = truncated
     params = CASES[case]
     config = SpecConfig(gamma=0 if mode == "plain" else 3, sampling=params)
-    gen = Generator.load(target, draft=draft if mode in ("draft-model", "hybrid") else None,
+    gen = Generator.load(target, draft=draft if mode in ("draft-model", "hybrid", "truncated-draft") else None,
                          ngram=mode in ("ngram", "hybrid"),
                          threads=1, config=config)
     samples = draw(gen, seed=hash((case, mode)) % 2**31)
