@@ -176,9 +176,9 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         target=settings.target,
         graphs=graphs,
         attention=settings.attention,
-        kv_in_place=not settings.static,
+        kv_in_place=builder.kv_in_place,
         head_vocab=settings.head_vocab,
-        next_ids=not settings.static,
+        next_ids=builder.next_ids,
         files={name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
                for name in (*(graphs.values() if graphs else [GRAPH_FILE]), DATA_FILE, TOKENIZER_FILE)},
     )

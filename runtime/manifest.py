@@ -69,6 +69,11 @@ class Manifest:
         return self.kv_in_place or self.attention == "fused"
 
     @property
+    def logits_vocab(self) -> int:
+        """Columns of the logits: the whole vocabulary, or a draft's truncated head."""
+        return self.head_vocab or self.vocab_size
+
+    @property
     def prefill_width(self) -> int:
         return max(self.widths)
 

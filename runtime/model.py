@@ -144,8 +144,8 @@ class OnnxModel:
 
     def _output_buffers(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
         if rows not in self._out_buffers:
-            vocab = self.manifest.head_vocab or self.manifest.vocab_size
-            self._out_buffers[rows] = (np.empty((1, rows, vocab), np.float32), np.empty((1, rows), np.int64))
+            shape = (1, rows, self.manifest.logits_vocab)
+            self._out_buffers[rows] = (np.empty(shape, np.float32), np.empty((1, rows), np.int64))
         return self._out_buffers[rows]
 
     def prefill(self, tokens: Sequence[int], cache: KVCache) -> np.ndarray:
