@@ -89,9 +89,10 @@ class DecoderBuilder:
             y = self.g.op("Mul", scaled, self.g.weight(f"{name}.scales", cw.scales), out=mm_out)
         elif self.quant.quantized:
             pw = quantize_blockwise(w, self.quant.bits, self.quant.block_size)
-            nbytes = pw.packed.nbytes + pw.scales.nbytes
+            nbytes = pw.packed.nbytes + pw.scales.nbytes + pw.zero_points.nbytes
             y = self.g.op("MatMulNBits", x, self.g.weight(f"{name}.qweight", pw.packed),
-                          self.g.weight(f"{name}.scales", pw.scales), domain="com.microsoft",
+                          self.g.weight(f"{name}.scales", pw.scales),
+                          self.g.weight(f"{name}.zero_points", pw.zero_points), domain="com.microsoft",
                           K=pw.k, N=pw.n, bits=self.quant.bits, block_size=self.quant.block_size,
                           accuracy_level=self.quant.accuracy_level, out=mm_out)
         elif self.fp16:

@@ -13,7 +13,7 @@ TARGETS = ("cpu", "qnn", "dml")
 ATTENTION = ("exact", "fused")
 # exact: every row of a wide pass bitwise equal to a 1-token step (targets: lossless greedy speculation);
 # fused: ONNX Runtime's GroupQueryAttention with the cache updated in place, faster 1-token steps (drafts)
-EXPORT_FORMAT = 5  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
+EXPORT_FORMAT = 6  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
 DEFAULT_CONTEXT = 4096
 DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 64)
 
