@@ -3,7 +3,8 @@ over real answers: one export answers the benchmark prompts greedily (128 tokens
 export and the reference read prompt + answer in one go, and each position's argmax is compared
 with the reference's.
 
-    .venv/bin/python scripts/fidelity.py --answers-by TARGET --reference FP32 EXPORT [EXPORT ...]
+    .venv/bin/python scripts/fidelity.py --answers-by TARGET --reference FP32 EXPORT [EXPORT ...] \
+        [--prompts bench/prompts.jsonl bench/heldout.jsonl]
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from specedge.runtime import Generator, OnnxModel, SpecConfig
 CHUNK = 64
 
 
-def answers(folder: str, prompts: Path, max_new_tokens: int) -> list[tuple[str, list[int], list[int]]]:
+def answers(folder: str, prompts: list[Path], max_new_tokens: int) -> list[tuple[str, list[int], list[int]]]:
     """(kind, prompt ids, greedy answer ids) per prompt."""
     gen = Generator(OnnxModel(folder, spin=True), None,
                     SpecConfig(gamma=0, max_new_tokens=max_new_tokens, ignore_eos=True))
-    rows = [json.loads(line) for line in prompts.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for path in prompts for line in path.read_text().splitlines() if line.strip()]
     out = []
     for row in rows:
         ids = gen.encode(row["prompt"], chat=True)
@@ -50,7 +51,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--answers-by", required=True, help="export that answers the prompts")
     parser.add_argument("--reference", required=True, help="float export to agree with")
-    parser.add_argument("--prompts", type=Path, default=Path("bench/prompts.jsonl"))
+    parser.add_argument("--prompts", type=Path, nargs="+", default=[Path("bench/prompts.jsonl")])
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("exports", nargs="+")
     args = parser.parse_args()
