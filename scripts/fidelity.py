@@ -14,10 +14,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+from quant_report import teacher_forced_argmax  # scripts/ is on the path when run as a script
 
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-
-CHUNK = 64
 
 
 def answers(folder: str, prompts: list[Path], max_new_tokens: int) -> list[tuple[str, list[int], list[int]]]:
@@ -35,16 +34,7 @@ def answers(folder: str, prompts: list[Path], max_new_tokens: int) -> list[tuple
 def predictions(folder: str, texts: list[tuple[str, list[int], list[int]]]) -> list[np.ndarray]:
     """Per text, the argmax after each prompt-and-answer position that predicts an answer token."""
     model = OnnxModel(folder)
-    result = []
-    for _, prompt, answer in texts:
-        seq, cache, argmaxes = prompt + answer, model.new_cache(), []
-        for i in range(0, len(seq) - 1, CHUNK):
-            piece = seq[i:min(i + CHUNK, len(seq) - 1)]
-            out = model.forward(piece, cache, all_logits=True)
-            cache.commit(out.new_keys, out.new_values, piece)
-            argmaxes.append(out.logits.argmax(-1))
-        result.append(np.concatenate(argmaxes)[len(prompt) - 1:])
-    return result
+    return [teacher_forced_argmax(model, prompt + answer)[len(prompt) - 1:-1] for _, prompt, answer in texts]
 
 
 def main() -> None:
