@@ -16,7 +16,7 @@ from specedge.runtime.manifest import Manifest, load_manifest
 from specedge.runtime.session import create_session
 from specedge.runtime.traffic import Traffic, pass_traffic
 
-MAX_VERIFY_WIDTH = 9  # γ <= 8: wider passes only prefill (static graphs return their last row only)
+MAX_VERIFY_WIDTH = 13  # γ <= 12: wider passes only prefill (static graphs return their last row only)
 MASK_VALUE = np.float32(-30000.0)  # the graph's masked-slot bias (see export/decoder_graph.py)
 
 

@@ -61,3 +61,17 @@ def test_each_source_is_judged_on_its_own_record() -> None:
     assert source == "model" and gamma >= 4
     assert ctrl.plan(("ngram", "model")) == (source, gamma)
     assert ctrl.plan(()) == (None, 0)  # nothing to draft from: a plain step
+
+
+def test_free_lookups_on_a_flat_cost_curve_take_the_widest_round() -> None:
+    """Lookups cost no pass, so with t(13) near t(9) long copies go 12 at a time; the draft
+    model's 12 extra steps do not pay at the same acceptance."""
+    from specedge.export.settings import DEFAULT_WIDTHS
+
+    flat = {1: 0.075, 5: 0.08, 9: 0.085, 13: 0.09}
+    lookup, model = GammaController.for_widths(DEFAULT_WIDTHS), GammaController.for_widths(DEFAULT_WIDTHS)
+    assert max(lookup.choices) == 12
+    feed(lookup, 0.95, t_draft=0.0001, t_verify=flat)
+    feed(model, 0.95, t_draft=0.017, t_verify=flat)
+    assert lookup.choose() == 12
+    assert model.choose() < 12
