@@ -1,5 +1,6 @@
 """γ auto on hand-made acceptance and pass times."""
 
+from specedge.export.settings import DEFAULT_WIDTHS
 from specedge.kernels.acceptance import expected_tokens
 from specedge.runtime.gamma import GammaController
 
@@ -66,8 +67,6 @@ def test_each_source_is_judged_on_its_own_record() -> None:
 def test_free_lookups_on_a_flat_cost_curve_take_the_widest_round() -> None:
     """Lookups cost no pass, so with t(13) near t(9) long copies go 12 at a time; the draft
     model's 12 extra steps do not pay at the same acceptance."""
-    from specedge.export.settings import DEFAULT_WIDTHS
-
     flat = {1: 0.075, 5: 0.08, 9: 0.085, 13: 0.09}
     lookup, model = GammaController.for_widths(DEFAULT_WIDTHS), GammaController.for_widths(DEFAULT_WIDTHS)
     assert max(lookup.choices) == 12
