@@ -79,7 +79,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         drafter.begin(context)
     stats.time_prefill_s += time.perf_counter() - t0
     produced = 1
-    controller = GammaController.for_widths(widths, start=config.gamma) if config.auto_gamma else None
+    controller = GammaController.for_widths(target.verify_widths, start=config.gamma) if config.auto_gamma else None
     yield [context[-1]]
     while len(context) <= capacity:  # the pending token still fits
         remaining = config.max_new_tokens - produced

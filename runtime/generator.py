@@ -23,6 +23,7 @@ from specedge.errors import SpecEdgeError
 from specedge.runtime.decoding import SpecConfig, decode_tokens
 from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, NgramDrafter
 from specedge.runtime.model import OnnxModel
+from specedge.runtime.row_groups import align_rows
 from specedge.runtime.session import resolve_provider
 from specedge.runtime.stats import GenerationStats
 from specedge.runtime.text import Message, StreamDecoder, TextCodec
@@ -50,19 +51,24 @@ def check_pair(target: OnnxModel, draft: OnnxModel) -> None:
             "pick a draft from the same model family as the target")
 
 
-def check_lossless(target: OnnxModel, drafter: Drafter | None) -> None:
-    """Speculation is lossless only if a verification row equals the target's 1-token step, and
-    a target must score every token."""
+def check_lossless(target: OnnxModel, drafter: Drafter | None, single_steps: bool = False) -> None:
+    """Speculation is lossless only if a verification row equals the target's row for that
+    position in any other pass, and a target must score every token. A fused target is made so
+    by running whole groups of rows (plain decoding too, so both agree), unless `single_steps`
+    asks for plain decoding in 1-token passes."""
     if target.manifest.head_vocab:
         raise SpecEdgeError(
             f"{target.folder} was exported with --head-vocab {target.manifest.head_vocab}: it scores only "
             "part of the vocabulary, so it can only draft",
             "use it as --draft, and a model exported without --head-vocab as the target")
-    if drafter is not None and not target.manifest.rows_exact:
-        raise SpecEdgeError(
-            f"target {target.folder} was exported with --attention {target.manifest.attention}: its "
-            "verification rows differ from its 1-token steps, so speculation would change its output",
-            "use it as a draft or for plain decoding (--no-draft), or re-export the target with --attention exact")
+    if drafter is not None and single_steps:
+        raise SpecEdgeError("single_steps is for plain decoding only", "drop the drafter or single_steps")
+    if single_steps or align_rows(target) or drafter is None:
+        return
+    raise SpecEdgeError(
+        f"target {target.folder} was exported with --attention {target.manifest.attention}, and on this CPU "
+        "its rows change with the width of the pass even in whole groups, so speculation would change "
+        "its output", "decode it plainly (--no-draft), or re-export the target with --attention exact")
 
 
 def check_gamma(config: SpecConfig, target: OnnxModel, drafter: Drafter | None) -> None:
@@ -119,14 +125,16 @@ def split_by_origin(text: str, start: int, end: int, ends: list[int], drafted: l
 
 class Generator:
     def __init__(self, target: OnnxModel, drafter: Drafter | None = None,
-                 config: SpecConfig | None = None) -> None:
+                 config: SpecConfig | None = None, single_steps: bool = False) -> None:
+        """single_steps: plain decoding in 1-token passes, the fastest step of a fused target,
+        whose tokens may differ at near-ties from its speculative decoding (see row_groups.py)."""
         self.target = target
         self.drafter = drafter
         self.config = config or SpecConfig()
         self.codec = TextCodec(target.folder, target.manifest)
         self.cache = target.new_cache()
         self.bandwidth_gb_per_s: float | None = None  # set from a measured device profile, for the roofline
-        check_lossless(target, drafter)
+        check_lossless(target, drafter, single_steps)
         check_gamma(self.config, target, drafter)
 
     @classmethod

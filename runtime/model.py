@@ -59,6 +59,7 @@ class OnnxModel:
         self._out_buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rows -> (logits, next_ids)
         # CPU: the pass writes its cache entries into the buffers bound as past_* and present_*
         self.in_place = self.manifest.in_place and provider == "cpu" and not self.manifest.static
+        self.row_multiple = 1  # passes run whole groups of this many rows (runtime/row_groups.py)
 
     @property
     def name(self) -> str:
@@ -68,6 +69,11 @@ class OnnxModel:
         m = self.manifest
         return KVCache(m.num_layers, m.num_kv_heads, m.head_dim, m.context, bucket=bucket,
                        static=m.static or self.provider != "cpu", in_place=self.in_place)
+
+    @property
+    def verify_widths(self) -> tuple[int, ...]:
+        """The exported widths whose passes need no padding: where γ auto chooses from."""
+        return tuple(w for w in self.manifest.widths if w % self.row_multiple == 0)
 
     def session_for(self, width: int):
         if self.session is not None:
@@ -82,34 +88,50 @@ class OnnxModel:
 
     def forward(self, tokens: Sequence[int], cache: KVCache, all_logits: bool = True) -> ForwardOutput:
         """Run tokens at positions [cache.length, +S). Does not commit: the caller decides how many
-        of the new entries to keep. all_logits=False returns the last row only (prefill)."""
+        of the new entries to keep. all_logits=False returns the last row only (prefill).
+
+        With row_multiple > 1 the pass is padded to whole groups of rows: copies of the last
+        token after it (their cache entries lie beyond what is committed), or, where the context
+        has no room left, the committed tokens before it again (their entries rewritten with the
+        same values). Only the rows of `tokens` are returned."""
         start, width = cache.length, len(tokens)
-        slots = cache.reserve(start + width)
-        if self.manifest.graphs:  # static graphs fix the logits rows: all up to width 9, else the last
-            all_logits = width <= MAX_VERIFY_WIDTH
+        pad = -width % self.row_multiple
+        front = pad if start + width + pad > cache.capacity else 0
+        back = pad - front
+        if front > start:
+            raise ValueError(f"a pass of {width} tokens padded to {width + pad} does not fit the cache")
+        first = start - front  # the position of the pass's first row
+        run = [*cache.tokens[first:start], *tokens, *[tokens[-1]] * back]
+        n = len(run)
+        slots = cache.reserve(first + n)
+        if self.manifest.graphs:  # static graphs fix the logits rows: all up to width 13, else the last
+            all_logits = n <= MAX_VERIFY_WIDTH
+        rows = n if all_logits else self.row_multiple  # the head, too, runs whole groups of rows
         feeds: dict[str, np.ndarray] = {
-            "input_ids": np.asarray(tokens, dtype=np.int64)[None],  # [1, S]
-            "logits_index": np.arange(width, dtype=np.int64) if all_logits
-            else np.array([width - 1], dtype=np.int64),  # [R]
+            "input_ids": np.asarray(run, dtype=np.int64)[None],  # [1, S]
+            "logits_index": np.arange(n - rows, n, dtype=np.int64),  # [R]
         }
         if self.manifest.rows_exact:  # attention over the whole buffer, masked
-            feeds["position_ids"] = np.arange(start, start + width, dtype=np.int64)[None]  # [1, S]
-            feeds["attention_bias"] = attention_bias(start, width, slots)  # [1, S, T]
+            feeds["position_ids"] = np.arange(first, first + n, dtype=np.int64)[None]  # [1, S]
+            feeds["attention_bias"] = attention_bias(first, n, slots)  # [1, S, T]
             seen = slots
         else:  # GroupQueryAttention over the filled slots
-            feeds["seqlens_k"] = np.array([start + width - 1], dtype=np.int32)
-            feeds["total_sequence_length"] = np.array(start + width, dtype=np.int32)
-            seen = start + width
-        traffic = pass_traffic(self.manifest.costs, width, seen, len(feeds["logits_index"]))
+            feeds["seqlens_k"] = np.array([first + n - 1], dtype=np.int32)
+            feeds["total_sequence_length"] = np.array(first + n, dtype=np.int32)
+            seen = first + n
+        traffic = pass_traffic(self.manifest.costs, n, seen, rows)
+        keep = slice(front, front + width) if all_logits else slice(rows - 1 - back, rows - back)
         if self.in_place:
             logits, next_ids = self._run_in_place(feeds, cache)
-            return ForwardOutput(logits, next_ids, new_keys=[], new_values=[], traffic=traffic)
+            return ForwardOutput(logits[keep], next_ids[keep], new_keys=[], new_values=[], traffic=traffic)
         for (k_name, v_name), k, v in zip(self._past_names, cache.keys, cache.values, strict=True):
             feeds[k_name] = k
             feeds[v_name] = v
-        out = self.session_for(width).run(self._outputs, feeds)
-        logits = out[0][0]
-        return ForwardOutput(logits, argmax(logits), new_keys=out[1::2], new_values=out[2::2], traffic=traffic)
+        out = self.session_for(n).run(self._outputs, feeds)
+        logits = out[0][0][keep]
+        own = slice(front, front + width)
+        return ForwardOutput(logits, argmax(logits), new_keys=[k[:, :, own] for k in out[1::2]],
+                             new_values=[v[:, :, own] for v in out[2::2]], traffic=traffic)
 
     def _cache_binding(self, cache: KVCache):
         """An IOBinding with each cache buffer bound as both past and present input/output; made

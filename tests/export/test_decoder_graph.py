@@ -85,16 +85,6 @@ def test_fused_attention_matches_transformers_through_steps_and_rollback(tiny_pa
         assert out_i.next_ids[0] == out_i.logits[0].argmax()
 
 
-def test_a_fused_target_refuses_to_speculate(tiny_pair: tuple[Path, Path, Path]) -> None:
-    from specedge.errors import SpecEdgeError
-    from specedge.runtime import Generator
-
-    draft = tiny_pair[2]  # exported with fused attention
-    with pytest.raises(SpecEdgeError, match="--attention exact"):
-        Generator.load(draft, draft=draft)
-    assert Generator.load(draft).generate("abc", max_new_tokens=3).token_ids  # plain decoding is fine
-
-
 def assert_rows_equal_single_steps(target: Path) -> None:
     model = OnnxModel(target)
     cache = model.new_cache(bucket=16)

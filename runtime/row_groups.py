@@ -1,0 +1,61 @@
+"""Exact rows for a target with fused attention, by running whole groups of rows.
+
+A lossless target computes each position's row bit for bit the same whatever the width of the
+pass and the row's place in it; then speculative decoding, whose passes are wide, and plain
+decoding agree token for token. Graphs with exact attention are built so. The CPU kernels of a
+fused graph (GroupQueryAttention, int4 MatMulNBits at blocks above 32) are not: they run a lone
+row through another kernel than rows that come in pairs, and the last bits that differ grow
+through the layers into logits ~0.4 apart, enough to flip a near-tie. Measured on x86 with
+AVX-512, they do compute every row alike when rows come in whole pairs, wherever the pass starts.
+So such a target pads every pass, plain steps included, to whole groups of rows (see
+`OnnxModel.forward`); `align_rows` finds the group on this CPU by running one token sequence
+split into passes several ways and comparing the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from specedge.runtime.model import OnnxModel
+
+GROUPS = (2, 4)  # candidate rows per group, smallest first
+SPLITS = ((8,), (1, 2, 3, 2), (3, 1, 4))  # passes over the probe's 8 tokens: odd and even starts
+
+
+def rows_by_split(model: OnnxModel, prefix: Sequence[int], tokens: Sequence[int], split: Sequence[int]) -> np.ndarray:
+    """The logits rows [len(tokens), V] of `tokens` after `prefix`, run in passes of `split` widths."""
+    cache = model.new_cache(bucket=64)
+    model.prefill(prefix, cache)
+    rows, pos = [], 0
+    for width in split:
+        piece = tokens[pos:pos + width]
+        out = model.forward(piece, cache)
+        rows.append(out.logits.copy())
+        cache.commit(out.new_keys, out.new_values, piece)
+        pos += width
+    return np.concatenate(rows)
+
+
+def rows_agree(model: OnnxModel) -> bool:
+    """Do the passes of every split give the same rows, bit for bit?"""
+    ids = np.random.default_rng(0).integers(100, min(model.manifest.vocab_size, 30000), 15).tolist()
+    prefix, tokens = ids[:7], ids[7:]
+    first, *others = (rows_by_split(model, prefix, tokens, split) for split in SPLITS)
+    return all(np.array_equal(first, rows) for rows in others)
+
+
+def align_rows(model: OnnxModel) -> bool:
+    """Make `model` compute rows exactly: True if its graph does by construction or once its
+    passes run in whole groups of rows (then model.row_multiple is set), False if neither."""
+    if model.manifest.rows_exact or model.row_multiple > 1:
+        return True
+    if not model.in_place:  # fused attention runs on the CPU provider only
+        return False
+    for group in GROUPS:
+        model.row_multiple = group
+        if rows_agree(model):
+            return True
+    model.row_multiple = 1
+    return False

@@ -1,0 +1,77 @@
+"""A fused-attention target runs whole groups of rows, so every split of a sequence into passes
+gives the same rows, bit for bit, and speculation over it is lossless."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specedge.errors import SpecEdgeError
+from specedge.runtime import Generator, OnnxModel, SpecConfig, row_groups
+from specedge.runtime.row_groups import align_rows, rows_by_split
+from tests.conftest import TINY_CONTEXT
+
+IDS = [5, 17, 42, 8, 99, 3, 61, 27, 14, 77, 31, 2, 58, 90, 11, 46, 23, 70, 36, 9]
+
+
+def fused_target(pair: tuple[Path, Path, Path]) -> OnnxModel:
+    return OnnxModel(pair[2])  # the tiny pair's draft: fused attention, whole head
+
+
+def test_any_split_into_passes_gives_the_same_rows(tiny_pair: tuple[Path, Path, Path]) -> None:
+    model = fused_target(tiny_pair)
+    assert align_rows(model) and model.row_multiple > 1
+    prefix, tokens = IDS[:5], IDS[5:]
+    reference = rows_by_split(model, prefix, tokens, [len(tokens)])
+    for split in ([1] * 15, [5, 5, 5], [2, 7, 1, 3, 2], [4, 11]):
+        np.testing.assert_array_equal(rows_by_split(model, prefix, tokens, split), reference)
+
+
+def test_a_pass_at_the_end_of_the_context_pads_in_front(tiny_pair: tuple[Path, Path, Path]) -> None:
+    """No room after the last slot: the pass repeats committed tokens before it instead, whose
+    entries it rewrites with the same values, and returns the rows of its own tokens."""
+    model = fused_target(tiny_pair)
+    align_rows(model)
+    tokens = [IDS[i % len(IDS)] for i in range(TINY_CONTEXT)]
+    cache = model.new_cache()
+    model.prefill(tokens[:TINY_CONTEXT - 1], cache)
+    kept = [k[:, :, :TINY_CONTEXT - 1].copy() for k in cache.keys]
+    last = model.forward(tokens[-1:], cache)  # position 63 of 64: a pad after it would not fit
+    assert last.logits.shape[0] == 1
+    row = last.logits[0].copy()  # the output buffer is reused by the next pass
+    for before, after in zip(kept, cache.keys, strict=True):
+        np.testing.assert_array_equal(after[:, :, :TINY_CONTEXT - 1], before)
+    cache.truncate(TINY_CONTEXT - 2)
+    pair = model.forward(tokens[-2:], cache)  # the same position as the second row of a pair
+    np.testing.assert_array_equal(row, pair.logits[1])
+
+
+@pytest.mark.parametrize("drafter", ["draft-model", "hybrid"])
+def test_speculation_over_a_fused_target_equals_its_plain_decoding(tiny_pair: tuple[Path, Path, Path],
+                                                                   drafter: str) -> None:
+    _, exact, fused = tiny_pair
+    plain = Generator.load(fused, config=SpecConfig(gamma=0, max_new_tokens=1000, ignore_eos=True))
+    for gamma, auto in ((1, False), (2, False), (4, True)):
+        spec = Generator.load(fused, draft=exact, ngram=drafter == "hybrid",
+                              config=SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=1000, ignore_eos=True))
+        for prompt in ("def fib(n):\n    return", "abcabcab"):  # to the end of the context
+            result = spec.generate(prompt)
+            assert result.token_ids == plain.generate(prompt).token_ids
+            assert result.stats.stop_reason == "context"
+
+
+def test_rows_that_never_agree_refuse_speculation(tiny_pair: tuple[Path, Path, Path],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(row_groups, "rows_agree", lambda model: False)
+    _, exact, fused = tiny_pair
+    with pytest.raises(SpecEdgeError, match="--attention exact"):
+        Generator.load(fused, draft=exact)
+    gen = Generator.load(fused)  # plain decoding is fine, in 1-token passes
+    assert gen.target.row_multiple == 1 and gen.generate("abc", max_new_tokens=3).token_ids
+
+
+def test_single_steps_keep_one_token_passes(tiny_pair: tuple[Path, Path, Path]) -> None:
+    gen = Generator(OnnxModel(tiny_pair[2]), None, SpecConfig(gamma=0, max_new_tokens=4), single_steps=True)
+    assert gen.target.row_multiple == 1 and gen.generate("abc").token_ids
