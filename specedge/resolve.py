@@ -13,9 +13,9 @@ from specedge.models.registry import ModelEntry, get_model, get_pair
 
 
 def export_settings(entry: ModelEntry, quant: str | None = None) -> ExportSettings:
-    return ExportSettings(quant=quant or entry.export.quant, context=entry.export.context,
-                          block_size=entry.export.block_size, attention=entry.export.attention,
-                          head_vocab=entry.export.head_vocab)
+    export = entry.export_for(quant)
+    return ExportSettings(quant=export.quant, context=export.context, block_size=export.block_size,
+                          attention=export.attention, head_vocab=export.head_vocab)
 
 
 def cached_artifact(name: str, quant: str | None = None) -> Path:
