@@ -3,8 +3,11 @@
 Every prompt is decoded greedily by each mode in turn (plain first), so drift in a shared
 machine's speed hits all modes alike; the tables report medians and ratios to plain decoding of
 the same prompt, never a lone absolute time. With a baseline (another export of the target,
-e.g. the int4 one, whose 1-token step is faster), its plain decoding runs too, and every mode is
-also compared with the faster of the two plain decodings: the speed a user would otherwise get.
+e.g. the int4 one, whose 1-token step is faster), its plain decoding in 1-token steps runs too,
+and every mode is also compared with the faster of the two plain decodings: the speed a user
+would otherwise get. Where the baseline can verify losslessly (runtime/row_groups.py), its
+plain decoding in row groups ('baseline-rows') and speculation over it with the same draft
+('baseline-draft-auto', 'baseline-hybrid', which must reproduce baseline-rows' tokens) run too.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 from specedge.errors import SpecEdgeError
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, NgramDrafter
+from specedge.runtime.row_groups import align_rows
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class Run:
     ratio_best_plain: float  # to the faster of plain decoding and the baseline's plain decoding
     tokens_per_pass: float
     acceptance: float
-    identical: bool  # same tokens as plain decoding
+    identical: bool  # same tokens as plain decoding of its target (baseline modes: 'baseline-rows')
     gamma: int
     host_fraction: float  # share of decoding spent outside model passes
 
@@ -65,27 +69,56 @@ def modes(target: OnnxModel, draft: OnnxModel, gammas: Sequence[int]) -> dict[st
 BASELINE = "baseline-plain"
 
 
+@dataclass(frozen=True)
+class Job:
+    mode: str
+    model: OnnxModel
+    drafter: Drafter | None
+    config: SpecConfig
+    reference: str = "plain"  # the mode whose tokens this one must reproduce
+    single_steps: bool = False
+
+
+def baseline_jobs(folder: Path, draft: OnnxModel, only: Sequence[str] | None) -> list[Job]:
+    """The baseline's plain decoding in 1-token steps (the fastest step, a session of its own),
+    and where it can be a lossless target (exact rows, or whole row pairs), its plain decoding
+    in those passes and speculation over it with the same draft, whose tokens must equal that
+    plain decoding's."""
+    jobs = [Job(BASELINE, OnnxModel(folder, spin=True), None, SpecConfig(gamma=0), reference=BASELINE,
+                single_steps=True)]
+    baseline = OnnxModel(folder)
+    if not align_rows(baseline):
+        return jobs
+    model, vocab = DraftModelDrafter(draft), baseline.manifest.vocab_size
+    spec = {"baseline-draft-auto": model, "baseline-hybrid": HybridDrafter(NgramDrafter(vocab), model)}
+    jobs.append(Job("baseline-rows", baseline, None, SpecConfig(gamma=0), reference="baseline-rows"))
+    for mode, drafter in spec.items():
+        if only is None or mode in only:
+            jobs.append(Job(mode, baseline, drafter, SpecConfig(gamma=4, auto_gamma=True), reference="baseline-rows"))
+    return jobs
+
+
 def run_prompt(index: int, row: dict[str, str], target: OnnxModel,
                mode_table: dict[str, tuple[Drafter | None, SpecConfig]], max_new_tokens: int,
-               baseline: OnnxModel | None = None, plain_target: OnnxModel | None = None) -> list[Run]:
+               extra: Sequence[Job] = (), plain_target: OnnxModel | None = None) -> list[Run]:
     """Each mode on one prompt; plain decoding first (by `plain_target`, the target's session
-    that runs alone, if given), then the baseline's, then the others."""
-    runs, plain_ids, plain_speed = [], None, 0.0
-    jobs = [(mode, plain_target if mode == "plain" and plain_target else target, drafter, config)
+    that runs alone, if given), then the baseline's modes, then the others."""
+    jobs = [Job(mode, plain_target if mode == "plain" and plain_target else target, drafter, config)
             for mode, (drafter, config) in mode_table.items()]
-    if baseline is not None:
-        jobs.insert(1, (BASELINE, baseline, None, SpecConfig(gamma=0)))
-    for mode, model, drafter, config in jobs:
-        gen = Generator(model, drafter, dataclasses.replace(config, max_new_tokens=max_new_tokens))
+    jobs[1:1] = extra
+    runs, tokens, plain_speed = [], {}, 0.0
+    for job in jobs:
+        gen = Generator(job.model, job.drafter, dataclasses.replace(job.config, max_new_tokens=max_new_tokens),
+                        single_steps=job.single_steps)
         result = gen.generate(row["prompt"], chat=True)
         s = result.stats
-        if plain_ids is None:
-            plain_ids, plain_speed = result.token_ids, s.tokens_per_s
-        runs.append(Run(prompt=index, kind=row["kind"], mode=mode, tokens=s.n_tokens, tokens_per_s=s.tokens_per_s,
+        tokens.setdefault(job.reference, result.token_ids)
+        plain_speed = plain_speed or s.tokens_per_s
+        runs.append(Run(prompt=index, kind=row["kind"], mode=job.mode, tokens=s.n_tokens, tokens_per_s=s.tokens_per_s,
                         ratio=s.tokens_per_s / plain_speed if plain_speed else 0.0,
                         ratio_best_plain=0.0,  # set below, once both plain decodings have run
                         tokens_per_pass=s.mean_accepted_per_target_call, acceptance=s.acceptance_rate,
-                        identical=result.token_ids == plain_ids, gamma=s.gamma,
+                        identical=result.token_ids == tokens[job.reference], gamma=s.gamma,
                         host_fraction=s.time_host_s / s.time_decode_s if s.time_decode_s else 0.0))
     return with_best_plain(runs)
 
@@ -128,8 +161,9 @@ def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict) -> 
              f"peak memory {meta['peak_rss_gib']:.1f} GiB. Ratios are to plain decoding of the same prompt "
              "(median over the kind); 'same' counts prompts whose tokens equal plain decoding's."]
     if meta.get("baseline"):
-        lines.append(f"'{BASELINE}' is plain decoding of {meta['baseline']}; 'vs best plain' is the ratio to "
-                     "the faster of the two plain decodings of the same prompt.")
+        lines.append(f"'{BASELINE}' is plain decoding of {meta['baseline']} in 1-token steps; 'vs best plain' is "
+                     "the ratio to the faster of the two plain decodings of the same prompt. 'baseline-rows' is its "
+                     "plain decoding in row pairs, whose tokens the baseline's speculative modes must reproduce.")
     lines.append("")
     for kind, modes_ in summary.items():
         lines += [f"## {kind}", "", "| mode | tokens/s | ratio to plain | worst ratio | vs best plain | "
@@ -177,21 +211,23 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
     rows = load_prompts(prompts_file)[:limit]
     target, draft = OnnxModel(target_dir), OnnxModel(draft_dir)
     plain_target = OnnxModel(target_dir, spin=True)  # plain decoding as a user gets it: the session alone
-    baseline = OnnxModel(baseline_dir, spin=True) if baseline_dir else None
     table = modes(target, draft, gammas)
     if only:  # plain decoding always runs first: every ratio is to it
         table = {m: v for m, v in table.items() if m == "plain" or m in only}
-    for model in (target, plain_target, baseline) if baseline else (target, plain_target):
+    extra = baseline_jobs(baseline_dir, draft, only) if baseline_dir else []
+    for model in (target, plain_target):
         Generator(model, None, SpecConfig(gamma=0, max_new_tokens=8)).generate("warm up")
+    for job in extra[:1]:
+        Generator(job.model, None, SpecConfig(gamma=0, max_new_tokens=8), single_steps=True).generate("warm up")
     runs: list[Run] = []
     for i, row in enumerate(rows):
-        runs += run_prompt(i, row, target, table, max_new_tokens, baseline, plain_target)
+        runs += run_prompt(i, row, target, table, max_new_tokens, extra, plain_target)
         done = [r for r in runs if r.prompt == i]
         print(f"[{i + 1}/{len(rows)}] {row['kind']}: " + ", ".join(f"{r.mode} {r.ratio:.2f}" for r in done),
               file=sys.stderr)
     curves = {"target": time_curve(target, range(1, 10)), "draft": time_curve(draft, range(1, 10))}
-    if baseline:
-        curves["baseline"] = time_curve(baseline, range(1, 10))
+    if extra:
+        curves["baseline"] = time_curve(extra[0].model, range(1, 10))
     summary = summarize(runs)
     meta = {"target": target_dir.name, "draft": draft_dir.name, "prompts": len(rows), "command": command,
             "baseline": baseline_dir.name if baseline_dir else None,
