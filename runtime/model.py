@@ -60,6 +60,7 @@ class OnnxModel:
         # CPU: the pass writes its cache entries into the buffers bound as past_* and present_*
         self.in_place = self.manifest.in_place and provider == "cpu" and not self.manifest.static
         self.row_multiple = 1  # passes run whole groups of this many rows (runtime/row_groups.py)
+        self.rows_disagree = False  # no group of rows computes rows exactly here (found by the probe)
 
     @property
     def name(self) -> str:

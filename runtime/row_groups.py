@@ -51,11 +51,11 @@ def align_rows(model: OnnxModel) -> bool:
     passes run in whole groups of rows (then model.row_multiple is set), False if neither."""
     if model.manifest.rows_exact or model.row_multiple > 1:
         return True
-    if not model.in_place:  # fused attention runs on the CPU provider only
+    if not model.in_place or model.rows_disagree:  # fused attention runs on the CPU provider only
         return False
     for group in GROUPS:
         model.row_multiple = group
         if rows_agree(model):
             return True
-    model.row_multiple = 1
+    model.row_multiple, model.rows_disagree = 1, True
     return False

@@ -64,12 +64,16 @@ def test_speculation_over_a_fused_target_equals_its_plain_decoding(tiny_pair: tu
 
 def test_rows_that_never_agree_refuse_speculation(tiny_pair: tuple[Path, Path, Path],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(row_groups, "rows_agree", lambda model: False)
+    probes = []
+    monkeypatch.setattr(row_groups, "rows_agree", lambda model: probes.append(model.row_multiple) or False)
     _, exact, fused = tiny_pair
     with pytest.raises(SpecEdgeError, match="--attention exact"):
         Generator.load(fused, draft=exact)
+    assert probes == [2, 4]
     gen = Generator.load(fused)  # plain decoding is fine, in 1-token passes
     assert gen.target.row_multiple == 1 and gen.generate("abc", max_new_tokens=3).token_ids
+    Generator(gen.target)  # the same model again: its probe's verdict is kept
+    assert probes == [2, 4, 2, 4]
 
 
 def test_single_steps_keep_one_token_passes(tiny_pair: tuple[Path, Path, Path]) -> None:
