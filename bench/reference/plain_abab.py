@@ -1,11 +1,12 @@
-"""Plain decoding, specedge against onnxruntime-genai, in alternating passes (A B A B ...), so the
-drift of a shared machine hits both sides alike. Greedy, exactly 128 new tokens (EOS ignored on both
+"""specedge against onnxruntime-genai's plain decoding, in alternating passes (A B A B ...), so the
+drift of a shared machine hits both sides alike. Ours decodes plainly in 1-token steps, or with
+--draft (and --ngram: hybrid) speculatively at γ auto. Greedy, exactly 128 new tokens (EOS ignored on both
 sides: the two int4 builds stop at different places, and a shorter answer is decoded over a shorter
 context, so stopping at EOS would compare different work); decode tokens/s, median per prompt kind
 over every pass.
 
     python bench/reference/plain_abab.py --ours plain-int4 --genai-python /work/genai/venv/bin/python \
-        --genai-model /work/genai/models/qwen2.5-coder-1.5b-instruct-int4 --rounds 2
+        --genai-model /work/genai/models/qwen2.5-coder-1.5b-instruct-int4 --rounds 2 [--draft D [--ngram]]
 """
 
 from __future__ import annotations
@@ -43,15 +44,21 @@ def medians(samples: list[tuple[str, float]]) -> dict[str, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--ours", required=True, help="specedge artifact to decode plainly")
+    p.add_argument("--ours", required=True, help="specedge target artifact")
+    p.add_argument("--draft", help="decode ours speculatively with this draft artifact (γ auto)")
+    p.add_argument("--ngram", action="store_true", help="with --draft: hybrid drafting")
     p.add_argument("--genai-python", required=True)
     p.add_argument("--genai-model", required=True)
     p.add_argument("--prompts", type=Path, default=Path("bench/prompts.jsonl"))
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args()
     rows = load_prompts(args.prompts)
-    gen = Generator(OnnxModel(args.ours, spin=True), None,
-                    SpecConfig(gamma=0, max_new_tokens=NEW_TOKENS, ignore_eos=True))
+    if args.draft:
+        gen = Generator.load(args.ours, draft=args.draft, ngram=args.ngram,
+                             config=SpecConfig(auto_gamma=True, max_new_tokens=NEW_TOKENS, ignore_eos=True))
+    else:
+        gen = Generator(OnnxModel(args.ours, spin=True), None,
+                        SpecConfig(gamma=0, max_new_tokens=NEW_TOKENS, ignore_eos=True), single_steps=True)
     gen.generate(rows[0]["prompt"], chat=True, max_new_tokens=16)  # warm-up, as genai_bench does
     ours, genai = [], []
     for _ in range(args.rounds):
@@ -59,7 +66,8 @@ def main() -> None:
         genai += genai_pass(args.genai_python, args.genai_model, args.prompts)
     a, b = medians(ours), medians(genai)
     print(f"{args.rounds} rounds A/B, {len(rows)} prompts; median decode tokens/s")
-    print("| kind | specedge plain | genai plain | specedge / genai |\n|---|---|---|---|")
+    ours_mode = ("hybrid" if args.ngram else "draft γ auto") if args.draft else "plain"
+    print(f"| kind | specedge {ours_mode} | genai plain | specedge / genai |\n|---|---|---|---|")
     for kind in a:
         print(f"| {kind} | {a[kind]:.1f} | {b[kind]:.1f} | {a[kind] / b[kind]:.2f} |")
 
