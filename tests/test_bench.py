@@ -42,7 +42,7 @@ def test_bench_compares_with_a_baseline_export(tiny_llama: tuple[Path, Path, Pat
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     runs = {r["mode"]: r for r in data["runs"]}
     # the fused draft as baseline verifies in row pairs: its own plain decoding in pairs runs too
-    assert list(runs) == ["plain", "baseline-plain", "baseline-rows", "ngram"]
+    assert list(runs) == ["plain", "baseline-rows", "baseline-plain", "ngram"]
     best = max(runs["plain"]["tokens_per_s"], runs["baseline-plain"]["tokens_per_s"])
     for mode in runs:
         assert abs(runs[mode]["ratio_best_plain"] - runs[mode]["tokens_per_s"] / best) < 1e-9
@@ -57,6 +57,6 @@ def test_a_baseline_in_row_pairs_speculates_losslessly(tiny_llama: tuple[Path, P
     run_bench(target, draft, prompts, tmp_path / "out", max_new_tokens=12, gammas=(1,),
               only=["baseline-draft-auto", "baseline-hybrid"], baseline_dir=draft)
     runs = {r["mode"]: r for r in json.loads((tmp_path / "out" / "results.json").read_text())["runs"]}
-    assert list(runs) == ["plain", "baseline-plain", "baseline-rows", "baseline-draft-auto", "baseline-hybrid"]
+    assert list(runs) == ["plain", "baseline-rows", "baseline-plain", "baseline-draft-auto", "baseline-hybrid"]
     assert runs["baseline-draft-auto"]["identical"] and runs["baseline-hybrid"]["identical"]
     assert runs["baseline-hybrid"]["tokens_per_pass"] > 1.0
