@@ -53,9 +53,9 @@ def check_pair(target: OnnxModel, draft: OnnxModel) -> None:
 
 def check_lossless(target: OnnxModel, drafter: Drafter | None, single_steps: bool = False) -> None:
     """Speculation is lossless only if a verification row equals the target's row for that
-    position in any other pass, and a target must score every token. A fused target is made so
-    by running whole groups of rows (plain decoding too, so both agree), unless `single_steps`
-    asks for plain decoding in 1-token passes."""
+    position in any other pass, and a target must score every token. A graph not row-exact as
+    built (fused attention, MatMulNBits blocks above 32) is made so by running whole groups of
+    rows (plain decoding too, so both agree), unless `single_steps` asks for 1-token passes."""
     if target.manifest.head_vocab:
         raise SpecEdgeError(
             f"{target.folder} was exported with --head-vocab {target.manifest.head_vocab}: it scores only "
@@ -65,10 +65,12 @@ def check_lossless(target: OnnxModel, drafter: Drafter | None, single_steps: boo
         raise SpecEdgeError("single_steps is for plain decoding only", "drop the drafter or single_steps")
     if single_steps or align_rows(target) or drafter is None:
         return
+    q = target.manifest.quantization
     raise SpecEdgeError(
-        f"target {target.folder} was exported with --attention {target.manifest.attention}, and on this CPU "
-        "its rows change with the width of the pass even in whole groups, so speculation would change "
-        "its output", "decode it plainly (--no-draft), or re-export the target with --attention exact")
+        f"target {target.folder} ({target.manifest.attention} attention, {q.method} block {q.block_size}) computes "
+        "a row differently with the width of the pass on this CPU, even in whole groups of rows, so "
+        "speculation would change its output",
+        "decode it plainly (--no-draft), or re-export the target with --attention exact --quant w8a8")
 
 
 def check_gamma(config: SpecConfig, target: OnnxModel, drafter: Drafter | None) -> None:

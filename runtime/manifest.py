@@ -60,8 +60,12 @@ class Manifest:
 
     @property
     def rows_exact(self) -> bool:
-        """Every row of a wide pass equals the 1-token step at its position: a lossless target."""
-        return self.attention == "exact"
+        """Every row of a pass equals the 1-token step at its position, as built: a lossless target.
+        Fused attention and MatMulNBits blocks above 32 compute a lone row by another kernel than
+        rows in pairs; such a target verifies in row groups (runtime/row_groups.py)."""
+        q = self.quantization
+        wide_blocks = q.method in ("int4", "int8") and q.block_size > 32
+        return self.attention == "exact" and not wide_blocks
 
     @property
     def in_place(self) -> bool:

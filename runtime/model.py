@@ -112,7 +112,7 @@ class OnnxModel:
             "input_ids": np.asarray(run, dtype=np.int64)[None],  # [1, S]
             "logits_index": np.arange(n - rows, n, dtype=np.int64),  # [R]
         }
-        if self.manifest.rows_exact:  # attention over the whole buffer, masked
+        if self.manifest.attention == "exact":  # attention over the whole buffer, masked
             feeds["position_ids"] = np.arange(first, first + n, dtype=np.int64)[None]  # [1, S]
             feeds["attention_bias"] = attention_bias(first, n, slots)  # [1, S, T]
             seen = slots

@@ -1,12 +1,13 @@
-"""Exact rows for a target with fused attention, by running whole groups of rows.
+"""Exact rows for a fused-attention (or wide-block int4) target, by running whole groups of rows.
 
 A lossless target computes each position's row bit for bit the same whatever the width of the
 pass and the row's place in it; then speculative decoding, whose passes are wide, and plain
-decoding agree token for token. Graphs with exact attention are built so. The CPU kernels of a
-fused graph (GroupQueryAttention, int4 MatMulNBits at blocks above 32) are not: they run a lone
-row through another kernel than rows that come in pairs, and the last bits that differ grow
-through the layers into logits ~0.4 apart, enough to flip a near-tie. Measured on x86 with
-AVX-512, they do compute every row alike when rows come in whole pairs, wherever the pass starts.
+decoding agree token for token. Graphs with exact attention and row-exact weights (w8a8, fp32,
+MatMulNBits at block 32) are built so. ONNX Runtime's CPU kernels for GroupQueryAttention and
+MatMulNBits at blocks above 32 are not: they run a lone row through another kernel than rows
+that come in pairs, and the last bits that differ grow through the layers into logits ~0.4
+apart, enough to flip a near-tie. Measured on x86 with AVX-512, they do compute every row alike
+when rows come in whole pairs, wherever the pass starts.
 So such a target pads every pass, plain steps included, to whole groups of rows (see
 `OnnxModel.forward`); `align_rows` finds the group on this CPU by running one token sequence
 split into passes several ways and comparing the rows.
@@ -51,7 +52,7 @@ def align_rows(model: OnnxModel) -> bool:
     passes run in whole groups of rows (then model.row_multiple is set), False if neither."""
     if model.manifest.rows_exact or model.row_multiple > 1:
         return True
-    if not model.in_place or model.rows_disagree:  # fused attention runs on the CPU provider only
+    if model.manifest.static or model.rows_disagree:  # static graphs run their exported widths only
         return False
     for group in GROUPS:
         model.row_multiple = group

@@ -10,6 +10,7 @@ import pytest
 
 from specedge.errors import SpecEdgeError
 from specedge.runtime import Generator, OnnxModel, SpecConfig, row_groups
+from specedge.runtime.drafters import DraftModelDrafter
 from specedge.runtime.row_groups import align_rows, rows_by_split
 from tests.conftest import TINY_CONTEXT
 
@@ -79,3 +80,23 @@ def test_rows_that_never_agree_refuse_speculation(tiny_pair: tuple[Path, Path, P
 def test_single_steps_keep_one_token_passes(tiny_pair: tuple[Path, Path, Path]) -> None:
     gen = Generator(OnnxModel(tiny_pair[2]), None, SpecConfig(gamma=0, max_new_tokens=4), single_steps=True)
     assert gen.target.row_multiple == 1 and gen.generate("abc").token_ids
+
+
+def test_a_wide_block_int4_target_with_exact_attention_verifies_in_pairs(tiny_pair: tuple[Path, Path, Path],
+                                                                          tmp_path: Path) -> None:
+    """MatMulNBits above block 32 is not row-exact as built: with exact attention too, such a target
+    runs row pairs."""
+    from specedge.export.artifact import export_model
+    from specedge.export.settings import ExportSettings
+
+    src, exact, _ = tiny_pair
+    target = export_model(src, tmp_path / "int4-b64", ExportSettings(
+        quant="int4", block_size=64, context=TINY_CONTEXT, widths=(1, 2, 3, 5, 8))).path
+    model = OnnxModel(target)
+    assert model.manifest.attention == "exact" and not model.manifest.rows_exact
+    plain = Generator(model, None, SpecConfig(gamma=0, max_new_tokens=1000, ignore_eos=True))
+    assert model.row_multiple == 2
+    spec = Generator(model, DraftModelDrafter(OnnxModel(exact)),
+                     SpecConfig(gamma=4, auto_gamma=True, max_new_tokens=1000, ignore_eos=True))
+    for prompt in ("def fib(n):\n    return", "abcabcab"):  # to the end of the context: front padding too
+        assert spec.generate(prompt).token_ids == plain.generate(prompt).token_ids
