@@ -77,7 +77,7 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         license="Apache-2.0 (Qwen2.5-Coder by Alibaba Cloud)",
         # int8 x int8 MatMulInteger: a 9-wide pass costs ~1.3 steps (int4: ~2.7), rows stay exact
         export=ExportDefaults(quant="w8a8", context=4096),
-        # :int4, the fastest step (~0.7 of w8a8's); exact only in row pairs (runtime/row_groups.py)
+        # :int4, the fastest step (~0.65 of w8a8's); exact only in row pairs (runtime/row_groups.py)
         variants=(ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused"),),
     ),
     ModelEntry(

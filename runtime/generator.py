@@ -128,8 +128,9 @@ def split_by_origin(text: str, start: int, end: int, ends: list[int], drafted: l
 class Generator:
     def __init__(self, target: OnnxModel, drafter: Drafter | None = None,
                  config: SpecConfig | None = None, single_steps: bool = False) -> None:
-        """single_steps: plain decoding in 1-token passes, the fastest step of a fused target,
-        whose tokens may differ at near-ties from its speculative decoding (see row_groups.py)."""
+        """single_steps: plain decoding in 1-token passes, the fastest step of a target that
+        verifies in row pairs, whose tokens may differ at near-ties from its decoding in pairs
+        (see row_groups.py)."""
         self.target = target
         self.drafter = drafter
         self.config = config or SpecConfig()

