@@ -54,21 +54,6 @@ def load_prompts(path: Path) -> list[dict[str, str]]:
     return rows
 
 
-def modes(target: OnnxModel, draft: OnnxModel, gammas: Sequence[int]) -> dict[str, tuple[Drafter | None, SpecConfig]]:
-    vocab = target.manifest.vocab_size
-    model = DraftModelDrafter(draft)
-    out: dict[str, tuple[Drafter | None, SpecConfig]] = {"plain": (None, SpecConfig(gamma=0))}
-    for g in gammas:
-        out[f"draft-g{g}"] = (model, SpecConfig(gamma=g))
-    out["draft-auto"] = (model, SpecConfig(gamma=4, auto_gamma=True))
-    out["ngram"] = (NgramDrafter(vocab), SpecConfig(gamma=4, auto_gamma=True))
-    out["hybrid"] = (HybridDrafter(NgramDrafter(vocab), model), SpecConfig(gamma=4, auto_gamma=True))
-    return out
-
-
-BASELINE = "baseline-plain"
-
-
 @dataclass(frozen=True)
 class Job:
     mode: str
@@ -77,6 +62,22 @@ class Job:
     config: SpecConfig
     reference: str = "plain"  # the mode whose tokens this one must reproduce
     single_steps: bool = False
+
+
+def modes(target: OnnxModel, draft: OnnxModel, gammas: Sequence[int], plain_target: OnnxModel) -> list[Job]:
+    """Plain decoding (by `plain_target`, the target's session that runs alone) first, then the
+    draft model at each γ and at γ auto, n-gram and hybrid over `target`."""
+    vocab = target.manifest.vocab_size
+    model = DraftModelDrafter(draft)
+    auto = SpecConfig(gamma=4, auto_gamma=True)
+    return [Job("plain", plain_target, None, SpecConfig(gamma=0)),
+            *(Job(f"draft-g{g}", target, model, SpecConfig(gamma=g)) for g in gammas),
+            Job("draft-auto", target, model, auto),
+            Job("ngram", target, NgramDrafter(vocab), auto),
+            Job("hybrid", target, HybridDrafter(NgramDrafter(vocab), model), auto)]
+
+
+BASELINE = "baseline-plain"
 
 
 def baseline_jobs(folder: Path, draft: OnnxModel, only: Sequence[str] | None) -> list[Job]:
@@ -99,14 +100,8 @@ def baseline_jobs(folder: Path, draft: OnnxModel, only: Sequence[str] | None) ->
     return jobs
 
 
-def run_prompt(index: int, row: dict[str, str], target: OnnxModel,
-               mode_table: dict[str, tuple[Drafter | None, SpecConfig]], max_new_tokens: int,
-               extra: Sequence[Job] = (), plain_target: OnnxModel | None = None) -> list[Run]:
-    """Each mode on one prompt; plain decoding first (by `plain_target`, the target's session
-    that runs alone, if given), then the baseline's modes, then the others."""
-    jobs = [Job(mode, plain_target if mode == "plain" and plain_target else target, drafter, config)
-            for mode, (drafter, config) in mode_table.items()]
-    jobs[1:1] = extra
+def run_prompt(index: int, row: dict[str, str], jobs: Sequence[Job], max_new_tokens: int) -> list[Run]:
+    """Each job on one prompt, in order; the first (plain decoding) sets the ratios' base."""
     runs, tokens, plain_speed = [], {}, 0.0
     for job in jobs:
         gen = Generator(job.model, job.drafter, dataclasses.replace(job.config, max_new_tokens=max_new_tokens),
@@ -212,24 +207,25 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
     rows = load_prompts(prompts_file)[:limit]
     target, draft = OnnxModel(target_dir), OnnxModel(draft_dir)
     plain_target = OnnxModel(target_dir, spin=True)  # plain decoding as a user gets it: the session alone
-    table = modes(target, draft, gammas)
+    jobs = modes(target, draft, gammas, plain_target)
     if only:  # plain decoding always runs first: every ratio is to it
-        table = {m: v for m, v in table.items() if m == "plain" or m in only}
+        jobs = [j for j in jobs if j.mode == "plain" or j.mode in only]
     extra = baseline_jobs(baseline_dir, draft, only) if baseline_dir else []
+    jobs[1:1] = extra  # the baseline's modes right after plain decoding
+    single = next((j.model for j in extra if j.single_steps), None)
     for model in (target, plain_target):
         Generator(model, None, SpecConfig(gamma=0, max_new_tokens=8)).generate("warm up")
-    for job in extra:
-        if job.single_steps:
-            Generator(job.model, None, SpecConfig(gamma=0, max_new_tokens=8), single_steps=True).generate("warm up")
+    if single is not None:
+        Generator(single, None, SpecConfig(gamma=0, max_new_tokens=8), single_steps=True).generate("warm up")
     runs: list[Run] = []
     for i, row in enumerate(rows):
-        runs += run_prompt(i, row, target, table, max_new_tokens, extra, plain_target)
+        runs += run_prompt(i, row, jobs, max_new_tokens)
         done = [r for r in runs if r.prompt == i]
         print(f"[{i + 1}/{len(rows)}] {row['kind']}: " + ", ".join(f"{r.mode} {r.ratio:.2f}" for r in done),
               file=sys.stderr)
     curves = {"target": time_curve(target, range(1, 10)), "draft": time_curve(draft, range(1, 10))}
-    if extra:
-        curves["baseline"] = time_curve(next(j.model for j in extra if j.single_steps), range(1, 10))
+    if single is not None:
+        curves["baseline"] = time_curve(single, range(1, 10))
     summary = summarize(runs)
     meta = {"target": target_dir.name, "draft": draft_dir.name, "prompts": len(rows), "command": command,
             "baseline": baseline_dir.name if baseline_dir else None,
@@ -239,6 +235,6 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "t_of_s": curves,
                                                   "runs": [asdict(r) for r in runs]}, indent=1))
     (out / "results.md").write_text(markdown(summary, curves, meta))
-    if all(f"draft-g{g}" in table for g in gammas):
+    if {f"draft-g{g}" for g in gammas} <= {j.mode for j in jobs}:
         plot(summary, gammas, out / "speedup.png")
     return out / "results.md"
