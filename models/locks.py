@@ -1,0 +1,124 @@
+"""Cross-process locks and writability checks for what specedge writes into shared folders.
+
+One process builds a file or folder (a fetched model, an exported artifact); another that wants
+the same thing waits for it, saying so, or fails with one line. A lock is an advisory lock on a
+hidden file beside the thing it guards: the kernel releases it when its process dies, however
+it dies, so a killed fetch or export never leaves a lock behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from specedge.errors import SpecEdgeError
+
+if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
+    import msvcrt
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            return True
+        except OSError:
+            return False
+
+    def _wait_lock(fd: int) -> None:
+        while not _try_lock(fd):
+            import time
+
+            time.sleep(0.5)
+else:
+    import fcntl
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    def _wait_lock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def lock_path(target: Path) -> Path:
+    return target.parent / f".{target.name}.lock"
+
+
+@contextlib.contextmanager
+def exclusive(target: Path, what: str, wait: bool = True) -> Iterator[None]:
+    """Hold the lock of `target` (a file or folder that may not exist yet) for the block.
+
+    wait: block until another process releases it, after saying so on stderr; otherwise fail at
+    once with a SpecEdgeError naming the other process.
+    """
+    path = lock_path(target)
+    ensure_writable(target.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        if not _try_lock(fd):
+            holder = _read_holder(fd)
+            if not wait:
+                raise SpecEdgeError(f"another specedge process{holder} is already writing {target}",
+                                    f"wait for it to finish, or choose another destination than {target}")
+            print(f"specedge: another process{holder} is {what} {target.name}; waiting for it", file=sys.stderr)
+            _wait_lock(fd)
+        _write_holder(fd)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        pid = os.pread(fd, 32, 0).decode().strip()
+    except (OSError, UnicodeDecodeError, AttributeError):
+        return ""
+    return f" (pid {pid})" if pid.isdigit() else ""
+
+
+def _write_holder(fd: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+
+
+def ensure_writable(folder: Path) -> None:
+    """Create `folder` if needed and prove a file can be written there, or say what to do."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".specedge-write-test-"):
+            pass
+    except OSError as e:
+        raise SpecEdgeError(f"cannot write to {folder} ({os.strerror(e.errno) if e.errno else e})",
+                            "make it writable, or point SPECEDGE_CACHE (or --out) at a writable folder") from None
+
+
+def ensure_space(folder: Path, needed: int, what: str) -> None:
+    """Fail before the work starts when the disk holding `folder` has less than `needed` bytes free."""
+    free = shutil.disk_usage(folder).free
+    if free < needed:
+        raise SpecEdgeError(f"{what} needs about {needed / 1e9:.1f} GB in {folder}, which has {free / 1e9:.1f} GB free",
+                            "free some space, or point SPECEDGE_CACHE (or --out) at another disk")
+
+
+def is_disk_full(e: OSError) -> bool:
+    return e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def remove_scratch(folder: Path, pattern: str) -> None:
+    """Delete scratch files or folders matching `pattern`: call it only while holding the lock of
+    what they were building, when no live process can still be writing them."""
+    for p in folder.glob(pattern):
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                p.unlink()
