@@ -18,12 +18,15 @@ from specedge.export.decoder_graph import DecoderBuilder
 from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec
 from specedge.export.settings import QUANT_BITS, ExportSettings
-from specedge.export.source import SourceModel, load_source
+from specedge.export.source import SourceModel, inspect_source, load_source
+from specedge.export.source_check import SourceSummary
+from specedge.models.locks import ensure_space, ensure_writable, exclusive, is_disk_full, remove_scratch
 from specedge.runtime.manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
     Manifest,
     Quantization,
+    load_manifest,
     sha256_file,
     tokenizer_fingerprint,
 )
@@ -32,6 +35,7 @@ GRAPH_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
 TOKENIZER_FILE = "tokenizer.json"
 PARTIAL_MARK = ".partial-"
+OLD_MARK = ".replaced-"
 
 
 @dataclass(frozen=True)
@@ -47,21 +51,6 @@ def peak_rss_bytes() -> int:
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return max(own, kids) * 1024
-
-
-def _remove_stale_partials(out: Path) -> None:
-    """Delete half-written exports of `out` left by processes that no longer run."""
-    for p in out.parent.glob(f".{out.name}{PARTIAL_MARK}*"):
-        pid = p.name.rsplit(PARTIAL_MARK, 1)[-1]
-        alive = True
-        try:
-            os.kill(int(pid), 0)
-        except (ValueError, ProcessLookupError):
-            alive = False
-        except PermissionError:
-            pass
-        if not alive:
-            shutil.rmtree(p, ignore_errors=True)
 
 
 def _progress(total: int, desc: str):
@@ -186,35 +175,93 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
     return manifest
 
 
-def export_model(src: Path, out: Path, settings: ExportSettings | None = None,
-                 overwrite: bool = False) -> ExportResult:
+# bytes an export writes per weight value, by format (scales and zero points included, rounded up);
+# qdq writes the float graph first and the quantized one beside it
+BYTES_PER_WEIGHT = {"fp32": 4.0, "qdq": 5.0, "int8": 1.3, "w8a8": 1.1, "int4": 0.75}
+
+
+def estimated_bytes(summary: SourceSummary, settings: ExportSettings) -> int:
+    """What the artifact will take on disk, from above: float32 embedding plus a quantized head."""
+    per = BYTES_PER_WEIGHT[settings.quant] / (2 if settings.fp16 else 1)
+    body = (summary.weights - summary.embedding) * per + summary.embedding * (4 + per)
+    return int(body * 1.1) + (64 << 20)
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """`out` may be a new path, an empty folder, or (with overwrite) a specedge artifact - never
+    anything else: --force replaces an artifact, not a user's folder."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise SpecEdgeError(f"--out {out} is a file, not a folder", "pass a new folder for the artifact")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not (out / MANIFEST_NAME).is_file():
+        raise SpecEdgeError(f"{out} exists and is not a specedge artifact (it has no {MANIFEST_NAME})",
+                            "choose a new --out; specedge replaces only its own artifacts, even with --force")
+    if not overwrite:
+        raise SpecEdgeError(f"{out} already exists", "choose another --out or pass --force to replace it")
+    if Path.cwd().resolve().is_relative_to(out):
+        raise SpecEdgeError(f"--out {out} holds the working directory", "run the export from another folder")
+
+
+def export_model(src: Path, out: Path, settings: ExportSettings | None = None, overwrite: bool = False,
+                 expected_sha256: str | None = None, reuse: bool = False) -> ExportResult:
     """Export `src` (HF folder or .gguf) to the artifact folder `out`.
 
     The artifact is built in a hidden sibling folder and renamed into place at the end, so `out`
-    either holds a complete, checked artifact or does not exist.
+    either holds a complete, checked artifact or the one it held before. One process exports to
+    `out` at a time: another fails at once, or with `reuse` (a cache) waits and takes its result.
+    expected_sha256: the digest the source must have (a registry model's).
     """
     settings = settings or ExportSettings()
     settings.validate()
     out = Path(out).resolve()
-    if out.exists() and not overwrite:
-        raise SpecEdgeError(f"{out} already exists", "choose another --out or pass --force to replace it")
+    check_out(out, overwrite or reuse)
+    summary = inspect_source(Path(src))
+    ensure_writable(out.parent)
+    ensure_space(out.parent, estimated_bytes(summary, settings), f"exporting {Path(src).name}")
+    with exclusive(out, "exporting", wait=reuse):
+        if reuse and (out / MANIFEST_NAME).is_file():  # built by the process we waited for
+            return ExportResult(out, load_manifest(out, verify=False), 0.0, peak_rss_bytes())
+        check_out(out, overwrite)
+        return _export_locked(Path(src), out, settings, expected_sha256)
+
+
+def _export_locked(src: Path, out: Path, settings: ExportSettings, expected_sha256: str | None) -> ExportResult:
     start = time.perf_counter()
-    source = load_source(Path(src))
+    remove_scratch(out.parent, f".{out.name}{PARTIAL_MARK}*")  # left by killed exports
+    remove_scratch(out.parent, f".{out.name}{OLD_MARK}*")
+    source = load_source(src, expected_sha256)
     if settings.head_vocab >= source.config.vocab_size:
         raise SpecEdgeError(f"--head-vocab {settings.head_vocab} is not below the model's vocabulary of "
                             f"{source.config.vocab_size} tokens", "pass a smaller N, or leave it out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_partials(out)
     partial = out.parent / f".{out.name}{PARTIAL_MARK}{os.getpid()}"
     partial.mkdir()
     try:
         manifest = write_artifact(source, settings, partial)
         del source
-        if out.exists():
-            shutil.rmtree(out)
-        partial.rename(out)
+        replace_folder(partial, out)
+    except OSError as e:
+        shutil.rmtree(partial, ignore_errors=True)
+        if is_disk_full(e):
+            raise SpecEdgeError(f"the disk holding {out.parent} filled up during the export",
+                                "free some space, or export to another disk; nothing was left behind") from None
+        raise
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return ExportResult(out, manifest, time.perf_counter() - start, peak_rss_bytes())
 
+
+def replace_folder(new: Path, out: Path) -> None:
+    """Put `new` at `out` by renames: `out` holds the old folder or the new one, never a mix."""
+    if not out.exists():
+        new.rename(out)
+        return
+    old = out.parent / f".{out.name}{OLD_MARK}{os.getpid()}"
+    out.rename(old)
+    try:
+        new.rename(out)
+    except BaseException:
+        old.rename(out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

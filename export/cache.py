@@ -31,5 +31,5 @@ def cached_export(src: Path, settings: ExportSettings, name: str | None = None, 
 
     out = artifact_path(name or Path(src).stem, digest or source_digest(src), settings)
     if not is_exported(out):
-        export_model(src, out, settings, overwrite=True)
+        export_model(src, out, settings, expected_sha256=digest, reuse=True)
     return out

@@ -15,6 +15,7 @@ ATTENTION = ("exact", "fused")
 # fused: ONNX Runtime's GroupQueryAttention with the cache updated in place, faster 1-token steps (drafts)
 EXPORT_FORMAT = 6  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
 DEFAULT_CONTEXT = 4096
+MAX_CONTEXT = 1 << 17
 # 13: the n-gram lookup's long copies (γ 12); a w8a8 pass of 13 costs ~1.06 of one of 9 on 2 cores
 DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64)
 
@@ -58,6 +59,9 @@ class ExportSettings:
         if self.head_vocab < 0:
             raise SpecEdgeError(f"--head-vocab must be positive, got {self.head_vocab}",
                                 "pass e.g. --head-vocab 65536, or leave it out for the full vocabulary")
+        if not 0 < self.context <= MAX_CONTEXT:
+            raise SpecEdgeError(f"context {self.context} is out of range",
+                                f"pass --context between 2 and {MAX_CONTEXT}")
         if self.context <= max(self.widths):
             raise SpecEdgeError(f"context {self.context} must exceed the largest width {max(self.widths)}",
                                 "raise --context or lower --widths")

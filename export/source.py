@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from specedge.errors import SpecEdgeError
+from specedge.export.source_check import SourceSummary, check_gguf, check_hf_folder
 from specedge.runtime.manifest import sha256_file
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "mistral")
@@ -45,9 +47,6 @@ class SourceModel:
     kind: str  # "gguf" or "hf"
     path: Path
     sha256: str
-
-    def layer(self, i: int, name: str) -> np.ndarray:
-        return self.weights[f"model.layers.{i}.{name}"]
 
 
 def describe_source(src: Path) -> tuple[str, Path, str | None]:
@@ -122,20 +121,43 @@ def _float32_weights(model) -> Iterator[tuple[str, np.ndarray]]:
         yield name, tensor.detach().float().numpy()
 
 
-def load_source(src: Path) -> SourceModel:
-    """Load a checkpoint with transformers (GGUF files are dequantized to float32)."""
+def inspect_source(src: Path) -> SourceSummary:
+    """Check a source as data before any library loads it (see source_check.py): a bounded GGUF
+    header, or a Hugging Face folder of a supported architecture with safetensors weights and no
+    code of its own."""
     kind, folder, gguf = describe_source(src)
+    if kind == "gguf":
+        return check_gguf(folder / gguf)  # type: ignore[operator]
+    summary = check_hf_folder(folder)
+    arch = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise SpecEdgeError(f"architecture '{arch}' is not supported",
+                            f"specedge exports {', '.join(SUPPORTED_ARCHITECTURES)} models")
+    return summary
+
+
+def load_source(src: Path, expected_sha256: str | None = None) -> SourceModel:
+    """Load a checkpoint with transformers (GGUF files are dequantized to float32), never running
+    code from it. expected_sha256: the digest the source must have (a registry model's)."""
+    kind, folder, gguf = describe_source(src)
+    inspect_source(src)
     digest = source_digest(src)
+    if expected_sha256 is not None and digest != expected_sha256:
+        raise SpecEdgeError(f"{src} has sha256 {digest[:16]}…, expected {expected_sha256[:16]}…",
+                            "the file was damaged or replaced; fetch it again (specedge fetch NAME)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    extra = {"gguf_file": gguf} if gguf else {}
+    extra = {"gguf_file": gguf} if gguf else {"use_safetensors": True}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, **extra)
+        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False,
+                                                  **({"gguf_file": gguf} if gguf else {}))
         with torch.no_grad():
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, **extra)
-    except (OSError, ValueError, KeyError) as e:
-        raise SpecEdgeError(f"transformers could not load {src}: {str(e).splitlines()[0]}",
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False,
+                                                         **extra)
+    except Exception as e:  # transformers and gguf raise many types for damaged or odd checkpoints
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise SpecEdgeError(f"transformers could not load {src}: {first[:300]}",
                             "check that the checkpoint is complete and of a supported architecture") from None
     config = _decoder_config(model.config, kind)
     eos_ids = _eos_ids(tokenizer, model)

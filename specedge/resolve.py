@@ -37,8 +37,10 @@ def resolve_model(name: str, quant: str | None = None) -> Path:
         raise SpecEdgeError(f"{name} is not exported yet and this installation cannot export ({e.name} missing)",
                             "pip install 'specedge[export]' torch==2.13.0, or export on another machine") from None
     print(f"exporting {name} ({settings.quant}, context {settings.context}) to {out} - once", file=sys.stderr)
-    result = export_model(weights, out, settings, overwrite=True)
-    print(f"exported in {result.seconds:.0f} s, peak memory {result.peak_rss_bytes / 2**30:.1f} GiB", file=sys.stderr)
+    result = export_model(weights, out, settings, expected_sha256=entry.sha256, reuse=True)
+    if result.seconds:
+        print(f"exported in {result.seconds:.0f} s, peak memory {result.peak_rss_bytes / 2**30:.1f} GiB",
+              file=sys.stderr)
     return out
 
 

@@ -1,0 +1,173 @@
+"""Checks of a source checkpoint before any library reads it: what it holds, in bounds, with no code.
+
+A GGUF header is walked field by field with every length checked against the file's size (a
+header that claims a 2^62-byte key is refused, not allocated). A Hugging Face folder is read as
+data only: its config may not ask for its own Python code (`auto_map`), and its weights must be
+safetensors, never pickle files, which can run code when loaded. Both give the number of weights,
+so export can check the free disk space before it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from specedge.errors import SpecEdgeError
+
+GGUF_MAGIC = b"GGUF"
+MAX_ITEMS = 1 << 20  # key/value pairs or tensors in one header
+MAX_DIMS = 8
+# GGUF value types: fixed sizes in bytes (8 = string, 9 = array are variable)
+SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+STRING, ARRAY = 8, 9
+EMBEDDING_NAMES = ("token_embd.weight", "model.embed_tokens.weight")
+
+
+@dataclass(frozen=True)
+class SourceSummary:
+    weights: int  # number of weight values
+    embedding: int  # of which in the token embedding
+
+
+class _Reader:
+    def __init__(self, f: BinaryIO, size: int, path: Path) -> None:
+        self.f, self.size, self.path = f, size, path
+
+    def bad(self, what: str) -> SpecEdgeError:
+        return SpecEdgeError(f"{self.path} is not a valid GGUF file: {what}",
+                             "the file is damaged or not a GGUF model; download it again")
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.f.tell() + n > self.size:
+            raise self.bad(f"a field of {n} bytes at offset {self.f.tell()} runs past the end of the file")
+        return self.f.read(n)
+
+    def skip(self, n: int) -> None:
+        if n < 0 or self.f.tell() + n > self.size:
+            raise self.bad(f"a field of {n} bytes at offset {self.f.tell()} runs past the end of the file")
+        self.f.seek(n, 1)
+
+    def u32(self) -> int:
+        return struct.unpack("<I", self.take(4))[0]
+
+    def u64(self) -> int:
+        return struct.unpack("<Q", self.take(8))[0]
+
+    def string(self) -> str:
+        data = self.take(self.u64())
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.bad("a key or string is not UTF-8") from None
+
+    def skip_value(self, kind: int) -> None:
+        if kind in SCALAR_SIZES:
+            self.skip(SCALAR_SIZES[kind])
+        elif kind == STRING:
+            self.skip(self.u64())
+        elif kind == ARRAY:
+            inner, count = self.u32(), self.u64()
+            if inner in SCALAR_SIZES:
+                self.skip(count * SCALAR_SIZES[inner])
+            elif inner == STRING:
+                if count * 8 > self.size:
+                    raise self.bad(f"an array claims {count} strings")
+                for _ in range(count):
+                    self.skip(self.u64())
+            else:
+                raise self.bad(f"an array of value type {inner}")
+        else:
+            raise self.bad(f"unknown value type {kind}")
+
+
+def check_gguf(path: Path) -> SourceSummary:
+    """Walk a GGUF header (v2/v3) with every length bounded by the file size."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        r = _Reader(f, size, path)
+        if r.take(4) != GGUF_MAGIC:
+            raise r.bad("it does not start with the GGUF magic bytes")
+        version = r.u32()
+        if version not in (2, 3):
+            raise r.bad(f"version {version} (specedge reads GGUF versions 2 and 3)")
+        tensors, kvs = r.u64(), r.u64()
+        if tensors > MAX_ITEMS or kvs > MAX_ITEMS:
+            raise r.bad(f"the header claims {tensors} tensors and {kvs} key/value pairs")
+        for _ in range(kvs):
+            r.string()
+            r.skip_value(r.u32())
+        total = embedding = 0
+        for _ in range(tensors):
+            name = r.string()
+            dims = r.u32()
+            if dims > MAX_DIMS:
+                raise r.bad(f"tensor {name[:80]} has {dims} dimensions")
+            count = 1
+            for _ in range(dims):
+                count *= r.u64()
+            r.skip(12)  # type (u32) and offset (u64)
+            if count > size * 4:  # the densest GGUF type holds < 4 values a byte
+                raise r.bad(f"tensor {name[:80]} claims {count} values in a {size}-byte file")
+            total += count
+            embedding += count if name in EMBEDDING_NAMES else 0
+    return SourceSummary(total, embedding)
+
+
+def check_hf_folder(folder: Path) -> SourceSummary:
+    """A Hugging Face folder as data only: no remote code, safetensors weights, counted from headers."""
+    config = _read_json(folder / "config.json")
+    for name in ("config.json", "tokenizer_config.json"):
+        data = config if name == "config.json" else _read_json(folder / name, required=False)
+        if isinstance(data, dict) and data.get("auto_map"):
+            raise SpecEdgeError(f"{folder / name} asks for the checkpoint's own Python code (auto_map)",
+                                "specedge never runs code from a checkpoint: use a checkpoint of a "
+                                "supported architecture without custom code")
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights:
+        pickles = sorted(p.name for p in folder.glob("*.bin")) + sorted(p.name for p in folder.glob("*.pt*"))
+        found = f" (it has {', '.join(pickles[:3])}: pickle files, which can run code when loaded)" if pickles else ""
+        raise SpecEdgeError(f"{folder} has no .safetensors weights{found}",
+                            "convert the weights to safetensors, e.g. with transformers' save_pretrained")
+    total = embedding = 0
+    for f in weights:
+        for name, count in _safetensors_counts(f):
+            total += count
+            embedding += count if name in EMBEDDING_NAMES else 0
+    return SourceSummary(total, embedding)
+
+
+def _read_json(path: Path, required: bool = True) -> object:
+    if not path.is_file():
+        if required:
+            raise SpecEdgeError(f"{path} is missing", "pass a complete Hugging Face checkpoint folder")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SpecEdgeError(f"{path} is not valid JSON ({e})", "the checkpoint is damaged; download it again") from None
+
+
+def _safetensors_counts(path: Path) -> list[tuple[str, int]]:
+    """(tensor name, number of values) from a safetensors header, bounds checked."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+        if not 0 < length <= min(size - 8, 100 << 20):
+            raise SpecEdgeError(f"{path} is not a valid safetensors file", "download the weights again")
+        try:
+            header = json.loads(f.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise SpecEdgeError(f"{path} has a damaged safetensors header", "download the weights again") from None
+    counts = []
+    for name, meta in header.items() if isinstance(header, dict) else ():
+        if name == "__metadata__" or not isinstance(meta, dict):
+            continue
+        count = 1
+        for d in meta.get("shape", []):
+            count *= int(d)
+        counts.append((name, count))
+    return counts

@@ -1,0 +1,128 @@
+"""Export never deletes what it did not write, never runs a checkpoint's code, and refuses
+damaged or lying sources before any library reads them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from specedge.errors import SpecEdgeError
+from specedge.export.artifact import export_model
+from specedge.export.settings import ExportSettings
+from specedge.export.source_check import check_gguf
+
+SETTINGS = ExportSettings(quant="fp32", context=64, widths=(1, 5))
+
+
+def test_force_never_deletes_a_folder_that_is_not_an_artifact(tiny_llama: tuple[Path, Path, Path],
+                                                              tmp_path: Path) -> None:
+    src, _, _ = tiny_llama
+    mine = tmp_path / "my-work"
+    (mine / "chapters").mkdir(parents=True)
+    (mine / "thesis.txt").write_text("three years of work")
+    with pytest.raises(SpecEdgeError, match="not a specedge artifact"):
+        export_model(src, mine, SETTINGS, overwrite=True)
+    assert (mine / "thesis.txt").read_text() == "three years of work" and (mine / "chapters").is_dir()
+
+
+def test_force_from_inside_the_working_directory_is_refused(tiny_llama: tuple[Path, Path, Path], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    src, _, _ = tiny_llama
+    (tmp_path / "notes.md").write_text("mine")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecEdgeError, match="not a specedge artifact"):
+        export_model(src, Path("."), SETTINGS, overwrite=True)
+    assert (tmp_path / "notes.md").read_text() == "mine"
+
+
+def test_force_replaces_an_artifact_whole(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    src, target, _ = tiny_llama
+    out = tmp_path / "art"
+    shutil.copytree(target, out)
+    with pytest.raises(SpecEdgeError, match="already exists"):
+        export_model(src, out, SETTINGS)
+    export_model(src, out, SETTINGS, overwrite=True)
+    assert json.loads((out / "manifest.json").read_text())["widths"] == [1, 5]
+    assert not list(tmp_path.glob(".art.*-*"))  # no partial or replaced folder left beside it
+
+
+def test_out_naming_a_file_is_refused(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    src, _, _ = tiny_llama
+    f = tmp_path / "model.txt"
+    f.write_text("keep")
+    with pytest.raises(SpecEdgeError, match="is a file"):
+        export_model(src, f, SETTINGS, overwrite=True)
+    assert f.read_text() == "keep"
+
+
+def test_a_checkpoint_with_its_own_code_is_never_run(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    src, _, _ = tiny_llama
+    evil = tmp_path / "evil"
+    shutil.copytree(src, evil)
+    marker = tmp_path / "ran"
+    (evil / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\n")
+    config = json.loads((evil / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"}
+    (evil / "config.json").write_text(json.dumps(config))
+    with pytest.raises(SpecEdgeError, match="auto_map"):
+        export_model(evil, tmp_path / "out", SETTINGS)
+    assert not marker.exists() and not (tmp_path / "out").exists()
+
+
+def test_pickle_weights_are_refused(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    src, _, _ = tiny_llama
+    pickled = tmp_path / "pickled"
+    shutil.copytree(src, pickled)
+    for f in pickled.glob("*.safetensors"):
+        f.rename(pickled / "pytorch_model.bin")
+    with pytest.raises(SpecEdgeError, match="pickle"):
+        export_model(pickled, tmp_path / "out", SETTINGS)
+
+
+def test_an_unsupported_architecture_is_refused_before_loading(tiny_llama: tuple[Path, Path, Path],
+                                                               tmp_path: Path) -> None:
+    src, _, _ = tiny_llama
+    other = tmp_path / "other"
+    shutil.copytree(src, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "model_type": "mamba"}))
+    with pytest.raises(SpecEdgeError, match="'mamba' is not supported"):
+        export_model(other, tmp_path / "out", SETTINGS)
+
+
+def gguf_header(kv_key_length: int) -> bytes:
+    """A GGUF v3 header with one key/value pair whose key claims `kv_key_length` bytes."""
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", kv_key_length) + b"general.name"
+
+
+@pytest.mark.parametrize("length", [2**62, 2**40, 10**6])
+def test_a_gguf_header_with_a_huge_length_is_refused(tmp_path: Path, length: int) -> None:
+    f = tmp_path / "bad.gguf"
+    f.write_bytes(gguf_header(length) + bytes(64))
+    with pytest.raises(SpecEdgeError, match="runs past the end"):
+        check_gguf(f)
+    with pytest.raises(SpecEdgeError, match="not a valid GGUF"):
+        export_model(f, tmp_path / "out", SETTINGS)
+    assert not (tmp_path / "out").exists()
+
+
+def test_gguf_that_is_not_gguf(tmp_path: Path) -> None:
+    f = tmp_path / "x.gguf"
+    f.write_bytes(b"PK\x03\x04" + bytes(100))
+    with pytest.raises(SpecEdgeError, match="magic"):
+        check_gguf(f)
+
+
+def test_the_real_gguf_header_passes(smollm2_gguf: Path) -> None:
+    summary = check_gguf(smollm2_gguf)
+    assert 130e6 < summary.weights < 140e6 and summary.embedding == 49152 * 576
+
+
+def test_a_source_that_is_not_the_registrys_is_refused(smollm2_gguf: Path, tmp_path: Path) -> None:
+    with pytest.raises(SpecEdgeError, match="expected 0000"):
+        export_model(smollm2_gguf, tmp_path / "out", SETTINGS, expected_sha256="0" * 64)
+    assert not (tmp_path / "out").exists()
