@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
+import math
+import os
 import signal
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from specedge import __version__
 from specedge.errors import SpecEdgeError
+from specedge.models.locks import is_disk_full
 
 DEFAULT_QUANT = {"cpu": "int4", "qnn": "qdq", "dml": "fp32"}
 
@@ -22,6 +28,33 @@ def gamma_arg(text: str) -> str:
         except ValueError:
             raise argparse.ArgumentTypeError(f"gamma must be an integer or auto, got '{text}'") from None
     return text
+
+
+def nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = nonnegative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a number >= 1, got 0")
+    return value
 
 
 def parse_widths(text: str) -> tuple[int, ...]:
@@ -173,6 +206,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         print(f"specedge chat: {target.name}" + (f" + {Path(draft).name}" if draft else "") + f". {HELP}")
         session.run(terminal_lines())
     else:
+        if hasattr(sys.stdin, "reconfigure"):
+            sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 become U+FFFD, not a crash
         session.run(sys.stdin)
     return 0
 
@@ -260,9 +295,9 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair", default=DEFAULT_PAIR)
     p.add_argument("--target", help="target artifact (instead of --pair)")
     p.add_argument("--draft", help="draft artifact (with --target)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=positive_int, default=128)
     p.add_argument("--gammas", default="1,2,3,4,5,6,7,8", help="fixed γ values to run the draft model at")
-    p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    p.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts")
     p.add_argument("--modes", default=None, help="only these modes besides plain, e.g. draft-auto,ngram")
     p.add_argument("--baseline", default=None,
                    help="another export of the target (folder or NAME:QUANT, e.g. qwen2.5-coder-1.5b:int4) whose "
@@ -299,15 +334,15 @@ def add_chat(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--show-draft", action="store_true", help="colour the tokens the draft proposed")
     p.add_argument("--prompt", help="answer this one message and exit")
     p.add_argument("--system", default=None, help="a system message")
-    p.add_argument("--max-new-tokens", type=int, default=512)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=positive_int, default=512)
+    p.add_argument("--temperature", type=nonnegative_float, default=0.0)
+    p.add_argument("--top-k", type=nonnegative_int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=nonnegative_int, default=None)
     p.add_argument("--provider", default="cpu")
     p.add_argument("--draft-provider", default=None)
     p.add_argument("--fallback", choices=["cpu"], default=None)
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=positive_int, default=None)
     p.set_defaults(func=cmd_chat)
 
 
@@ -332,7 +367,7 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--for", dest="target_provider", default="cpu", choices=["cpu", "qnn", "dml"],
                    help="cpu: one graph for every width; qnn / dml: a static graph per width, shared weights")
     p.add_argument("--fp16", action="store_true", help="store float weights in fp16 (DirectML)")
-    p.add_argument("--context", type=int, default=DEFAULT_CONTEXT, help="KV cache capacity C in tokens")
+    p.add_argument("--context", type=positive_int, default=DEFAULT_CONTEXT, help="KV cache capacity C in tokens")
     p.add_argument("--widths", type=parse_widths, default=DEFAULT_WIDTHS,
                    help="sequence widths S the graph serves: 1, gamma+1 for each gamma, the prefill chunk")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
@@ -352,26 +387,27 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gamma", type=gamma_arg, default="auto",
                    help="draft tokens per target pass, or auto (default): chosen each round from measured "
                         "acceptance and pass times, plain decoding where speculation does not pay")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy")
-    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=positive_int, default=128)
+    p.add_argument("--temperature", type=nonnegative_float, default=0.0, help="0 (default) is greedy")
+    p.add_argument("--top-k", type=nonnegative_int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=nonnegative_int, default=None)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="decode exactly --max-new-tokens")
     p.add_argument("--provider", default="cpu", help="execution provider: cpu, dml or qnn")
     p.add_argument("--draft-provider", default=None, help="provider of the draft (default: --provider)")
     p.add_argument("--fallback", choices=["cpu"], default=None,
                    help="run on this provider (and say so) when the asked one is missing")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object with text, ids and stats")
     p.set_defaults(func=cmd_generate)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specedge", description=__doc__.splitlines()[0] if __doc__ else "")
-    parser.description = "Lossless speculative decoding for small language models on ONNX Runtime."
+    parser = argparse.ArgumentParser(
+        prog="specedge", description="Lossless speculative decoding for small language models on ONNX Runtime.")
     parser.add_argument("--version", action="version", version=f"specedge {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or SPECEDGE_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_chat(sub)
     add_generate(sub)
@@ -386,18 +422,59 @@ def _terminate(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt  # run the cleanup of half-written work, as Ctrl-C does
 
 
+def describe_os_error(e: OSError) -> SpecEdgeError:
+    """An operating-system error as a problem and what to do about it."""
+    where = f" {e.filename}" if e.filename else ""
+    reason = e.strerror or str(e)
+    if is_disk_full(e):
+        return SpecEdgeError(f"the disk is full{' writing' + where if where else ''}",
+                             "free some space, or point SPECEDGE_CACHE (or --out) at another disk")
+    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return SpecEdgeError(f"cannot access{where}: {reason}",
+                             "check its permissions, or point SPECEDGE_CACHE (or --out) at a writable folder")
+    if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR):
+        return SpecEdgeError(f"{reason}:{where}", "check the path")
+    return SpecEdgeError(f"{reason}{':' + where if where else ''}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Every failure ends as one line on stderr: exit 2 for bad input or a
+    problem the user can fix, 1 for an internal error, 130 for Ctrl-C; --debug (or SPECEDGE_DEBUG=1)
+    shows the traceback too."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = args.debug or os.environ.get("SPECEDGE_DEBUG", "") not in ("", "0")
     signal.signal(signal.SIGTERM, _terminate)
     try:
         return args.func(args)
-    except SpecEdgeError as e:
-        print(f"specedge: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("\nspecedge: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into a reader that stopped (e.g. head)
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush error at exit
+        return 0
+    except Exception as e:
+        if debug:
+            traceback.print_exc()
+        error, code = as_user_error(e)
+        print(f"specedge: error: {error}", file=sys.stderr)
+        if code == 1 and not debug:
+            print("specedge: this is a bug in specedge; rerun with --debug for the traceback and report it",
+                  file=sys.stderr)
+        return code
+
+
+def as_user_error(e: Exception) -> tuple[SpecEdgeError | str, int]:
+    """(the line to print, exit code) for any exception a command raised."""
+    if isinstance(e, SpecEdgeError):
+        return e, 2
+    if isinstance(e, OSError):
+        return describe_os_error(e), 2
+    if isinstance(e, MemoryError):
+        return SpecEdgeError("not enough memory", "close other programs, or use a smaller model or --context"), 2
+    first = (str(e).strip().splitlines() or [""])[0][:300]
+    return f"internal error: {type(e).__name__}{': ' + first if first else ''}", 1
 
 
 if __name__ == "__main__":
