@@ -137,3 +137,45 @@ def test_export_refuses_to_overwrite(tiny_llama: tuple[Path, Path, Path]) -> Non
     proc = run_cli("export", "--model", str(src), "--out", str(target))
     assert_one_line_error(proc, "already exists", "--force")
 
+
+
+def test_an_unexpected_error_is_one_line_with_exit_1(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from specedge import cli
+
+    def broken(_args: object) -> int:
+        raise RuntimeError("something deep inside")
+
+    monkeypatch.setattr(cli, "cmd_models", broken)
+    assert cli.main(["models"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith("specedge: error: internal error: RuntimeError")
+    assert "--debug" in err
+    assert cli.main(["--debug", "models"]) == 1
+    assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("error", "words"), [
+    (OSError(28, "No space left on device", "/cache/x"), ("disk is full", "SPECEDGE_CACHE")),
+    (PermissionError(13, "Permission denied", "/cache/x"), ("cannot access /cache/x", "writable")),
+    (OSError(30, "Read-only file system", "/cache/x"), ("cannot access /cache/x", "writable")),
+    (MemoryError(), ("not enough memory",)),
+])
+def test_system_errors_are_one_line_with_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                error: Exception, words: tuple[str, ...]) -> None:
+    from specedge import cli
+
+    def failing(_args: object) -> int:
+        raise error
+
+    monkeypatch.setattr(cli, "cmd_models", failing)
+    assert cli.main(["models"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and all(w in lines[0] for w in words), lines
+
+
+@pytest.mark.parametrize("flags", [["--seed", "-1"], ["--temperature", "nan"], ["--max-new-tokens", "0"],
+                                   ["--threads", "-2"]])
+def test_bad_numbers_are_refused_by_the_parser(flags: list[str]) -> None:
+    proc = run_cli("generate", "--target", "x", "--prompt", "hi", *flags)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and flags[0] in proc.stderr
