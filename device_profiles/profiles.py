@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+import os
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,7 +15,9 @@ FIGURES = ("memory_bandwidth_gb_per_s", "compute_int8_tops", "compute_fp16_tops"
 
 
 class ProfileError(ValueError):
-    pass
+    def __init__(self, problem: str, fix: str = "") -> None:
+        self.fix = fix  # what to do, for the user-facing error
+        super().__init__(problem)
 
 
 @dataclass(frozen=True)
@@ -61,18 +66,59 @@ def parse_profile(data: dict[str, Any], origin: str = "profile") -> DeviceProfil
             fig = data[name]
             if not fig.get("source"):
                 raise ProfileError(f"{origin}: {name} has no source")
-            figures[name] = Figure(value=fig["value"], kind=fig["kind"], source=fig["source"])
+            figures[name] = Figure(value=check_value(fig["value"], f"{origin}: {name}"), kind=fig["kind"],
+                                   source=fig["source"])
         latencies = tuple(Latency(artifact=lat["artifact"], provider=lat["provider"],
                                   seconds={int(k): float(v) for k, v in lat["seconds"].items()})
                           for lat in data.get("latencies", []))
         return DeviceProfile(name=data["name"], description=data["description"], providers=tuple(data["providers"]),
                              latencies=latencies, acceptance=dict(data.get("acceptance", {})), **figures)
-    except (KeyError, TypeError, AttributeError) as e:
+    except ProfileError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise ProfileError(f"{origin} is not a valid device profile (missing or malformed {e})") from None
 
 
+def check_value(value: object, name: str) -> float | None:
+    """A figure's value: a finite number >= 0, or None where it is not known."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ProfileError(f"{name} has the value {value!r}, not a number >= 0")
+    return value
+
+
 def load_profile(path: Path) -> DeviceProfile:
-    return parse_profile(json.loads(Path(path).read_text()), origin=str(path))
+    """Read a profile file; a file that cannot be read or parsed is a ProfileError naming it."""
+    path = Path(path)
+    fix = f"delete {path}, or measure this machine again with `specedge profile measure`"
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ProfileError(f"device profile {path} cannot be read ({type(e).__name__}: {e})", fix) from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"device profile {path} holds a JSON {type(data).__name__}, not an object", fix)
+    try:
+        return parse_profile(data, origin=str(path))
+    except ProfileError as e:
+        raise ProfileError(str(e), fix) from None
+
+
+def save_profile(profile: DeviceProfile, path: Path) -> None:
+    """Write a profile atomically: a temporary file in the same folder, renamed over `path`, so a
+    crash or a full disk leaves the previous file whole (or none), never half of one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(profile.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def builtin_profiles() -> dict[str, DeviceProfile]:

@@ -10,9 +10,15 @@ the pass itself; committing them only records their tokens.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
+
+from specedge.errors import SpecEdgeError
+
+FLOAT_BYTES = 4  # the cache is float32
 
 
 class KVCache:
@@ -28,10 +34,17 @@ class KVCache:
         self.tokens: list[int] = []  # the tokens whose entries are committed, in order
         self.keys: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
+        check_fits(self.bytes_for(capacity), physical_memory(), f"the full context of {capacity} tokens",
+                   "of memory on this machine")
         self._allocate(capacity if static else min(capacity, bucket))
+
+    def bytes_for(self, slots: int) -> int:
+        """Bytes of K and V buffers of `slots` slots, all layers."""
+        return 2 * self.num_layers * self.kv_heads * slots * self.head_dim * FLOAT_BYTES
 
     def _allocate(self, slots: int) -> None:
         """(Re)allocate buffers of `slots` slots, keeping the committed entries."""
+        check_fits(self.bytes_for(slots), available_memory(), f"{slots} tokens of context", "of memory available")
         shape = (1, self.kv_heads, slots, self.head_dim)
         keys = [np.zeros(shape, np.float32) for _ in range(self.num_layers)]
         values = [np.zeros(shape, np.float32) for _ in range(self.num_layers)]
@@ -84,3 +97,33 @@ class KVCache:
             n += 1
         self.truncate(n)
         return n
+
+
+def check_fits(needed: int, memory: int | None, what: str, where: str) -> None:
+    """Refuse, before allocating, a KV cache that memory cannot hold (memory None: unknown)."""
+    if memory is not None and needed > memory:
+        raise SpecEdgeError(f"the KV cache for {what} needs {needed / 2**30:.1f} GiB, more than the "
+                            f"{memory / 2**30:.1f} GiB {where}",
+                            "free memory, or re-export the model with a smaller --context")
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM on this machine, if the OS says."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation: MemAvailable, else free pages, if known."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None

@@ -4,15 +4,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from specedge.errors import SpecEdgeError
+from specedge.export.settings import ATTENTION, QUANT_BITS, TARGETS
 from specedge.runtime.traffic import WeightCosts
 
 SCHEMA_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+TOKENIZER_NAME = "tokenizer.json"
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest is a few KB, a few hundred with a long chat template
+MAX_VOCAB = 1 << 24
+MAX_CONTEXT = 1 << 20
+MAX_LAYERS = 512
+MAX_HEADS = 1024
+MAX_HEAD_DIM = 1024
+MAX_HIDDEN = 1 << 16
+MAX_FILE_BYTES = 1 << 50
+MAX_ITEMS = 1024  # entries of a list or dict field: widths, eos ids, files, graphs
+MAX_TEMPLATE_CHARS = 1 << 20
+KV_DTYPES = ("float32",)
+QUANT_BITS_ALLOWED = (4, 8, 16, 32)
+HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
@@ -112,8 +127,182 @@ def tokenizer_fingerprint(tokenizer_json: str) -> str:
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
+class ManifestFieldError(ValueError):
+    """One field of a manifest is missing, of the wrong type or out of range."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        super().__init__(f"field '{name}' {reason}")
+
+
+def _kind(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def check_int(value: object, name: str, lo: int, hi: int) -> int:
+    if type(value) is not int:  # bool is an int to Python, not to a manifest
+        raise ManifestFieldError(name, f"must be an integer, not {_kind(value)}")
+    if not lo <= value <= hi:
+        raise ManifestFieldError(name, f"is {value}, outside {lo}..{hi}")
+    return value
+
+
+def check_bool(value: object, name: str) -> bool:
+    if type(value) is not bool:
+        raise ManifestFieldError(name, f"must be true or false, not {_kind(value)}")
+    return value
+
+
+def check_str(value: object, name: str, max_len: int = 256, choices: tuple[str, ...] = ()) -> str:
+    if not isinstance(value, str):
+        raise ManifestFieldError(name, f"must be a string, not {_kind(value)}")
+    if len(value) > max_len:
+        raise ManifestFieldError(name, f"is {len(value)} characters long, more than {max_len}")
+    if choices and value not in choices:
+        raise ManifestFieldError(name, f"is '{value}', not one of {', '.join(choices)}")
+    return value
+
+
+def check_hex(value: object, name: str, length: int) -> str:
+    text = check_str(value, name)
+    if len(text) != length or not set(text) <= HEX:
+        raise ManifestFieldError(name, f"must be {length} lowercase hex digits")
+    return text
+
+
+def check_list(value: object, name: str, max_len: int = MAX_ITEMS) -> list[Any]:
+    if not isinstance(value, list):
+        raise ManifestFieldError(name, f"must be a list, not {_kind(value)}")
+    if len(value) > max_len:
+        raise ManifestFieldError(name, f"has {len(value)} entries, more than {max_len}")
+    return value
+
+
+def check_dict(value: object, name: str, max_len: int = MAX_ITEMS) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ManifestFieldError(name, f"must be an object, not {_kind(value)}")
+    if len(value) > max_len:
+        raise ManifestFieldError(name, f"has {len(value)} entries, more than {max_len}")
+    return value
+
+
+def check_file_name(value: object, name: str) -> str:
+    """A plain file name inside the artifact folder: no folder, no '..', not absolute."""
+    text = check_str(value, name)
+    if not text or text in (".", "..") or "/" in text or "\\" in text or "\0" in text or ":" in text:
+        raise ManifestFieldError(name, f"is '{text}', not a plain file name inside the artifact folder")
+    return text
+
+
+def check_fields(raw: dict[str, Any]) -> None:
+    """Every field's presence, type and range; raises ManifestFieldError naming the first bad one."""
+    known = {f.name for f in fields(Manifest)}
+    required = {f.name for f in fields(Manifest) if f.default is MISSING and f.default_factory is MISSING}
+    if unknown := sorted(raw.keys() - known):
+        raise ManifestFieldError(unknown[0], "is not a manifest field")
+    if missing := sorted(required - raw.keys()):
+        raise ManifestFieldError(missing[0], "is missing")
+    check_str(raw["specedge_version"], "specedge_version", 64)
+    for key, value in check_dict(raw["source"], "source", 16).items():
+        if value is not None:
+            check_str(value, f"source.{key}", 4096)
+    check_str(raw["architecture"], "architecture", 64)
+    vocab = check_int(raw["vocab_size"], "vocab_size", 1, MAX_VOCAB)
+    check_int(raw["hidden_size"], "hidden_size", 1, MAX_HIDDEN)
+    check_int(raw["num_layers"], "num_layers", 1, MAX_LAYERS)
+    heads = check_int(raw["num_heads"], "num_heads", 1, MAX_HEADS)
+    kv_heads = check_int(raw["num_kv_heads"], "num_kv_heads", 1, heads)
+    if heads % kv_heads:
+        raise ManifestFieldError("num_kv_heads", f"is {kv_heads}, which does not divide num_heads {heads}")
+    check_int(raw["head_dim"], "head_dim", 1, MAX_HEAD_DIM)
+    check_str(raw["kv_dtype"], "kv_dtype", choices=KV_DTYPES)
+    check_hex(raw["tokenizer_fingerprint"], "tokenizer_fingerprint", 16)
+    if raw["bos_token_id"] is not None:
+        check_int(raw["bos_token_id"], "bos_token_id", 0, vocab - 1)
+    for token in check_list(raw["eos_token_ids"], "eos_token_ids"):
+        check_int(token, "eos_token_ids", 0, vocab - 1)
+    if raw["chat_template"] is not None:
+        check_str(raw["chat_template"], "chat_template", MAX_TEMPLATE_CHARS)
+    context = check_int(raw["context"], "context", 1, MAX_CONTEXT)
+    widths = check_list(raw["widths"], "widths")
+    for width in widths:
+        check_int(width, "widths", 1, context)
+    if 1 not in widths:
+        raise ManifestFieldError("widths", f"is {widths}, without width 1")
+    check_quantization(raw["quantization"])
+    check_files(raw)
+    costs = check_dict(raw.get("costs", {}), "costs", 16)
+    if unknown := sorted(costs.keys() - {f.name for f in fields(WeightCosts)}):
+        raise ManifestFieldError(f"costs.{unknown[0]}", "is not a cost field")
+    for key, value in costs.items():
+        check_int(value, f"costs.{key}", 0, MAX_FILE_BYTES)
+    check_str(raw.get("target", "cpu"), "target", choices=TARGETS)
+    check_str(raw.get("attention", "exact"), "attention", choices=ATTENTION)
+    check_bool(raw.get("kv_in_place", False), "kv_in_place")
+    check_bool(raw.get("next_ids", False), "next_ids")
+    check_int(raw.get("head_vocab", 0), "head_vocab", 0, vocab)
+
+
+def check_quantization(value: object) -> None:
+    q = check_dict(value, "quantization", 8)
+    if unknown := sorted(q.keys() - {f.name for f in fields(Quantization)}):
+        raise ManifestFieldError(f"quantization.{unknown[0]}", "is not a quantization field")
+    if missing := [name for name in ("method", "bits", "block_size", "accuracy_level") if name not in q]:
+        raise ManifestFieldError(f"quantization.{missing[0]}", "is missing")
+    check_str(q["method"], "quantization.method", choices=tuple(QUANT_BITS))
+    if q["bits"] not in QUANT_BITS_ALLOWED or type(q["bits"]) is not int:
+        raise ManifestFieldError("quantization.bits", f"is {q['bits']!r}, not one of {QUANT_BITS_ALLOWED}")
+    check_int(q["block_size"], "quantization.block_size", 0, 1 << 16)
+    check_int(q["accuracy_level"], "quantization.accuracy_level", 0, 4)
+    for tensor in check_list(q.get("float_tensors", []), "quantization.float_tensors", 1 << 16):
+        check_str(tensor, "quantization.float_tensors", 1024)
+
+
+def check_files(raw: dict[str, Any]) -> None:
+    """`files` lists each file's size and sha256 under a plain name; every file the runtime opens
+    (the graph or graphs, the tokenizer) is one of them."""
+    files = check_dict(raw.get("files", {}), "files")
+    for name, meta in files.items():
+        check_file_name(name, "files")
+        meta = check_dict(meta, f"files.{name}", 2)
+        if meta.keys() != {"size", "sha256"}:
+            raise ManifestFieldError(f"files.{name}", "must hold exactly size and sha256")
+        check_int(meta["size"], f"files.{name}.size", 0, MAX_FILE_BYTES)
+        check_hex(meta["sha256"], f"files.{name}.sha256", 64)
+    if TOKENIZER_NAME not in files:
+        raise ManifestFieldError("files", f"does not list {TOKENIZER_NAME}")
+    referenced = [("graph", raw["graph"])]
+    for width, graph in check_dict(raw.get("graphs", {}), "graphs").items():
+        if not (width.isascii() and width.isdigit() and len(width) <= 8):
+            raise ManifestFieldError("graphs", f"has the key {width[:20]!r}, not a width")
+        check_int(int(width), "graphs", 1, raw["context"])
+        referenced.append((f"graphs.{width}", graph))
+    for name, file in referenced:
+        check_file_name(file, name)
+        if file not in files:
+            raise ManifestFieldError(name, f"names {file}, which is not listed (with its checksum) in files")
+
+
+def check_inside(folder: Path, manifest: Manifest) -> None:
+    """No listed file is a link out of the artifact folder (its names are plain names in it)."""
+    root = folder.resolve()
+    for name in manifest.files:
+        path = folder / name
+        if not path.is_symlink():
+            continue
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError):  # dangling, or a loop of links
+            real = None
+        if real is None or root not in real.parents:
+            raise SpecEdgeError(f"{path} is a link to {real or 'nothing'}, outside the artifact {folder}",
+                                "re-export the model; an artifact holds its own files")
+
+
 def load_manifest(folder: Path, verify: bool = True) -> Manifest:
-    """Read an artifact's manifest; with verify, check every listed file's size and sha256."""
+    """Read an artifact's manifest and check every field's type and range and that the files it
+    names are plain names listed in `files`; with verify, also each listed file's size and sha256,
+    and that tokenizer.json has the fingerprint the manifest claims."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SpecEdgeError(f"artifact folder {folder} does not exist",
@@ -122,19 +311,34 @@ def load_manifest(folder: Path, verify: bool = True) -> Manifest:
     if not path.is_file():
         raise SpecEdgeError(f"{folder} has no {MANIFEST_NAME}, so it is not a specedge artifact",
                             "export the model with `specedge export --model SRC --out DIR`")
-    try:
-        raw = json.loads(path.read_text())
-        if raw.get("schema_version") != SCHEMA_VERSION:
-            raise SpecEdgeError(
-                f"{path} has schema version {raw.get('schema_version')}, this specedge reads "
-                f"{SCHEMA_VERSION}", "re-export the model with this version of specedge")
-        manifest = Manifest.from_dict(raw)
-    except (json.JSONDecodeError, TypeError, KeyError) as e:
-        raise SpecEdgeError(f"{path} is not a valid manifest ({e})",
-                            "re-export the model with `specedge export`") from None
+    manifest = parse_manifest(path)
+    check_inside(folder, manifest)
     if verify:
         verify_files(folder, manifest)
+        verify_tokenizer(folder, manifest)
     return manifest
+
+
+def parse_manifest(path: Path) -> Manifest:
+    fix = "re-export the model with `specedge export`"
+    try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise SpecEdgeError(f"{path} is {path.stat().st_size} bytes, too large for a manifest", fix)
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise SpecEdgeError(f"{path} is not a valid manifest ({e})", fix) from None
+    if not isinstance(raw, dict):
+        raise SpecEdgeError(f"{path} is not a valid manifest (a JSON {_kind(raw)}, not an object)", fix)
+    if raw.get("schema_version") != SCHEMA_VERSION or type(raw.get("schema_version")) is not int:
+        raise SpecEdgeError(f"{path} has schema version {raw.get('schema_version')!r}, this specedge reads "
+                            f"{SCHEMA_VERSION}", "re-export the model with this version of specedge")
+    try:
+        check_fields(raw)
+        return Manifest.from_dict(raw)
+    except ManifestFieldError as e:
+        raise SpecEdgeError(f"{path} is not a valid manifest: {e}", fix) from None
+    except (TypeError, KeyError, ValueError) as e:  # checked above; a safety net
+        raise SpecEdgeError(f"{path} is not a valid manifest ({type(e).__name__}: {e})", fix) from None
 
 
 def verify_files(folder: Path, manifest: Manifest) -> None:
@@ -146,3 +350,18 @@ def verify_files(folder: Path, manifest: Manifest) -> None:
         if f.stat().st_size != meta["size"] or sha256_file(f) != meta["sha256"]:
             raise SpecEdgeError(f"checksum of {folder / name} does not match its manifest",
                                 "the file is corrupted or was changed; re-export the model")
+
+
+def verify_tokenizer(folder: Path, manifest: Manifest) -> None:
+    """tokenizer.json decides the token ids: its fingerprint must be the one the manifest (and a
+    draft's check against its target) relies on."""
+    path = folder / TOKENIZER_NAME
+    try:
+        found = tokenizer_fingerprint(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise SpecEdgeError(f"{path} is not a readable tokenizer ({type(e).__name__}: {e})",
+                            "re-export the model") from None
+    if found != manifest.tokenizer_fingerprint:
+        raise SpecEdgeError(f"{path} has the fingerprint {found}, not the {manifest.tokenizer_fingerprint} "
+                            "its manifest records: the tokenizer was swapped or edited",
+                            "re-export the model")

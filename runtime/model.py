@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,21 @@ def attention_bias(start: int, width: int, slots: int) -> np.ndarray:
     """[1, S, T] additive mask: query i (at position start+i) sees slots 0..start+i."""
     visible = np.arange(slots)[None, :] <= (start + np.arange(width))[:, None]  # [S, T]
     return np.where(visible, np.float32(0.0), MASK_VALUE)[None]
+
+
+def check_token_ids(tokens: Sequence[object], vocab: int) -> list[int]:
+    """The prompt's token ids as ints, each an id of the vocabulary [0, vocab); anything else is
+    refused here, before it reaches a graph (which would gather outside its embedding table)."""
+    ids = []
+    for i, token in enumerate(tokens):
+        if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+            raise SpecEdgeError(f"token {i} of the prompt is {reprlib.repr(token)}, not an integer token id",
+                                "pass token ids as ints, or the prompt as text")
+        if not 0 <= token < vocab:
+            raise SpecEdgeError(f"token id {token} (token {i} of the prompt) is outside the model's vocabulary "
+                                f"of {vocab} ids (0 to {vocab - 1})", "pass ids made by this model's tokenizer")
+        ids.append(int(token))
+    return ids
 
 
 class OnnxModel:

@@ -2,21 +2,166 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import wraps
 from pathlib import Path
+from typing import Any
 
+from jinja2 import Template, nodes
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.runtime import Context
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from tokenizers import Tokenizer
 
 from specedge.errors import SpecEdgeError
-from specedge.runtime.manifest import Manifest
+from specedge.runtime.manifest import TOKENIZER_NAME, Manifest
 
 Message = dict[str, str]
+
+# A chat template is code from the model's publisher: it runs sandboxed (no attribute starting
+# with _, no mutation of lists or dicts) and bounded, checked at every call, attribute, loop item,
+# operator and piece of output it makes.
+RENDER_SECONDS = 2.0  # a chat template renders in milliseconds
+MAX_ITEMS = 100_000  # items of one range() or one loop
+MAX_CHARS = 1 << 24  # characters of the rendered text, or of one string or list the template builds
+MAX_NUMBER = 1 << 24  # a larger integer passed to a function or filter (a width, a count) is refused
+MAX_POWER_BITS = 1 << 16  # bits of the result of **
+SEQUENCES = (str, list, tuple)
+
+
+class TemplateLimit(SecurityError):
+    """A chat template went past one of the bounds above."""
+
+
+class BoundedCodeGenerator(CodeGenerator):
+    """Compiles every {% for %} to iterate through environment.bounded_iter, and every ~ to pass
+    its result through environment.bounded_text."""
+
+    def visit_For(self, node: nodes.For, frame: Frame) -> None:
+        node.iter = nodes.Call(nodes.EnvironmentAttribute("bounded_iter"), [node.iter], [], None, None)
+        super().visit_For(node, frame)
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        self.write("environment.bounded_text(")
+        super().visit_Concat(node, frame)
+        self.write(")")
+
+
+class BoundedSandbox(ImmutableSandboxedEnvironment):
+    """A sandbox whose rendering is bounded in time and size: a template that loops for long, or
+    builds a huge string, is stopped with TemplateLimit instead of hanging or exhausting memory."""
+
+    code_generator_class = BoundedCodeGenerator
+    intercepted_binops = frozenset({"*", "**", "+"})
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.deadline = time.monotonic() + RENDER_SECONDS
+        self.globals["range"] = self.bounded_range
+        self.filters = {name: self.bounded_filter(name, f) for name, f in self.filters.items()}
+
+    def render_bounded(self, template: Template, **variables: Any) -> str:
+        self.deadline = time.monotonic() + RENDER_SECONDS
+        pieces, size = [], 0
+        for piece in template.generate(**variables):
+            size += len(piece)
+            if size > MAX_CHARS:
+                raise TemplateLimit(f"its output passed {MAX_CHARS} characters")
+            self.tick()
+            pieces.append(piece)
+        return "".join(pieces)
+
+    def tick(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise TemplateLimit(f"it ran for more than {RENDER_SECONDS:g} s")
+
+    def bounded_iter(self, iterable: Iterable[Any]) -> Iterator[Any]:
+        for i, item in enumerate(iterable):
+            if i >= MAX_ITEMS:
+                raise TemplateLimit(f"a loop ran past {MAX_ITEMS} items")
+            self.tick()
+            yield item
+
+    def bounded_text(self, text: str) -> str:
+        if len(text) > MAX_CHARS:
+            raise TemplateLimit(f"~ made {len(text)} characters")
+        self.tick()
+        return text
+
+    def bounded_range(self, *args: int) -> range:
+        items = range(*args)
+        try:
+            items[MAX_ITEMS]  # len() of a huge range overflows; indexing does not
+        except IndexError:
+            return items
+        raise TemplateLimit(f"range{args} has more than {MAX_ITEMS} items")
+
+    def check_numbers(self, name: str, args: Iterable[object]) -> None:
+        for value in args:
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
+                raise TemplateLimit(f"{name} was given {value}, more than the {MAX_NUMBER} a template may ask for")
+
+    def bounded_filter(self, name: str, f: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(f)  # keeps jinja2's pass_context / pass_environment marks
+        def bounded(*args: Any, **kwargs: Any) -> Any:
+            self.tick()
+            self.check_numbers(f"filter {name}", [*args[1:], *kwargs.values()])  # args[0]: the value or context
+            out = f(*args, **kwargs)
+            if isinstance(out, SEQUENCES) and len(out) > MAX_CHARS:
+                raise TemplateLimit(f"filter {name} made {len(out)} items")
+            return out
+
+        return bounded
+
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        __self.tick()
+        if __obj is not __self.globals["range"]:  # range bounds its own items
+            __self.check_numbers(getattr(__obj, "__name__", "a call"), [*args, *kwargs.values()])
+        out = super().call(__context, __obj, *args, **kwargs)
+        if isinstance(out, SEQUENCES) and len(out) > MAX_CHARS:
+            raise TemplateLimit(f"a call made {len(out)} items")
+        return out
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        self.tick()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        self.tick()
+        return super().getitem(obj, argument)
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        self.tick()
+        if (size := result_size(operator, left, right)) > MAX_CHARS:
+            raise TemplateLimit(f"{operator} would make {size} items")
+        if operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0 \
+                and left.bit_length() * right > MAX_POWER_BITS:
+            raise TemplateLimit(f"{left} ** {right} is too large")
+        return super().call_binop(context, operator, left, right)
+
+
+def result_size(operator: str, left: object, right: object) -> int:
+    """Items of the string, list or tuple `left operator right` makes (0: not one)."""
+    if operator == "+" and isinstance(left, SEQUENCES) and isinstance(right, SEQUENCES):
+        return len(left) + len(right)
+    if operator == "*":
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, SEQUENCES) and isinstance(n, int):
+                return len(seq) * n
+    return 0
 
 
 class TextCodec:
     def __init__(self, folder: Path, manifest: Manifest) -> None:
         self.manifest = manifest
-        self.tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+        path = Path(folder) / TOKENIZER_NAME
+        try:
+            self.tokenizer = Tokenizer.from_file(str(path))
+        except Exception as e:  # the tokenizers library raises its own exception types
+            raise SpecEdgeError(f"{path} is not a readable tokenizer ({e})", "re-export the model") from None
+        self._env: BoundedSandbox | None = None
+        self._template: Template | None = None
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
@@ -27,26 +172,40 @@ class TextCodec:
     def token_text(self, token_id: int | None) -> str:
         return "" if token_id is None else (self.tokenizer.id_to_token(token_id) or "")
 
+    def chat_template(self) -> tuple[BoundedSandbox, Template]:
+        """The model's chat template, compiled once into a bounded sandbox."""
+        if self._env is None or self._template is None:
+            if not self.manifest.chat_template:
+                raise SpecEdgeError("this model has no chat template", "drop --chat and pass the raw prompt")
+            env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
+
+            def raise_exception(message: str) -> None:
+                raise SpecEdgeError(f"the chat template refused the conversation: {message}")
+
+            env.globals["raise_exception"] = raise_exception
+            self._template = self._guard(lambda: env.from_string(self.manifest.chat_template))
+            self._env = env
+        return self._env, self._template
+
     def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
-        template = self.manifest.chat_template
-        if not template:
-            raise SpecEdgeError("this model has no chat template", "drop --chat and pass the raw prompt")
-        from jinja2 import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        env, template = self.chat_template()
+        eos = self.manifest.eos_token_ids[0] if self.manifest.eos_token_ids else None
+        return self._guard(lambda: env.render_bounded(
+            template, messages=list(messages), add_generation_prompt=add_generation_prompt,
+            bos_token=self.token_text(self.manifest.bos_token_id), eos_token=self.token_text(eos)))
 
-        def raise_exception(message: str) -> None:
-            raise SpecEdgeError(f"the chat template refused the conversation: {message}")
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = raise_exception
+    @staticmethod
+    def _guard(work: Callable[[], Any]) -> Any:
+        """Run template code: whatever it raises (it is the model's code) becomes one clear error."""
         try:
-            return env.from_string(template).render(
-                messages=list(messages), add_generation_prompt=add_generation_prompt,
-                bos_token=self.token_text(self.manifest.bos_token_id),
-                eos_token=self.token_text(self.manifest.eos_token_ids[0] if self.manifest.eos_token_ids
-                                          else None))
-        except TemplateError as e:
-            raise SpecEdgeError(f"the model's chat template failed to render: {e}",
+            return work()
+        except SpecEdgeError:
+            raise
+        except TemplateLimit as e:
+            raise SpecEdgeError(f"the model's chat template was stopped: {e}",
+                                "drop --chat and pass the raw prompt, or fix the template") from None
+        except Exception as e:  # TemplateError, TypeError, RecursionError, OverflowError, MemoryError...
+            raise SpecEdgeError(f"the model's chat template failed to render ({type(e).__name__}: {e})",
                                 "drop --chat and pass the raw prompt") from None
 
     def encode_chat(self, messages: Sequence[Message]) -> list[int]:

@@ -78,20 +78,30 @@ class ChatSession:
     def messages(self, history: list[Message]) -> list[Message]:
         return ([{"role": "system", "content": self.system}] if self.system else []) + history
 
+    @property
+    def answer_room(self) -> int:
+        """Tokens of the context kept free for the answer: --max-new-tokens, but at most half the
+        context, so that a message always has room (a longer answer goes on while the context
+        has room left, and then stops with the reason "context")."""
+        return min(self.max_new_tokens, self.generator.target.manifest.context // 2)
+
     def fit(self, history: list[Message]) -> list[Message]:
-        """Drop the oldest turns until the prompt plus an answer fits the context."""
+        """Drop the oldest turns until the prompt plus room for an answer fits the context."""
         gen = self.generator
-        budget = gen.target.manifest.context - self.max_new_tokens
+        context = gen.target.manifest.context
+        budget = context - self.answer_room
         dropped = 0
         while len(gen.codec.encode_chat(self.messages(history))) > budget and len(history) > 1:
             history = history[2:] if len(history) > 2 else history[1:]
             dropped += 1
         if dropped:
-            self.say(f"[dropped the {dropped} oldest turn(s) to fit the context of "
-                     f"{gen.target.manifest.context} tokens]")
-        if len(gen.codec.encode_chat(self.messages(history))) > budget:
-            raise SpecEdgeError("this message alone does not fit the context with room for an answer",
-                                "send a shorter message or lower --max-new-tokens")
+            self.say(f"[dropped the {dropped} oldest turn(s) to fit the context of {context} tokens]")
+        if (n := len(gen.codec.encode_chat(self.messages(history)))) > budget:
+            raise SpecEdgeError(
+                f"this message takes {n} tokens, more than the {budget} left for it in the context of {context} "
+                f"tokens once {self.answer_room} are kept for the answer",
+                "send a shorter message" + (f", or pass --max-new-tokens {context - n} or less"
+                                            if context - n >= 1 else ""))
         return history
 
     def answer(self, text: str) -> None:
@@ -145,6 +155,8 @@ class ChatSession:
         self.say(f"[gamma is now {'auto' if auto else config.gamma}]")
 
     def run(self, lines: Iterable[str]) -> None:
+        """Answer each line (or run it, a /command); lines may be a text stream such as stdin."""
+        tolerate_bad_bytes(lines)
         for raw in lines:
             line = raw.strip()
             if not line:
@@ -159,8 +171,17 @@ class ChatSession:
                 self.say(f"[{e}]")
 
 
+def tolerate_bad_bytes(stream: object) -> None:
+    """A text stream (stdin) decodes bytes that are not valid in its encoding as U+FFFD rather
+    than raising UnicodeDecodeError in the middle of a chat."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="replace")
+
+
 def terminal_lines(prompt: str = "you> ") -> Iterator[str]:
     """Lines typed at a terminal; ends on Ctrl-D or Ctrl-C at the prompt."""
+    tolerate_bad_bytes(sys.stdin)
     while True:
         try:
             yield input(prompt)

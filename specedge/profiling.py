@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from specedge.device_profiles.measure import measure_bandwidth
 from specedge.device_profiles.predict import PassModel, Prediction, efficiency, predict
-from specedge.device_profiles.profiles import DeviceProfile, Latency, find_profile, parse_profile
+from specedge.device_profiles.profiles import (
+    DeviceProfile,
+    Latency,
+    ProfileError,
+    find_profile,
+    load_profile,
+    parse_profile,
+    save_profile,
+)
 from specedge.errors import SpecEdgeError
 from specedge.kernels.acceptance import expected_tokens
 from specedge.models.paths import cache_root
@@ -37,16 +46,30 @@ def profiles_dir() -> Path:
 def device_profile(name: str) -> DeviceProfile:
     try:
         return find_profile(name, (profiles_dir(),))
-    except ValueError as e:
-        raise SpecEdgeError(str(e), "run `specedge profile measure` or pick a listed device") from None
+    except ProfileError as e:
+        raise SpecEdgeError(str(e), e.fix or "run `specedge profile measure` or pick a listed device") from None
 
 
 def measured_bandwidth() -> float | None:
-    """This machine's measured bandwidth in GB/s, if `specedge profile measure` was run."""
+    """This machine's measured bandwidth in GB/s, if `specedge profile measure` was run. Only
+    a figure for the stats: a profile that cannot be read is named in a warning, and ignored."""
     path = profiles_dir() / f"{THIS_DEVICE}.json"
-    if not path.is_file():
-        return None
-    return device_profile(THIS_DEVICE).memory_bandwidth_gb_per_s.value
+    remeasure = "measure this machine again with `specedge profile measure`"
+    try:
+        if not path.is_file():
+            return None
+        value = load_profile(path).memory_bandwidth_gb_per_s.value
+    except ProfileError as e:
+        return warn(str(e), e.fix)
+    except OSError as e:  # e.g. a folder on the way that cannot be read
+        return warn(f"device profile {path} cannot be read ({e})", f"delete it, or {remeasure}")
+    if not value:
+        return warn(f"device profile {path} has no measured bandwidth", remeasure)
+    return float(value)
+
+
+def warn(problem: str, fix: str) -> None:
+    print(f"specedge: warning: {problem}; {fix} (going on without it)", file=sys.stderr)
 
 
 def artifact_id(manifest: Manifest, folder: Path) -> str:
@@ -143,9 +166,8 @@ def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEV
     }
     profile = parse_profile(data)
     profile = DeviceProfile(**{**profile.__dict__, "latencies": tuple(latencies), "acceptance": acceptance})
-    profiles_dir().mkdir(parents=True, exist_ok=True)
     path = profiles_dir() / f"{name}.json"
-    path.write_text(profile.to_json())
+    save_profile(profile, path)
     return profile, path
 
 

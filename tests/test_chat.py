@@ -64,3 +64,34 @@ def test_piped_stdin_and_one_shot_prompt(tiny_llama: tuple[Path, Path, Path]) ->
                           stdin=subprocess.DEVNULL)
     assert once.returncode == 0, once.stderr
     assert once.stdout.count("tokens/target pass") == 1
+
+
+def test_bytes_that_are_not_utf8_do_not_end_the_chat(tiny_llama: tuple[Path, Path, Path]) -> None:
+    chat, out = session(tiny_llama)
+    chat.run(io.TextIOWrapper(io.BytesIO(b"caf\xe9 \xff\xfe\nagain\n"), encoding="utf-8"))
+    assert out.getvalue().count("tokens/target pass") == 2
+    assert chat.history[0]["content"] == "caf\ufffd \ufffd\ufffd"
+
+
+def test_piped_stdin_with_bytes_that_are_not_utf8(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, draft = tiny_llama
+    cmd = [sys.executable, "-m", "specedge", "chat", "--target", str(target), "--draft", str(draft),
+           "--max-new-tokens", "4"]
+    proc = subprocess.run(cmd, input=b"\xff\xfe hello\n", capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().count("tokens/target pass") == 1
+
+
+def test_max_new_tokens_as_large_as_the_context_still_answers(tiny_llama: tuple[Path, Path, Path]) -> None:
+    chat, out = session(tiny_llama, max_new=1000)  # context 64
+    chat.run(["hi", "more"])
+    assert out.getvalue().count("tokens/target pass") == 2, out.getvalue()
+    assert "does not fit" not in out.getvalue()
+
+
+def test_a_message_too_long_says_what_to_pass(tiny_llama: tuple[Path, Path, Path]) -> None:
+    chat, out = session(tiny_llama, max_new=16)  # context 64: 48 tokens for the prompt
+    chat.run(["x" * 50])
+    assert "takes" in out.getvalue() and "--max-new-tokens" in out.getvalue(), out.getvalue()
+    chat.run(["x" * 70])  # no room at all: only a shorter message helps
+    assert "send a shorter message]" in out.getvalue(), out.getvalue()
