@@ -1,0 +1,67 @@
+"""Soak: a long chat with the small real model - 20,000 tokens over many turns, the context
+overflowing again and again - keeps its memory flat and leaks no file descriptors or temp files."""
+
+from __future__ import annotations
+
+import io
+import os
+import resource
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from specedge.chat import ChatSession
+from specedge.runtime.decoding import SpecConfig
+from specedge.runtime.generator import Generator
+
+TOKENS = 20_000
+WARM_UP = 0.15  # of the tokens: sessions, arenas and caches reach their size
+MESSAGES = [
+    "Write a Python class for a bank account with deposit, withdraw and a transaction history.",
+    "Tell me a long story about a lighthouse keeper who finds a message in a bottle.",
+    "Explain, step by step, how a hash table resolves collisions, with an example in C.",
+    "Now rewrite the previous answer as a list of short bullet points.",
+    "List twenty animals that live in the ocean and one fact about each.",
+]
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads /proc (Linux)")
+def test_long_chat_keeps_memory_flat(smollm2: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    temp = tmp_path / "tmp"  # this process's own temp folder: whatever it leaves there, it leaked
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    gen = Generator.load(smollm2["int4"], ngram=True, config=SpecConfig(gamma=4, auto_gamma=True))
+    out = io.StringIO()
+    session = ChatSession(gen, out=out, max_new_tokens=200)
+    samples: list[tuple[int, int, int]] = []  # (tokens so far, resident bytes, open fds)
+    turn = 0
+    while session.totals.tokens < TOKENS:
+        session.run([MESSAGES[turn % len(MESSAGES)]])
+        turn += 1
+        samples.append((session.totals.tokens, resident_bytes(), open_fds()))
+    after = [s for s in samples if s[0] >= WARM_UP * TOKENS]
+    base_rss, base_fds = after[0][1], after[0][2]
+    peak = max(s[1] for s in after)
+    drops = out.getvalue().count("[dropped")
+    with capsys.disabled():
+        print(f"\nsoak: {session.totals.tokens} tokens in {turn} turns, context overflowed {drops} times; "
+              f"resident {base_rss / 2**20:.0f} MiB after warm-up, peak {peak / 2**20:.0f} MiB "
+              f"(+{(peak / base_rss - 1) * 100:.1f}%), end {after[-1][1] / 2**20:.0f} MiB; "
+              f"fds {base_fds} -> {after[-1][2]}")
+    assert drops >= 3  # the conversation outgrew the context several times
+    assert peak <= 1.05 * base_rss
+    assert after[-1][2] <= base_fds
+    assert not list(temp.iterdir())
