@@ -1,15 +1,40 @@
-"""Logits → probabilities under the sampling transforms (temperature, top-k, top-p).
+"""Logits → probabilities under the sampling transforms (temperature, top-k, top-p), and the
+draws that pick a token from them.
 
 The transformed distribution *is* the distribution the user asked for: the target's p and the
-draft's q are both built here, so acceptance compares exactly the distributions tokens were
-drawn from.
+draft's q are both built here. A token is drawn by an exponential race, argmin_i E_i / p_i over
+i.i.d. E_i ~ Exp(1), which picks i with probability p_i exactly. `Draws` keys the noise E by
+(seed, position): whoever draws the token at a position - the draft from q, the target from p,
+in a round of any γ or in plain decoding - races the same noise, so the target's token at each
+position is a function of the seed, the position and p alone (see acceptance.py).
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
+
+from specedge.errors import SpecEdgeError
+
+TOKEN_NOISE = 0  # the purpose in a noise key: the Exp(1) race that picks the token at a position
+
+
+def is_count(value: object) -> bool:
+    """A non-negative integer (bools excluded)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0
+
+
+def is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_seed(seed: object) -> None:
+    if seed is not None and not is_count(seed):
+        raise SpecEdgeError(f"the seed must be a non-negative integer, got {seed!r}",
+                            "pass --seed 0 or any other integer >= 0, or no seed for a fresh one")
 
 
 @dataclass(frozen=True)
@@ -21,12 +46,16 @@ class SamplingParams:
     top_p: float = 1.0  # 1.0: no nucleus cut
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        t, k, p = self.temperature, self.top_k, self.top_p
+        if not (is_real(t) and math.isfinite(t) and t >= 0):
+            raise SpecEdgeError(f"temperature must be a finite number >= 0 (0 is greedy), got {t!r}",
+                                "pass --temperature 0 for greedy decoding or a value such as 0.7")
+        if not is_count(k):
+            raise SpecEdgeError(f"top_k must be an integer >= 0 (0 keeps every token), got {k!r}",
+                                "pass --top-k 0 or a count of tokens such as 40")
+        if not (is_real(p) and 0.0 < p <= 1.0):
+            raise SpecEdgeError(f"top_p must be in (0, 1] (1 keeps every token), got {p!r}",
+                                "pass --top-p 1 or a mass such as 0.9")
 
     @property
     def greedy(self) -> bool:
@@ -77,7 +106,9 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
         out = np.zeros(logits.shape, dtype=np.float64)
         np.put_along_axis(out, argmax(logits)[..., None], 1.0, axis=-1)
         return out
-    scaled = logits.astype(np.float64) / params.temperature
+    z = logits.astype(np.float64)
+    with np.errstate(over="ignore"):  # <= 0, the largest 0: a tiny temperature gives -inf, never NaN
+        scaled = (z - np.max(z, axis=-1, keepdims=True)) / params.temperature
     scaled = np.where(_top_k_mask(scaled, params.top_k), scaled, -np.inf)
     probs = softmax(scaled)
     if params.top_p < 1.0:
@@ -86,8 +117,51 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return probs
 
 
+def race(probs: np.ndarray, noise: np.ndarray) -> int:
+    """The index of a probability vector [V] that wins the race argmin_i noise_i / probs_i: drawn
+    from probs exactly when noise holds V i.i.d. Exp(1) values (a zero-probability index never
+    wins). Two distributions raced on the same noise agree often: at least (1 - d) / (1 + d) of
+    the time, d their total variation distance."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return int(np.argmin(np.where(probs > 0, noise / probs, np.inf)))
+
+
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one index from a probability vector [V] by inverse CDF."""
-    cdf = np.cumsum(probs)
-    u = rng.random() * cdf[-1]
-    return int(min(np.searchsorted(cdf, u, side="right"), probs.shape[-1] - 1))
+    """Draw one index from a probability vector [V], racing V fresh Exp(1) values from rng."""
+    return race(probs, rng.standard_exponential(probs.shape[-1]))
+
+
+def keyed_exponentials(seed: int, position: int, size: int, purpose: int = TOKEN_NOISE) -> np.ndarray:
+    """[size] i.i.d. Exp(1) of their own for (seed, position, purpose), whatever was drawn before:
+    -log(1 - u) of the 53-bit uniforms u of a Philox stream keyed by them. Raw bit streams and
+    SeedSequence, unlike Generator's methods, stay the same across numpy versions."""
+    bits = np.random.Philox(np.random.SeedSequence(seed, spawn_key=(purpose, position))).random_raw(size)
+    return -np.log1p(-(bits >> np.uint64(11)).astype(np.float64) * 2.0**-53)
+
+
+class Draws:
+    """The randomness of one sampled generation, keyed by (seed, position): the noise of the token
+    at a position, drawn once and kept while a round may still ask for it (the draft's draw and
+    the target's at the same position race the same noise).
+
+    seed None: a fresh seed from the OS (see `seed`)."""
+
+    def __init__(self, seed: int | None, vocab_size: int, keep: int = 16) -> None:
+        check_seed(seed)
+        self.seed = int(np.random.SeedSequence().entropy if seed is None else seed)  # type: ignore[arg-type]
+        self.vocab_size = vocab_size
+        self.keep = keep  # positions held; a round asks for at most γ + 1 <= 13
+        self._noise: dict[int, np.ndarray] = {}
+
+    def noise(self, position: int) -> np.ndarray:
+        """[V] i.i.d. Exp(1) of the token at `position` (an index in prompt + generated tokens)."""
+        if position not in self._noise:
+            if len(self._noise) >= self.keep:
+                del self._noise[min(self._noise)]
+            self._noise[position] = keyed_exponentials(self.seed, position, self.vocab_size)
+        return self._noise[position]
+
+    def sample(self, probs: np.ndarray, position: int) -> int:
+        """The token at `position` drawn from probs with that position's noise. probs may cover
+        only the first ids (a draft with a truncated head): the others have probability 0."""
+        return race(probs, self.noise(position)[:probs.shape[-1]])

@@ -3,6 +3,10 @@
 `decode_tokens` yields the tokens of each round as they are accepted; the consumer decides when
 to stop (EOS, max tokens, stop strings) by no longer pulling. The target's KV cache holds every
 token but the newest ("pending") one, which is the first input of the next verification.
+
+When sampling, the token at each position (its index in prompt + generated tokens) is the
+target's draw with that position's noise from `Draws`, keyed by (seed, position): a seeded run
+gives the same tokens as plain sampling with that seed, whatever γ each round took.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ import numpy as np
 
 from specedge.errors import SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_sampled
-from specedge.kernels.sampling import SamplingParams, argmax, probabilities, sample
-from specedge.runtime.drafters import Draft, Drafter, one_hot
+from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count, probabilities
+from specedge.runtime.drafters import Draft, Drafter
 from specedge.runtime.gamma import GammaController
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.model import ForwardOutput, OnnxModel
@@ -30,15 +34,37 @@ class SpecConfig:
     max_new_tokens: int = 128
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop_strings: tuple[str, ...] = ()
-    seed: int | None = None
+    seed: int | None = None  # sampling: the same seed gives the same tokens at any γ (None: a fresh seed)
     ignore_eos: bool = False  # decode exactly max_new_tokens (benchmarks)
 
+    def __post_init__(self) -> None:
+        if not is_count(self.gamma):
+            raise SpecEdgeError(f"gamma must be an integer >= 0 (0 decodes plainly), got {self.gamma!r}",
+                                "pass --gamma auto, or a number of draft tokens such as 4")
+        if not is_count(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise SpecEdgeError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}",
+                                "pass --max-new-tokens 1 or more")
+        if not isinstance(self.sampling, SamplingParams):
+            raise SpecEdgeError(f"sampling must be a SamplingParams, got {type(self.sampling).__name__}",
+                                "pass sampling=SamplingParams(temperature=..., top_k=..., top_p=...)")
+        check_seed(self.seed)
+        check_stop_strings(self.stop_strings)
 
-def choose(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator) -> int:
-    """The target's own next token from one row of logits [V]."""
+
+def check_stop_strings(stop_strings: object) -> None:
+    if isinstance(stop_strings, str) or not isinstance(stop_strings, (tuple, list)):
+        raise SpecEdgeError(f"stop_strings must be a tuple of strings, got {stop_strings!r}",
+                            "pass stop_strings=('text',) - a bare string would be read as its characters")
+    if not all(isinstance(s, str) and s for s in stop_strings):
+        raise SpecEdgeError(f"stop_strings must each be non-empty text, got {list(stop_strings)!r}",
+                            "drop the empty --stop, or give it some text")
+
+
+def choose(logits: np.ndarray, params: SamplingParams, draws: Draws, position: int) -> int:
+    """The target's own token at `position` from that position's row of logits [V]."""
     if params.greedy:
         return int(argmax(logits))
-    return sample(probabilities(logits, params), rng)
+    return draws.sample(probabilities(logits, params), position)
 
 
 def fit_width(k: int, widths: Sequence[int]) -> int:
@@ -46,14 +72,12 @@ def fit_width(k: int, widths: Sequence[int]) -> int:
     return max(w for w in widths if w <= k + 1) - 1
 
 
-def accept(draft: Draft, out: ForwardOutput, params: SamplingParams, vocab: int,
-           rng: np.random.Generator) -> AcceptResult:
-    """The verification pass's k+1 rows against the draft's k tokens."""
+def accept(draft: Draft, out: ForwardOutput, params: SamplingParams, draws: Draws, start: int) -> AcceptResult:
+    """The verification pass's k+1 rows, for positions start .. start+k, against the draft's k tokens."""
     tokens = np.asarray(draft.tokens, dtype=np.int64)
     if params.greedy:
         return accept_greedy(tokens, out.next_ids)
-    q = draft.q if draft.q is not None else one_hot(draft.tokens, vocab)
-    return accept_sampled(tokens, q, probabilities(out.logits, params), rng)
+    return accept_sampled(tokens, probabilities(out.logits, params), draws, start)
 
 
 def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int]) -> np.ndarray:
@@ -67,14 +91,13 @@ def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int]) -> np.ndar
 
 
 def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, prompt: Sequence[int],
-                  config: SpecConfig, stats: GenerationStats,
-                  rng: np.random.Generator) -> Iterator[list[int]]:
+                  config: SpecConfig, stats: GenerationStats) -> Iterator[list[int]]:
     """Yield the tokens of each round. Ends by itself only when the context is full."""
     params, capacity, widths = config.sampling, target.manifest.context, target.manifest.widths
-    vocab = target.manifest.vocab_size
+    draws = Draws(config.seed, target.manifest.vocab_size)
     t0 = time.perf_counter()
     context = list(prompt)
-    context.append(choose(prefill(target, cache, prompt), params, rng))
+    context.append(choose(prefill(target, cache, prompt), params, draws, len(context)))
     if drafter is not None:
         drafter.begin(context)
     stats.time_prefill_s += time.perf_counter() - t0
@@ -88,19 +111,18 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
             source, gamma = controller.plan(drafter.sources(context))
         k = min(gamma, capacity - len(context), max(remaining - 1, 0))
         t_draft = 0.0
-        draft = Draft(tokens=[], q=None)
+        draft = Draft(tokens=[])
         if drafter is not None and k > 0:
             t = time.perf_counter()
-            draft = drafter.propose(context, k, params, rng, source=source)
+            draft = drafter.propose(context, k, params, draws, source=source)
             t_draft = time.perf_counter() - t
             stats.time_draft_s += t_draft
             stats.draft_calls += draft.calls
             stats.draft_traffic.add(draft.traffic)
-            k = fit_width(len(draft.tokens), widths)
-            draft = Draft(draft.tokens[:k], None if draft.q is None else draft.q[:k])
+            draft.tokens = draft.tokens[:fit_width(len(draft.tokens), widths)]
         t = time.perf_counter()
         out = target.forward([context[-1], *draft.tokens], cache, all_logits=True)
-        result = accept(draft, out, params, vocab, rng)
+        result = accept(draft, out, params, draws, len(context))
         cache.commit(out.new_keys, out.new_values, [context[-1], *draft.tokens[:result.n_accepted]])
         stats.target_traffic.add(out.traffic)
         t_verify = time.perf_counter() - t

@@ -3,10 +3,12 @@
 - DraftModelDrafter: a small model with its own KV cache, one token per pass.
 - NgramDrafter: prompt lookup, no model: the continuation of the latest earlier occurrence of
   the context's last n tokens.
-A drafter returns the distribution q each token was drawn from (None when greedy); the n-gram
-drafter proposes deterministically, so its q is one-hot. `sources(context)` names where this
-round's drafts could come from ("ngram", "model"), best first, so γ auto can judge each source
-on its own record; `propose(..., source=...)` takes drafts from the one it picked.
+When sampling, the draft model draws the token at each position from its q with that
+position's noise in `Draws`, the noise the target draws its own token with there, so a draft
+agrees with the target's draw as often as q and p allow (kernels/acceptance.py); the n-gram
+drafter proposes deterministically. `sources(context)` names where this round's drafts could
+come from ("ngram", "model"), best first, so γ auto can judge each source on its own record;
+`propose(..., source=...)` takes drafts from the one it picked.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from specedge.kernels.sampling import SamplingParams, probabilities, sample
+from specedge.kernels.sampling import Draws, SamplingParams, probabilities
 from specedge.runtime.model import OnnxModel
 from specedge.runtime.traffic import Traffic
 
@@ -25,7 +27,6 @@ from specedge.runtime.traffic import Traffic
 @dataclass
 class Draft:
     tokens: list[int]
-    q: np.ndarray | None  # [k, V]: the distributions the tokens were drawn from; None if greedy
     calls: int = 0  # model passes spent on this draft
     traffic: Traffic = field(default_factory=Traffic)  # bytes those passes moved
 
@@ -39,18 +40,13 @@ class Drafter(Protocol):
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         """Where drafts for this context can come from, best first (empty: none this round)."""
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams,
-                rng: np.random.Generator, source: str | None = None) -> Draft:
-        """Up to k tokens to follow context, from `source` (default: the drafter's first choice)."""
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
+                source: str | None = None) -> Draft:
+        """Up to k tokens to follow context, from `source` (default: the drafter's first choice);
+        a sampled token at position len(context) + j is drawn with `draws` at that position."""
 
     def accept(self, committed: int) -> None:
         """The first `committed` tokens of the context are final; forget anything beyond."""
-
-
-def one_hot(tokens: Sequence[int], vocab: int) -> np.ndarray:
-    q = np.zeros((len(tokens), vocab), dtype=np.float64)  # [k, V]
-    q[np.arange(len(tokens)), tokens] = 1.0
-    return q
 
 
 class NgramDrafter:
@@ -86,11 +82,9 @@ class NgramDrafter:
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         return ("ngram",) if self.lookup(context, 1) else ()
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams,
-                rng: np.random.Generator, source: str | None = None) -> Draft:
-        tokens = self.lookup(context, k) if k > 0 else []
-        q = None if params.greedy else one_hot(tokens, self.vocab_size)
-        return Draft(tokens=tokens, q=q)
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
+                source: str | None = None) -> Draft:
+        return Draft(tokens=self.lookup(context, k) if k > 0 else [])
 
 
 class DraftModelDrafter:
@@ -113,8 +107,8 @@ class DraftModelDrafter:
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         return ("model",)
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams,
-                rng: np.random.Generator, source: str | None = None) -> Draft:
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
+                source: str | None = None) -> Draft:
         k = min(k, self.model.manifest.context - len(context) + 1)
         feed = list(context[self.cache.length:])  # the tokens the draft has not seen, pending last
         static = self.model.manifest.graphs
@@ -122,24 +116,18 @@ class DraftModelDrafter:
             self.model.prefill(list(context[:-1]), self.cache)
             feed = [context[-1]]
         tokens: list[int] = []
-        qs: list[np.ndarray] = []
         traffic = Traffic()
-        for _ in range(max(k, 0)):
+        for j in range(max(k, 0)):
             out = self.model.forward(feed, self.cache, all_logits=False)
             traffic.add(out.traffic)
             self.cache.commit(out.new_keys, out.new_values, feed)
             if params.greedy:
                 token = int(out.next_ids[-1])
-            else:
-                q = probabilities(out.logits[-1], params)
-                token = sample(q, rng)
-                qs.append(np.pad(q, (0, self.model.manifest.vocab_size - len(q))))  # a truncated head: 0 beyond
+            else:  # a truncated head's q covers the first ids only: the others have probability 0
+                token = draws.sample(probabilities(out.logits[-1], params), len(context) + j)
             tokens.append(token)
             feed = [token]
-        if params.greedy:
-            return Draft(tokens=tokens, q=None, calls=len(tokens), traffic=traffic)
-        q_all = np.stack(qs) if qs else np.zeros((0, self.model.manifest.vocab_size))  # [k, V]
-        return Draft(tokens=tokens, q=q_all, calls=len(tokens), traffic=traffic)
+        return Draft(tokens=tokens, calls=len(tokens), traffic=traffic)
 
 
 class HybridDrafter:
@@ -170,8 +158,8 @@ class HybridDrafter:
         tokens, n = self.ngram.match(context, 1)
         return ("ngram",) if tokens and n >= self.min_match else ("model",)
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams,
-                rng: np.random.Generator, source: str | None = None) -> Draft:
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
+                source: str | None = None) -> Draft:
         if (source or self.sources(context)[0]) == "ngram":
-            return self.ngram.propose(context, k, params, rng)
-        return self.model.propose(context, k, params, rng)
+            return self.ngram.propose(context, k, params, draws)
+        return self.model.propose(context, k, params, draws)

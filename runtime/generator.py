@@ -12,17 +12,15 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
-
 from specedge.errors import SpecEdgeError
 from specedge.runtime.decoding import SpecConfig, decode_tokens
 from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, NgramDrafter
-from specedge.runtime.model import OnnxModel
+from specedge.runtime.model import OnnxModel, check_token_ids
 from specedge.runtime.row_groups import align_rows
 from specedge.runtime.session import resolve_provider
 from specedge.runtime.stats import GenerationStats
@@ -33,6 +31,9 @@ Prompt = str | Sequence[int] | Sequence[Message]
 
 @dataclass
 class GenerationResult:
+    """token_ids: the generated tokens, EOS excluded. After a stop string, they end with the token
+    that completed it, and text ends where it begins (text is then a prefix of their decoding)."""
+
     text: str
     token_ids: list[int]
     stats: GenerationStats
@@ -42,13 +43,25 @@ class GenerationResult:
 
 
 def check_pair(target: OnnxModel, draft: OnnxModel) -> None:
-    """A draft may serve a target only if both speak the same tokens."""
+    """A draft may serve a target only if both speak the same tokens, and the draft can read any
+    context the target can (it is prefilled with the whole prompt)."""
     t, d = target.manifest, draft.manifest
     if t.tokenizer_fingerprint != d.tokenizer_fingerprint or t.vocab_size != d.vocab_size:
         raise SpecEdgeError(
             f"draft {draft.folder} and target {target.folder} use different tokenizers "
             f"({d.tokenizer_fingerprint}/{d.vocab_size} vs {t.tokenizer_fingerprint}/{t.vocab_size} tokens)",
             "pick a draft from the same model family as the target")
+    if d.context < t.context:
+        raise SpecEdgeError(
+            f"draft {draft.folder} holds a context of {d.context} tokens, less than the {t.context} of "
+            f"target {target.folder}", f"re-export the draft with --context {t.context}")
+
+
+def draft_model(drafter: Drafter | None) -> OnnxModel | None:
+    """The draft model behind a drafter, if it has one."""
+    if isinstance(drafter, HybridDrafter):
+        drafter = drafter.model
+    return drafter.model if isinstance(drafter, DraftModelDrafter) else None
 
 
 def check_lossless(target: OnnxModel, drafter: Drafter | None, single_steps: bool = False) -> None:
@@ -85,6 +98,14 @@ def check_gamma(config: SpecConfig, target: OnnxModel, drafter: Drafter | None) 
             f"gamma {gamma} needs a verification width of {gamma + 1}, but the target was exported "
             f"for widths {list(widths)}",
             f"pick a gamma from {[w - 1 for w in widths if w > 1]} or re-export with --widths")
+
+
+def find_stop(text: str, stop_strings: Sequence[str], since: int) -> int:
+    """Where the stop string that completes first in text[since:] begins (-1: none); of two that
+    complete at the same character, the longer. Searched after every token, so speculative and
+    plain decoding stop at the same token and cut the text at the same place."""
+    found = [(i + len(s), i) for s in stop_strings if (i := text.find(s, since)) >= 0]
+    return min(found)[1] if found else -1
 
 
 class Segment(NamedTuple):
@@ -131,6 +152,8 @@ class Generator:
         """single_steps: plain decoding in 1-token passes, the fastest step of a target that
         verifies in row pairs, whose tokens may differ at near-ties from its decoding in pairs
         (see row_groups.py)."""
+        if (draft := draft_model(drafter)) is not None:
+            check_pair(target, draft)
         self.target = target
         self.drafter = drafter
         self.config = config or SpecConfig()
@@ -150,9 +173,9 @@ class Generator:
         target_model = OnnxModel(target, provider=provider, threads=threads, spin=draft is None)
         drafter: Drafter | None = None
         if draft is not None:
-            draft_model = OnnxModel(draft, provider=draft_provider, threads=threads)
-            check_pair(target_model, draft_model)
-            drafter = DraftModelDrafter(draft_model)
+            model = OnnxModel(draft, provider=draft_provider, threads=threads)
+            check_pair(target_model, model)  # before the draft's cache is made
+            drafter = DraftModelDrafter(model)
             if ngram:
                 drafter = HybridDrafter(NgramDrafter(target_model.manifest.vocab_size), drafter)
         elif ngram:
@@ -160,14 +183,18 @@ class Generator:
         return cls(target_model, drafter, config)
 
     def encode(self, prompt: Prompt, chat: bool = False) -> list[int]:
+        """Token ids of a prompt: text, chat messages, or token ids (checked against the vocabulary)."""
         if isinstance(prompt, str):
             if chat:
                 return self.codec.encode_chat([{"role": "user", "content": prompt}])
             return self.codec.encode(prompt)
+        if isinstance(prompt, (bytes, bytearray, dict)) or not isinstance(prompt, Iterable):
+            raise SpecEdgeError(f"a prompt is text, a list of token ids or a list of chat messages, "
+                                f"not {type(prompt).__name__}", "pass a str, a list of ints or a list of dicts")
         items = list(prompt)
-        if items and isinstance(items[0], dict):
-            return self.codec.encode_chat(items)  # type: ignore[arg-type]
-        return [int(t) for t in items]  # type: ignore[arg-type]
+        if items and all(isinstance(m, dict) for m in items):
+            return self.codec.encode_chat(items)
+        return check_token_ids(items, self.target.manifest.vocab_size)
 
     def stream(self, prompt: Prompt, chat: bool = False, **overrides: object) -> TextStream:
         """Decode `prompt` (text, token ids, or chat messages); overrides replace SpecConfig fields."""
@@ -188,7 +215,6 @@ class Generator:
         stats = GenerationStats(prompt_tokens=len(prompt), gamma=config.gamma if drafter else 0,
                                 gamma_auto=config.auto_gamma and drafter is not None,
                                 drafter=drafter.name if drafter else "none", bandwidth_gb_per_s=self.bandwidth_gb_per_s)
-        rng = np.random.default_rng(config.seed)
         eos = set() if config.ignore_eos else set(self.target.manifest.eos_token_ids)
         decoder = StreamDecoder(self.codec)
         holdback = max((len(s) for s in config.stop_strings), default=1) - 1
@@ -197,7 +223,7 @@ class Generator:
         ends: list[int] = []  # per token: where its text ends, and whether the draft proposed it
         drafted: list[bool] = []
         start = time.perf_counter()
-        rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, rng)
+        rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats)
         reason = ""
         try:
             for new in rounds:
@@ -206,16 +232,17 @@ class Generator:
                         reason = "eos"
                         break
                     tokens.append(token)
+                    since = max(0, len(text) - holdback)  # no stop string ends before the new text
                     text += decoder.push([token])
                     ends.append(len(text))
                     drafted.append(i < len(new) - 1)
+                    cut = find_stop(text, config.stop_strings, since)
+                    if cut >= 0:
+                        text, reason = text[:cut], "stop_string"
+                        break
                     if len(tokens) >= config.max_new_tokens:
                         reason = "max_new_tokens"
                         break
-                since = max(0, shown - holdback)  # text before this was searched already
-                cut = min((i for i in (text.find(s, since) for s in config.stop_strings) if i >= 0), default=-1)
-                if cut >= 0:
-                    text, reason = text[:cut], "stop_string"
                 if reason:
                     break
                 visible = len(text) - holdback

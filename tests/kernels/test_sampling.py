@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from specedge.kernels.sampling import SamplingParams, probabilities, sample, softmax
+from specedge.errors import SpecEdgeError
+from specedge.kernels.sampling import Draws, SamplingParams, keyed_exponentials, probabilities, race, sample, softmax
 
 LOGITS = np.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
 
@@ -38,10 +39,24 @@ def test_top_k_then_top_p_batched_rows() -> None:
     assert np.count_nonzero(p[0]) <= 3 and p[0, 0] > 0 and p[1, -1] > 0
 
 
-def test_invalid_params_are_rejected() -> None:
-    for kwargs in ({"temperature": -1.0}, {"top_k": -2}, {"top_p": 0.0}, {"top_p": 1.5}):
-        with pytest.raises(ValueError):
-            SamplingParams(**kwargs)
+@pytest.mark.parametrize("kwargs", [
+    {"temperature": -1.0}, {"temperature": float("nan")}, {"temperature": float("inf")}, {"temperature": "0.7"},
+    {"top_k": -2}, {"top_k": 2.5}, {"top_k": True},
+    {"top_p": 0.0}, {"top_p": 1.5}, {"top_p": float("nan")}, {"top_p": -0.1},
+])
+def test_invalid_params_are_rejected_with_what_to_do(kwargs: dict[str, object]) -> None:
+    with pytest.raises(SpecEdgeError) as e:
+        SamplingParams(**kwargs)
+    name = next(iter(kwargs))
+    assert name in e.value.problem and e.value.fix
+
+
+def test_any_positive_temperature_gives_a_distribution() -> None:
+    """A temperature far below the logits' gaps used to overflow into NaN (and pick the last id)."""
+    for t in (1e-300, 5e-324, 1e-3, 1e6):
+        p = probabilities(LOGITS, SamplingParams(temperature=t))
+        assert np.all(np.isfinite(p)) and abs(p.sum() - 1) < 1e-12 and int(np.argmax(p)) == 0
+    np.testing.assert_allclose(probabilities(LOGITS, SamplingParams(temperature=1e-300)), [1, 0, 0, 0, 0, 0])
 
 
 def test_sample_frequencies_follow_probs() -> None:
@@ -51,3 +66,38 @@ def test_sample_frequencies_follow_probs() -> None:
     freq = np.bincount(draws, minlength=4) / len(draws)
     np.testing.assert_allclose(freq, p, atol=0.015)
     assert freq[3] == 0
+
+
+def test_race_never_picks_a_zero_probability_token() -> None:
+    p = np.array([0.0, 1.0, 0.0])
+    assert race(p, np.array([0.0, 5.0, 0.0])) == 1  # zero noise on a zero-probability id: no NaN win
+
+
+def test_draws_are_keyed_by_seed_and_position_not_by_order() -> None:
+    """The noise of a position is the same whoever asks first, however many positions were asked
+    before, and after it was evicted from the draws' short memory."""
+    a, b = Draws(7, 50, keep=2), Draws(7, 50, keep=2)
+    first = a.noise(10).copy()
+    for position in (3, 11, 12, 13):
+        b.noise(position)
+    np.testing.assert_array_equal(b.noise(10), first)
+    np.testing.assert_array_equal(a.noise(10), first)
+    assert not np.array_equal(a.noise(11), first)
+    assert not np.array_equal(Draws(8, 50).noise(10), first)
+    assert Draws(None, 50).seed != Draws(None, 50).seed  # no seed: a fresh one each time
+
+
+def test_keyed_draws_follow_probs() -> None:
+    p = np.array([0.5, 0.3, 0.2, 0.0])
+    draws = Draws(3, 4, keep=1)
+    freq = np.bincount([draws.sample(p, i) for i in range(20000)], minlength=4) / 20000
+    np.testing.assert_allclose(freq, p, atol=0.015)
+    assert freq[3] == 0
+
+
+def test_keyed_noise_is_pinned() -> None:
+    """What a seed gives must not drift with numpy's releases or a refactoring: these values are
+    part of the promise that a seed reproduces a run."""
+    np.testing.assert_allclose(keyed_exponentials(0, 0, 3), [1.6620136715169624, 0.7899358414700337, 0.657203177030759],
+                               rtol=1e-15)
+    np.testing.assert_allclose(keyed_exponentials(42, 1000, 2), [0.05881666512569318, 1.9239118737380783], rtol=1e-15)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from specedge.kernels.sampling import SamplingParams
+from specedge.kernels.sampling import Draws, SamplingParams
 from specedge.runtime import OnnxModel
 from specedge.runtime.drafters import DraftModelDrafter, HybridDrafter, NgramDrafter
 
@@ -35,9 +33,9 @@ def test_hybrid_takes_drafts_from_the_source_asked_for(tiny_llama: tuple[Path, P
     ngram = NgramDrafter(vocab_size=300)
     model = DraftModelDrafter(OnnxModel(tiny_llama[2]))
     hybrid = HybridDrafter(ngram, model)
-    rng, greedy = np.random.default_rng(0), SamplingParams()
+    draws, greedy = Draws(0, 300), SamplingParams()
     hybrid.begin(REPEATING)
-    assert hybrid.propose(REPEATING, 3, greedy, rng, source="ngram").tokens == [8, 5, 6]
-    from_model = hybrid.propose(REPEATING, 3, greedy, rng, source="model")
+    assert hybrid.propose(REPEATING, 3, greedy, draws, source="ngram").tokens == [8, 5, 6]
+    from_model = hybrid.propose(REPEATING, 3, greedy, draws, source="model")
     assert from_model.calls == 3 and len(from_model.tokens) == 3
-    assert hybrid.propose(REPEATING, 2, greedy, rng).tokens == [8, 5]  # no source named: the lookup's match decides
+    assert hybrid.propose(REPEATING, 2, greedy, draws).tokens == [8, 5]  # no source named: the lookup's match decides
