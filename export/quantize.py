@@ -7,7 +7,7 @@ block, with the scale and zero point of each block searched for the least square
 symmetric grid wastes levels on a block whose values are not centred on 0, and the 4-bit GGUF
 sources are not: Q4_K stores w = d*q - m). With accuracy_level 4 the CPU
 kernel quantizes activations to int8 per block of a row, so every row of a wide pass is computed
-exactly as the same row of a 1-token pass (measured in RESEARCH.md): greedy speculation stays
+exactly as the same row of a 1-token pass (measured: see docs/design.md): greedy speculation stays
 token-identical to plain decoding.
 """
 
