@@ -83,29 +83,37 @@ def build_graph(source: SourceModel, settings: ExportSettings, folder: Path) -> 
 
 def write_static_graphs(source: SourceModel, settings: ExportSettings, folder: Path) -> dict[int, str]:
     """Static targets: QDQ-quantize (QNN) the built graph, then one fixed-shape graph per width, all
-    reading folder/model.onnx.data; a QNN graph with unsupported ops or dynamic shapes stops the export."""
+    reading folder/model.onnx.data. A QNN graph's norms are first made fp16-safe (its float ops run
+    in fp16 on the HTP); unsupported ops, dynamic shapes, or a float tensor whose calibrated range
+    overflows fp16 stop the export."""
     import onnx
 
-    from specedge.export.checker import check_graph
+    from specedge.export.checker import check_graph, fp16_overflows
     from specedge.export.static_graphs import fix_dims, graph_name, logits_rows
 
     base = folder / GRAPH_FILE
+    problems: list[str] = []
     if settings.quant == "qdq":
-        from specedge.export.qdq import CALIBRATION_TEXT, calibration_feeds, quantize_qdq
+        from specedge.export.qdq import CALIBRATION_TEXT, calibration_feeds, float_ranges, quantize_qdq
 
         cfg = source.config
         tok = _tokenizer(source)
         texts = [tok.encode(t).ids[:settings.context - 1] for t in CALIBRATION_TEXT]
         feeds = calibration_feeds(base, texts, cfg.num_layers,
                                   cfg.num_kv_heads, cfg.head_dim)
+        if settings.target == "qnn":  # every text from its first token on: position 0 is where ranges peak
+            _make_fp16_safe(base, feeds)
         qdq_dir = folder / "qdq"
         qdq_dir.mkdir()
         quantize_qdq(base, qdq_dir / GRAPH_FILE, feeds)
         (qdq_dir / DATA_FILE).replace(folder / DATA_FILE)
         (qdq_dir / GRAPH_FILE).replace(base)
         qdq_dir.rmdir()
+        if settings.target == "qnn":
+            model = onnx.load(str(base), load_external_data=False)
+            problems += [str(p) for p in fp16_overflows(float_ranges(base, feeds), model)]
     proto = onnx.load(str(base), load_external_data=False)
-    graphs, problems = {}, []
+    graphs = {}
     for width in settings.widths:
         fixed = fix_dims(proto, width, settings.context, logits_rows(width))
         if settings.target == "qnn":
@@ -116,8 +124,22 @@ def write_static_graphs(source: SourceModel, settings: ExportSettings, folder: P
     if problems:
         shown = "; ".join(problems[:12]) + (f"; and {len(problems) - 12} more" if len(problems) > 12 else "")
         raise SpecEdgeError(f"the graph cannot run on QNN's HTP backend: {shown}",
-                            "this architecture needs ops QNN lacks; export for cpu or dml instead")
+                            "this architecture needs ops QNN lacks, or activations beyond fp16; "
+                            "export for cpu or dml instead")
     return graphs
+
+
+def _make_fp16_safe(graph: Path, feeds: list) -> None:
+    """Rewrite the graph's RMSNorms to stay inside fp16 on the HTP (export/fp16_safe.py), in place;
+    their prescales from the norms' input ranges over the calibration feeds."""
+    import onnx
+
+    from specedge.export.fp16_safe import norm_inputs, safe_rms_norms
+    from specedge.export.qdq import float_ranges
+
+    model = onnx.load(str(graph), load_external_data=False)
+    if safe_rms_norms(model, float_ranges(graph, feeds, only=norm_inputs(model))):
+        graph.write_bytes(model.SerializeToString())
 
 
 def _tokenizer(source: SourceModel):

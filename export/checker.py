@@ -1,4 +1,5 @@
-"""Static checks of a graph for an NPU: every op in the provider's supported list, every shape fixed.
+"""Static checks of a graph for an NPU: every op in the provider's supported list, every shape
+fixed, and (from calibrated ranges) every float tensor inside fp16.
 
 The supported-op lists are data (export/qnn_ops.json, with their source). A graph that fails is
 never written as an artifact: export stops with the list of problems.
@@ -13,6 +14,13 @@ from pathlib import Path
 import onnx
 
 OPS_FILES = {"qnn": Path(__file__).with_name("qnn_ops.json")}
+FP16_MAX = 65504.0
+# a calibrated range must fit fp16 twice over: text outside the calibration set may reach further
+# (SmolLM2-135M's largest float tensor, its residual stream, reaches 22,479: 2.9x inside)
+FP16_HEADROOM = 2.0
+# QNN's HTP divides by a per-row tensor as x * (1/m), subnormals flushed: 1/m is 0 once m > 2^14
+# (measured on its x86_64 simulator: x / 16,000 right, x / 16,400 all zeros)
+FP16_DIVISOR_MAX = 2.0**14
 
 
 @dataclass(frozen=True)
@@ -59,4 +67,24 @@ def check_graph(model: onnx.ModelProto, provider: str = "qnn") -> list[Problem]:
     for value in graph.input:
         if value.name not in initializers and _dynamic_dims(value):
             problems.append(Problem(f"input {value.name}", f"dynamic dimensions {_dynamic_dims(value)}"))
+    return problems
+
+
+def fp16_overflows(ranges: dict[str, float], model: onnx.ModelProto | None = None,
+                   headroom: float = FP16_HEADROOM) -> list[Problem]:
+    """Float tensors whose largest calibrated |value| (export/qdq.float_ranges) does not fit fp16
+    with `headroom`, and (given the model) divisors whose reciprocal would not: what an NPU
+    computing float ops in fp16 (QNN's HTP) would overflow, or flush to zero."""
+    limit = FP16_MAX / headroom
+    over = sorted(((v, name) for name, v in ranges.items() if not v <= limit), reverse=True)
+    problems = [Problem(f"tensor {name}", f"reaches |x| = {v:,.0f} on calibration text, beyond fp16's "
+                                          f"{FP16_MAX:,.0f} / {headroom:g}") for v, name in over]
+    divisors = {node.input[1]: node.name or node.op_type for node in (model.graph.node if model else [])
+                if node.op_type == "Div"}
+    for name, node in sorted(divisors.items()):
+        v = ranges.get(name, 0.0)
+        if not v <= FP16_DIVISOR_MAX / headroom:
+            what = (f"divides in {node} and reaches |x| = {v:,.0f} on calibration text: its fp16 reciprocal "
+                    f"flushes to 0 above {FP16_DIVISOR_MAX:,.0f} (/ {headroom:g})")
+            problems.append(Problem(f"tensor {name}", what))
     return problems

@@ -81,3 +81,46 @@ def quantize_qdq(float_graph: Path, out_graph: Path, feeds: list[dict[str, np.nd
         calibrate_method=CalibrationMethod.MinMax, use_external_data_format=True,
         extra_options={"WeightSymmetric": False, "ActivationSymmetric": False},
     )
+
+
+def float_ranges(graph: Path, feeds: list[dict[str, np.ndarray]], only: list[str] | None = None) -> dict[str, float]:
+    """The largest |value| each float tensor of `graph` (its inputs, outputs and every node output,
+    or those named in `only`) takes over `feeds`, on the CPU provider: what an fp16 backend must hold."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(graph), load_external_data=False)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.graph.value_info, *inferred.graph.input,
+                                                             *inferred.graph.output)}
+    wanted = set(only) if only is not None else None
+    declared = {o.name for o in model.graph.output}
+    extra = [out for node in model.graph.node for out in node.output
+             if out and out not in declared and types.get(out) == TensorProto.FLOAT
+             and (wanted is None or out in wanted)]
+    model.graph.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in extra)
+    outputs = [n for n in (*declared, *extra) if types.get(n) == TensorProto.FLOAT and (wanted is None or n in wanted)]
+    probe = graph.with_name(f".ranges-{graph.name}")  # beside the graph: its external data resolves the same
+    try:
+        probe.write_bytes(model.SerializeToString())
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # every tensor as written
+        opts.log_severity_level = 3
+        session = ort.InferenceSession(str(probe), opts, providers=["CPUExecutionProvider"])
+    finally:
+        probe.unlink(missing_ok=True)
+    inputs = {i.name for i in session.get_inputs()}
+    ranges: dict[str, float] = {}
+
+    def note(name: str, value: np.ndarray) -> None:
+        if value.size:
+            ranges[name] = max(ranges.get(name, 0.0), float(np.abs(value).max()))
+
+    for feed in feeds:
+        feed = {k: v for k, v in feed.items() if k in inputs}
+        for name, value in feed.items():
+            if value.dtype == np.float32 and (wanted is None or name in wanted):
+                note(name, value)
+        for name, value in zip(outputs, session.run(outputs, feed), strict=True):
+            note(name, value)
+    return ranges

@@ -76,6 +76,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     from specedge.export.settings import ExportSettings
 
     quant = args.quant or DEFAULT_QUANT[args.target_provider]
+    if (args.soc or args.contexts) and args.target_provider != "qnn":
+        raise SpecEdgeError("--soc and --contexts are for QNN exports", "add --for qnn, or drop them")
+    if args.soc:
+        from specedge.runtime.qnn import resolve_soc
+
+        resolve_soc(args.soc)  # an unknown SoC stops the export before it starts
     settings = ExportSettings(quant=quant, context=args.context, widths=args.widths, target=args.target_provider,
                               fp16=args.fp16, block_size=args.block_size, attention=args.attention,
                               head_vocab=args.head_vocab)
@@ -83,6 +89,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     m = result.manifest
     print(f"exported {m.architecture} ({m.num_layers} layers, {m.quantization.method}) to {result.path}")
     print(f"time {result.seconds:.1f} s, peak memory {result.peak_rss_bytes / 2**30:.2f} GiB")
+    if args.target_provider == "qnn" and (args.soc or args.contexts):
+        from specedge.export.qnn_context import write_qnn_target
+
+        for line in write_qnn_target(result.path, args.soc, args.contexts):
+            print(line)
     return 0
 
 
@@ -90,10 +101,7 @@ def build_config(args: argparse.Namespace):
     from specedge.kernels.sampling import SamplingParams
     from specedge.runtime.decoding import SpecConfig
 
-    try:
-        sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    except ValueError as e:
-        raise SpecEdgeError(str(e), "fix the sampling flag") from None
+    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     if args.max_new_tokens < 1:
         raise SpecEdgeError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     auto = args.gamma == "auto" and not args.no_draft
@@ -322,6 +330,7 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
 
 def add_chat(sub: argparse._SubParsersAction) -> None:
     from specedge.models.registry import DEFAULT_PAIR
+    from specedge.runtime import qnn
 
     p = sub.add_parser("chat", help="multi-turn terminal chat (default: the Qwen2.5-Coder pair, offline)")
     p.add_argument("--pair", default=DEFAULT_PAIR, help=f"a registry pair (default {DEFAULT_PAIR})")
@@ -341,6 +350,9 @@ def add_chat(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-provider", default=None)
     p.add_argument("--fallback", choices=["cpu"], default=None)
     p.add_argument("--threads", type=positive_int, default=None)
+    p.add_argument("--soc", action=qnn.SocArgument, default=None, metavar="SOC",
+                   help="qnn: the Snapdragon to compile for: a QNN soc_model number, a SoC name (SM8650) or a "
+                        "device profile (snapdragon-8-gen-3); default: the one the artifact was exported for, else 60")
     p.set_defaults(func=cmd_chat)
 
 
@@ -369,10 +381,19 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--widths", type=parse_widths, default=DEFAULT_WIDTHS,
                    help="sequence widths S the graph serves: 1, gamma+1 for each gamma, the prefill chunk")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--soc", default=None, metavar="SOC",
+                   help="qnn: the Snapdragon the artifact is for (a QNN soc_model number, a SoC name such as "
+                        "SM8650, or a device profile such as snapdragon-8-gen-3; default 60, SC8380XP)")
+    p.add_argument("--contexts", default=None, choices=["shared", "per-width", "both"],
+                   help="qnn: also compile the graphs for --soc with Qualcomm's HTP compiler (onnxruntime-qnn) into "
+                        "qnn_ctx/: shared = one weights binary for all widths (for the device), per-width = one "
+                        "per width (loads anywhere, also on x86_64)")
     p.set_defaults(func=cmd_export)
 
 
 def add_generate(sub: argparse._SubParsersAction) -> None:
+    from specedge.runtime import qnn
+
     p = sub.add_parser("generate", help="generate text with speculative decoding")
     p.add_argument("--target", required=True, help="target artifact folder or registry model name")
     drafters = p.add_mutually_exclusive_group()
@@ -398,6 +419,9 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
                    help="run on this provider (and say so) when the asked one is missing")
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--json", action="store_true", help="print one JSON object with text, ids and stats")
+    p.add_argument("--soc", action=qnn.SocArgument, default=None, metavar="SOC",
+                   help="qnn: the Snapdragon to compile for: a QNN soc_model number, a SoC name (SM8650) or a "
+                        "device profile (snapdragon-8-gen-3); default: the one the artifact was exported for, else 60")
     p.set_defaults(func=cmd_generate)
 
 

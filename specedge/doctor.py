@@ -8,15 +8,21 @@ import onnxruntime as ort
 
 from specedge.errors import SpecEdgeError
 from specedge.models.paths import artifacts_dir
+from specedge.runtime import qnn
 from specedge.runtime.manifest import Manifest, load_manifest
 from specedge.runtime.session import PROVIDERS, WHERE_TO_GET, available
 
 
 def provider_lines() -> list[str]:
+    states = {short: available(short) for short in PROVIDERS}  # registers the QNN plugin where installed
     lines = [f"onnxruntime {ort.__version__}: {', '.join(ort.get_available_providers())}"]
     for short, name in PROVIDERS.items():
-        state = "available" if available(short) else f"missing - {WHERE_TO_GET.get(short, '')}"
+        state = "available" if states[short] else f"missing - {WHERE_TO_GET.get(short, '')}"
         lines.append(f"  {short:<4} {name:<24} {state}")
+        if short == "qnn" and states[short]:
+            lines += [f"       {line}" for line in qnn.describe()]
+            lines.append(f"       compiles for {qnn.soc_label(qnn.resolve_soc())} unless --soc or ${qnn.SOC_ENV} "
+                         "names another")
     return lines
 
 
@@ -50,6 +56,8 @@ def artifact_lines(root: Path | None = None) -> list[str]:
             continue
         lines.append(f"{folder.name}: {m.architecture}, {m.quantization.method}, built for {m.target}")
         lines += [f"  {p:<4} {why}" for p, why in runs_on(m).items()]
+        if m.target == "qnn":
+            lines += [f"       {line}" for line in qnn.context_summary(folder)]
     return lines
 
 

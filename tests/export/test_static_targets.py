@@ -107,12 +107,14 @@ def teacher_forced_argmax(folder: Path, ids: list[int], width: int = 8) -> np.nd
 
 
 def test_qdq_real_model_agrees_with_fp32(smollm2_gguf: Path, tmp_path: Path) -> None:
-    """SmolLM2-135M: the QNN QDQ export's top-1 choice agrees with the fp32 export's on at least 95% of
-    ~300 tokens of code and prose (measured: 95.3%)."""
+    """SmolLM2-135M: the QNN QDQ export's top-1 choice agrees with the fp32 export's on at least 93% of
+    ~300 tokens of code and prose (measured: 93.9%; 95.3% before the norms were made fp16-safe, which
+    changes their fp32 rounding: over four 320-token slices of text the mean moved 92.3% -> 92.7%,
+    the per-slice figures by up to ±2.5 points either way, near-ties flipping)."""
     qdq = export_model(smollm2_gguf, tmp_path / "qnn", ExportSettings(quant="qdq", context=512,
                                                                       widths=(1, 2, 3, 5, 8, 9, 64), target="qnn")).path
     fp32 = export_model(smollm2_gguf, tmp_path / "fp32", ExportSettings(quant="fp32", context=512, widths=(1, 8))).path
     ids = Generator.load(fp32).codec.encode(EVAL_TEXT)[:320]
     agreement = float(np.mean(teacher_forced_argmax(qdq, ids) == teacher_forced_argmax(fp32, ids)))
     print(f"QDQ top-1 agreement with fp32: {agreement:.1%} of {len(ids) // 8 * 8} tokens")
-    assert agreement >= 0.95
+    assert agreement >= 0.93
