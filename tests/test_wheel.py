@@ -8,6 +8,8 @@ import venv
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -17,6 +19,7 @@ def run(*cmd: str, cwd: Path | None = None) -> str:
     return proc.stdout
 
 
+@pytest.mark.network
 def test_wheel_installs_and_runs(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT))

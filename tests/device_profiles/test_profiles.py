@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -35,7 +36,8 @@ def test_a_figure_without_source_is_rejected() -> None:
 
 def test_bandwidth_measurement_is_positive() -> None:
     bw = measure_bandwidth(buffer_bytes=64 << 20, threads=2, repeats=1)
-    assert bw.read_gb_per_s > 0.5 and bw.copy_gb_per_s > 0.5
+    assert math.isfinite(bw.read_gb_per_s) and bw.read_gb_per_s > 0
+    assert math.isfinite(bw.copy_gb_per_s) and bw.copy_gb_per_s > 0
 
 
 def bandwidth_model(weight_bytes: float, gb_per_s: float = 10.0, flops_per_s: float | None = None) -> PassModel:
