@@ -28,6 +28,7 @@ def wait_for_partial(out: Path, proc: subprocess.Popen[bytes], timeout: float = 
     raise AssertionError("the export never started writing")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_killed_export_leaves_no_artifact(smollm2_gguf: Path, tmp_path: Path, sig: signal.Signals) -> None:
     out = tmp_path / "smollm2"

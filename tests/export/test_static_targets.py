@@ -106,6 +106,7 @@ def teacher_forced_argmax(folder: Path, ids: list[int], width: int = 8) -> np.nd
     return np.concatenate(out)
 
 
+@pytest.mark.slow
 def test_qdq_real_model_agrees_with_fp32(smollm2_gguf: Path, tmp_path: Path) -> None:
     """SmolLM2-135M: the QNN QDQ export's top-1 choice agrees with the fp32 export's on at least 93% of
     ~300 tokens of code and prose (measured: 93.9%; 95.3% before the norms were made fp16-safe, which
