@@ -30,21 +30,22 @@ def gamma_arg(text: str) -> str:
     return text
 
 
-def nonnegative_int(text: str) -> int:
+def _number(text: str, kind: type[int] | type[float]) -> float:
     try:
-        value = int(text)
+        return kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+        raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got '{text}'") from None
+
+
+def nonnegative_int(text: str) -> int:
+    value = int(_number(text, int))
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
     return value
 
 
 def nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
+    value = _number(text, float)
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
     return value
