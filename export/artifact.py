@@ -245,14 +245,15 @@ def export_model(src: Path, out: Path, settings: ExportSettings | None = None, o
         if reuse and (out / MANIFEST_NAME).is_file():  # built by the process we waited for
             return ExportResult(out, load_manifest(out, verify=False), 0.0, peak_rss_bytes())
         check_out(out, overwrite)
-        return _export_locked(Path(src), out, settings, expected_sha256)
+        return _export_locked(Path(src), out, settings, expected_sha256, summary)
 
 
-def _export_locked(src: Path, out: Path, settings: ExportSettings, expected_sha256: str | None) -> ExportResult:
+def _export_locked(src: Path, out: Path, settings: ExportSettings, expected_sha256: str | None,
+                   summary: SourceSummary) -> ExportResult:
     start = time.perf_counter()
     remove_scratch(out.parent, f".{out.name}{PARTIAL_MARK}*")  # left by killed exports
     remove_scratch(out.parent, f".{out.name}{OLD_MARK}*")
-    source = load_source(src, expected_sha256)
+    source = load_source(src, expected_sha256, checked=summary)
     if settings.head_vocab >= source.config.vocab_size:
         raise SpecEdgeError(f"--head-vocab {settings.head_vocab} is not below the model's vocabulary of "
                             f"{source.config.vocab_size} tokens", "pass a smaller N, or leave it out")

@@ -1,4 +1,4 @@
-"""The decoder graph of the contract in DESIGN.md, built op by op from float weights.
+"""The decoder graph of the contract in docs/design.md, built op by op from float weights.
 
 Inputs:  input_ids [1,S] int64, position_ids [1,S] int64, attention_bias [1,S,T] float32
          (0 where a query may attend, -30000 elsewhere), logits_index [R] int64 (which rows of S

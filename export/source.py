@@ -136,11 +136,14 @@ def inspect_source(src: Path) -> SourceSummary:
     return summary
 
 
-def load_source(src: Path, expected_sha256: str | None = None) -> SourceModel:
+def load_source(src: Path, expected_sha256: str | None = None,
+                checked: SourceSummary | None = None) -> SourceModel:
     """Load a checkpoint with transformers (GGUF files are dequantized to float32), never running
-    code from it. expected_sha256: the digest the source must have (a registry model's)."""
+    code from it. expected_sha256: the digest the source must have (a registry model's);
+    checked: what `inspect_source` already returned for it (else it runs here)."""
     kind, folder, gguf = describe_source(src)
-    inspect_source(src)
+    if checked is None:
+        inspect_source(src)
     digest = source_digest(src)
     if expected_sha256 is not None and digest != expected_sha256:
         raise SpecEdgeError(f"{src} has sha256 {digest[:16]}…, expected {expected_sha256[:16]}…",

@@ -103,8 +103,6 @@ def build_config(args: argparse.Namespace):
     from specedge.runtime.decoding import SpecConfig
 
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    if args.max_new_tokens < 1:
-        raise SpecEdgeError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     auto = args.gamma == "auto" and not args.no_draft
     gamma = 0 if args.no_draft else (4 if auto else int(args.gamma))
     return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens, sampling=sampling,
