@@ -82,10 +82,10 @@ def build_graph(source: SourceModel, settings: ExportSettings, folder: Path) -> 
 
 
 def write_static_graphs(source: SourceModel, settings: ExportSettings, folder: Path) -> dict[int, str]:
-    """Static targets: QDQ-quantize (QNN) the built graph, then one fixed-shape graph per width, all
-    reading folder/model.onnx.data. A QNN graph's norms are first made fp16-safe (its float ops run
-    in fp16 on the HTP); unsupported ops, dynamic shapes, or a float tensor whose calibrated range
-    overflows fp16 stop the export."""
+    """Static targets: one fixed-shape graph per width, all reading folder/model.onnx.data. A QNN
+    graph's norms are first made fp16-safe (its float ops run in fp16 on the HTP, int4 MatMulNBits
+    included), and with --quant qdq its MatMuls QDQ-quantized; unsupported ops, dynamic shapes, or a
+    float tensor whose calibrated range overflows fp16 stop the export."""
     import onnx
 
     from specedge.export.checker import check_graph, fp16_overflows
@@ -93,7 +93,7 @@ def write_static_graphs(source: SourceModel, settings: ExportSettings, folder: P
 
     base = folder / GRAPH_FILE
     problems: list[str] = []
-    if settings.quant == "qdq":
+    if settings.target == "qnn":
         from specedge.export.qdq import CALIBRATION_TEXT, calibration_feeds, float_ranges, quantize_qdq
 
         cfg = source.config
@@ -101,17 +101,16 @@ def write_static_graphs(source: SourceModel, settings: ExportSettings, folder: P
         texts = [tok.encode(t).ids[:settings.context - 1] for t in CALIBRATION_TEXT]
         feeds = calibration_feeds(base, texts, cfg.num_layers,
                                   cfg.num_kv_heads, cfg.head_dim)
-        if settings.target == "qnn":  # every text from its first token on: position 0 is where ranges peak
-            _make_fp16_safe(base, feeds)
-        qdq_dir = folder / "qdq"
-        qdq_dir.mkdir()
-        quantize_qdq(base, qdq_dir / GRAPH_FILE, feeds)
-        (qdq_dir / DATA_FILE).replace(folder / DATA_FILE)
-        (qdq_dir / GRAPH_FILE).replace(base)
-        qdq_dir.rmdir()
-        if settings.target == "qnn":
-            model = onnx.load(str(base), load_external_data=False)
-            problems += [str(p) for p in fp16_overflows(float_ranges(base, feeds), model)]
+        _make_fp16_safe(base, feeds)  # every text from its first token on: position 0 is where ranges peak
+        if settings.quant == "qdq":
+            qdq_dir = folder / "qdq"
+            qdq_dir.mkdir()
+            quantize_qdq(base, qdq_dir / GRAPH_FILE, feeds)
+            (qdq_dir / DATA_FILE).replace(folder / DATA_FILE)
+            (qdq_dir / GRAPH_FILE).replace(base)
+            qdq_dir.rmdir()
+        model = onnx.load(str(base), load_external_data=False)
+        problems += [str(p) for p in fp16_overflows(float_ranges(base, feeds), model)]
     proto = onnx.load(str(base), load_external_data=False)
     graphs = {}
     for width in settings.widths:

@@ -50,12 +50,14 @@ class ExportSettings:
         if self.attention == "fused" and self.target != "cpu":
             raise SpecEdgeError(f"--attention fused is a CPU graph, not one for --for {self.target}",
                                 "drop --attention fused for NPU/GPU exports")
-        if (self.quant == "qdq") != (self.target == "qnn"):
-            raise SpecEdgeError("QDQ quantization goes with --for qnn, and --for qnn with QDQ",
-                                "pass --for qnn --quant qdq, or another target")
-        if self.static and self.quant in ("int4", "int8", "w8a8"):
-            raise SpecEdgeError(f"--for {self.target} takes fp32 (or --fp16) or qdq weights, not {self.quant}",
-                                "MatMulNBits and MatMulInteger are CPU kernels; export with --quant fp32 for DirectML")
+        if self.quant == "qdq" and self.target != "qnn":
+            raise SpecEdgeError("QDQ quantization goes with --for qnn", "pass --for qnn --quant qdq, or another quant")
+        if self.target == "qnn" and self.quant in ("int8", "w8a8", "fp32"):
+            raise SpecEdgeError(f"--for qnn takes int4 (MatMulNBits, fp16 activations) or qdq weights, not {self.quant}",
+                                "pass --quant int4 (the default) or --quant qdq")
+        if self.target == "dml" and self.quant in ("int4", "int8", "w8a8"):
+            raise SpecEdgeError(f"--for dml takes fp32 (or --fp16) weights, not {self.quant}",
+                                "MatMulNBits and MatMulInteger are CPU kernels here; export with --quant fp32")
         if self.head_vocab < 0:
             raise SpecEdgeError(f"--head-vocab must be positive, got {self.head_vocab}",
                                 "pass e.g. --head-vocab 65536, or leave it out for the full vocabulary")

@@ -33,7 +33,27 @@ def fix_dims(model: onnx.ModelProto, width: int, context: int, rows: int) -> onn
             if dim.dim_param in values:
                 dim.dim_value = values[dim.dim_param]  # setting the value clears the symbol
     del fixed.graph.value_info[:]
-    return onnx.shape_inference.infer_shapes(fixed, strict_mode=False, data_prop=True)
+    inferred = onnx.shape_inference.infer_shapes(with_stand_ins(fixed), strict_mode=False, data_prop=True)
+    fixed.graph.value_info.extend(v for v in inferred.graph.value_info if not v.name.startswith(STAND_IN))
+    return fixed
+
+
+STAND_IN = "shape_of."
+
+
+def with_stand_ins(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy for shape inference only, in which every com.microsoft MatMulNBits (whose schema
+    onnx's inference lacks, so it stops there) is a MatMul by a weightless [K, N] input."""
+    from onnx import TensorProto, helper
+
+    copy_ = copy.deepcopy(model)
+    for node in copy_.graph.node:
+        if node.domain == "com.microsoft" and node.op_type == "MatMulNBits":
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            weight = STAND_IN + node.name
+            copy_.graph.input.append(helper.make_tensor_value_info(weight, TensorProto.FLOAT, [attrs["K"], attrs["N"]]))
+            node.CopyFrom(helper.make_node("MatMul", [node.input[0], weight], list(node.output), name=node.name))
+    return copy_
 
 
 def graph_name(width: int) -> str:
