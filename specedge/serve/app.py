@@ -1,0 +1,276 @@
+"""The ASGI application: the OpenAI endpoints over one Generator and its worker thread.
+
+POST /v1/chat/completions and /v1/completions (stream true: server-sent events ending in
+`data: [DONE]`), GET /v1/models, GET /health. Every error is the OpenAI error object with a
+one-line message; the traceback of a server fault goes to the log, never to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from specedge.kernels.sampling import SamplingParams
+from specedge.runtime.generator import Generator, draft_model
+from specedge.serve.protocol import (
+    MAX_BODY_BYTES,
+    APIError,
+    GenerationRequest,
+    body_too_large,
+    error_for,
+    parse_chat,
+    parse_completion,
+    parse_json,
+)
+from specedge.serve.responses import DONE, Shaper, finish_reason, specedge_stats, sse, usage
+from specedge.serve.worker import Failed, Finished, GenerationWorker, Job, Piece, QueueFull
+
+log = logging.getLogger("specedge.serve")
+EVENT_STREAM_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                        (b"x-accel-buffering", b"no")]
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    model_id: str  # the name /v1/models lists and requests give as `model`
+    aliases: tuple[str, ...] = ()  # other names accepted for it (the target's folder, its registry name)
+    queue_size: int = 8  # requests that may wait while one is decoded
+    max_tokens: int = 512  # when a request sets none
+    temperature: float = 1.0  # the API's defaults
+    top_p: float = 1.0
+    top_k: int = 0
+
+
+def error_response(err: APIError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+def api(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Any]]:
+    """Answer any exception out of `handler` as an OpenAI error object."""
+
+    async def endpoint(request: Request) -> Any:
+        try:
+            return await handler(request)
+        except Exception as e:
+            err = error_for(e)
+            if err.status >= 500:
+                log.error("%s %s: %s", request.method, request.url.path, err.message, exc_info=e)
+            else:
+                log.info("%s %s: %d %s", request.method, request.url.path, err.status, err.message)
+            return error_response(err)
+
+    return endpoint
+
+
+async def read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise body_too_large()
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise body_too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def disconnected(receive: Receive) -> None:
+    """Returns when the client has gone (after the request body was read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def until_first(work: Awaitable[Any], receive: Receive, job: Job) -> asyncio.Task[Any] | None:
+    """Run `work` until it ends or the client disconnects (then cancel the job): the finished task, or None."""
+    task, gone = asyncio.ensure_future(work), asyncio.ensure_future(disconnected(receive))
+    try:
+        done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():  # the client left, or this request's task was cancelled (shutdown)
+            job.cancel()
+        task.cancel()
+        gone.cancel()
+    return task if task in done else None
+
+
+class EventStream:
+    """The ASGI response of a streamed request: chunks as the worker decodes them, the final
+    chunk with finish_reason and stats, usage if asked, `data: [DONE]`. Headers wait for the
+    first event, so a request that fails before any text gets its error status."""
+
+    def __init__(self, job: Job, shaper: Shaper, include_usage: bool) -> None:
+        self.job = job
+        self.shaper = shaper
+        self.include_usage = include_usage
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        finished = await until_first(self.pump(scope, send), receive, self.job)
+        if finished is not None:
+            finished.result()  # an error in sending is raised here
+
+    async def pump(self, scope: Scope, send: Send) -> None:
+        event = await self.job.events.get()
+        if isinstance(event, Failed):
+            await error_response(error_for(event.error))(scope, no_receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": EVENT_STREAM_HEADERS})
+        async for data in self.chunks(event):
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        await send({"type": "http.response.body", "body": DONE, "more_body": False})
+
+    async def chunks(self, event: Piece | Finished | Failed) -> AsyncIterator[bytes]:
+        shaper, first = self.shaper, True
+        while True:
+            if isinstance(event, Piece):
+                yield shaper.chunk(event.text, first)
+                first = False
+            elif isinstance(event, Finished):
+                if first and shaper.kind == "chat":
+                    yield shaper.chunk("", first=True)
+                result, n_prompt = event.result, len(self.job.prompt)
+                yield shaper.final_chunk(finish_reason(result.stats.stop_reason),
+                                         specedge_stats(result.stats, event.reused, event.timing))
+                if self.include_usage:
+                    yield shaper.usage_chunk(usage(n_prompt, result.stats.n_tokens, event.reused))
+                return
+            else:
+                yield sse(error_for(event.error).body())
+                return
+            event = await self.job.events.get()
+
+
+async def no_receive() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
+
+
+class Server:
+    def __init__(self, generator: Generator, settings: ServeSettings) -> None:
+        self.generator = generator
+        self.settings = settings
+        self.worker = GenerationWorker(generator, settings.queue_size)
+        self.created = int(time.time())
+        self.context = generator.target.manifest.context
+
+    def model_card(self) -> dict[str, object]:
+        gen = self.generator
+        draft = draft_model(gen.drafter)
+        return {"id": self.settings.model_id, "object": "model", "created": self.created, "owned_by": "specedge",
+                "specedge": {"target": gen.target.name, "draft": getattr(draft, "name", None),
+                             "drafter": gen.drafter.name if gen.drafter else "none", "context": self.context,
+                             "gamma": "auto" if gen.config.auto_gamma else gen.config.gamma}}
+
+    async def health(self, request: Request) -> JSONResponse:
+        w = self.worker
+        return JSONResponse({"status": "ok", "model": self.settings.model_id, "busy": w.busy, "waiting": w.waiting,
+                             "queue_size": w.queue_size, "served": w.served})
+
+    async def models(self, request: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [self.model_card()]})
+
+    async def model(self, request: Request) -> JSONResponse:
+        self.check_model(request.path_params["model"])
+        return JSONResponse(self.model_card())
+
+    async def chat(self, request: Request) -> Response | EventStream:
+        return await self.complete(request, parse_chat(parse_json(await read_body(request))))
+
+    async def completions(self, request: Request) -> Response | EventStream:
+        return await self.complete(request, parse_completion(parse_json(await read_body(request))))
+
+    def check_model(self, model: str | None) -> None:
+        names = (self.settings.model_id, *self.settings.aliases)
+        if model is not None and model not in names:
+            raise APIError(404, f"the model '{model[:100]}' does not exist; this server serves "
+                                f"'{self.settings.model_id}'", param="model", code="model_not_found")
+
+    def encode(self, req: GenerationRequest) -> list[int]:
+        """The prompt's token ids, checked to fit the context."""
+        param = "messages" if req.kind == "chat" else "prompt"
+        prompt = list(req.messages) if req.kind == "chat" else req.prompt
+        ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt))
+        if not ids:
+            raise APIError(400, "the prompt is empty", param=param, code="invalid_value")
+        if len(ids) >= self.context:
+            raise APIError(413, f"the prompt has {len(ids)} tokens but the model's context holds {self.context}; "
+                                "shorten the prompt", param=param, code="context_length_exceeded")
+        return ids
+
+    def overrides(self, req: GenerationRequest) -> dict[str, object]:
+        """The request's SpecConfig fields, checked (a SpecEdgeError is a 400)."""
+        d, config = self.settings, self.generator.config
+        sampling = SamplingParams(temperature=d.temperature if req.temperature is None else req.temperature,
+                                  top_k=d.top_k if req.top_k is None else req.top_k,
+                                  top_p=d.top_p if req.top_p is None else req.top_p)
+        fields: dict[str, object] = {"max_new_tokens": req.max_tokens or d.max_tokens, "sampling": sampling,
+                                     "stop_strings": req.stop, "ignore_eos": req.ignore_eos,
+                                     "seed": config.seed if req.seed is None else req.seed}
+        dataclasses.replace(config, **fields)
+        return fields
+
+    async def complete(self, request: Request, req: GenerationRequest) -> Response | EventStream:
+        self.check_model(req.model)
+        prompt = await run_in_threadpool(self.encode, req)
+        shaper = Shaper(req.kind, self.settings.model_id)
+        job = Job(shaper.id, prompt, self.overrides(req), asyncio.get_running_loop(), stream=req.stream)
+        try:
+            self.worker.submit(job)
+        except QueueFull as e:
+            raise APIError(503, f"the server is busy: {self.worker.waiting} requests wait for the one being "
+                                f"decoded; retry in {e.retry_after} s", kind="server_error", code="queue_full",
+                           headers={"Retry-After": str(e.retry_after)}) from None
+        if req.stream:
+            return EventStream(job, shaper, req.include_usage)
+        finished = await until_first(job.events.get(), request.receive, job)
+        if finished is None:
+            return Response(status_code=204)  # the client is gone; nobody reads this
+        event = finished.result()
+        if isinstance(event, Failed):
+            raise error_for(event.error)
+        assert isinstance(event, Finished)
+        result = event.result
+        return JSONResponse(shaper.whole(result.text, finish_reason(result.stats.stop_reason),
+                                         usage(len(prompt), result.stats.n_tokens, event.reused),
+                                         specedge_stats(result.stats, event.reused, event.timing)))
+
+
+async def not_found(request: Request, exc: Exception) -> JSONResponse:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    what = {404: f"no such path: {request.method} {request.url.path}",
+            405: f"{request.method} is not allowed on {request.url.path}"}.get(status, "bad request")
+    return error_response(APIError(status, what, code={404: "not_found", 405: "method_not_allowed"}.get(status)))
+
+
+def create_app(generator: Generator, settings: ServeSettings) -> Starlette:
+    server = Server(generator, settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        server.worker.start()
+        yield
+        await run_in_threadpool(server.worker.stop)
+
+    routes = [
+        Route("/health", api(server.health), methods=["GET"]),
+        Route("/v1/models", api(server.models), methods=["GET"]),
+        Route("/v1/models/{model:path}", api(server.model), methods=["GET"]),
+        Route("/v1/chat/completions", api(server.chat), methods=["POST"]),
+        Route("/v1/completions", api(server.completions), methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found})
+    app.state.server = server
+    return app

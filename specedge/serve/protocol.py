@@ -1,0 +1,316 @@
+"""Requests of the OpenAI API: JSON bodies checked and parsed into a `GenerationRequest`, and the
+OpenAI error object for whatever is wrong with one.
+
+Status codes: 400 a body the API itself refuses (invalid JSON, a wrong type, a value out of its
+documented range), 404 an unknown model or path, 413 a body or prompt too large (the prompt does
+not fit the model's context), 422 a valid OpenAI request this server does not support (n > 1,
+logprobs, tools, penalties, several prompts). Parameters this server does not know are ignored,
+as other local servers do; the ones it knows but cannot honour are refused, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from specedge.errors import SpecEdgeError
+
+MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
+MAX_STOP_STRINGS = 4  # as the OpenAI API documents
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+Kind = Literal["chat", "completion"]
+Message = dict[str, str]
+
+
+class APIError(Exception):
+    """An error answered as the OpenAI error object: {"error": {message, type, param, code}}."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error", headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.kind = kind
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, object]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def unsupported(param: str, what: str) -> APIError:
+    return APIError(422, f"{what} is not supported by this server", param=param, code="unsupported_parameter")
+
+
+def invalid(param: str, what: str) -> APIError:
+    return APIError(400, f"'{param}' {what}", param=param, code="invalid_value")
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())[:500]
+
+
+def error_for(exc: BaseException) -> APIError:
+    """The API error for an exception out of encoding or generation: a SpecEdgeError is the
+    request's fault (400), anything else the server's (500), each as one line."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, SpecEdgeError):
+        return APIError(400, one_line(str(exc)))
+    if isinstance(exc, MemoryError):
+        return APIError(503, "not enough memory for this request", kind="server_error", code="out_of_memory")
+    first = one_line(str(exc))
+    return APIError(500, f"internal error: {type(exc).__name__}{': ' + first if first else ''}",
+                    kind="server_error", code="internal_error")
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object."""
+    if len(raw) > MAX_BODY_BYTES:
+        raise body_too_large()
+    try:
+        body = json.loads(raw, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise APIError(400, f"the request body is not valid JSON ({one_line(str(e))})", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise APIError(400, f"the request body must be a JSON object, not {type(body).__name__}",
+                       code="invalid_json")
+    return body
+
+
+def body_too_large() -> APIError:
+    return APIError(413, f"the request body is larger than {MAX_BODY_BYTES >> 20} MiB", code="request_too_large")
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One checked request. messages (chat) or prompt (completion: text or token ids) is set;
+    a None parameter takes the server's default."""
+
+    kind: Kind
+    model: str | None
+    messages: tuple[Message, ...] = ()
+    prompt: str | tuple[int, ...] = ""
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # not in the OpenAI API; llama.cpp's server and others take it
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # not in the OpenAI API: decode exactly max_tokens (benchmarks)
+
+
+# Known parameters this server cannot honour, each with the test that a value is the API's default
+# (a client that sends the default, as many do, is served).
+def _absent(value: object) -> bool:
+    return value is None
+
+
+def _is_one(value: object) -> bool:
+    return value is None or (value == 1 and not isinstance(value, bool))
+
+
+def _false(value: object) -> bool:
+    return value is None or value is False
+
+
+def _zero(value: object) -> bool:
+    return value is None or (value == 0 and not isinstance(value, bool))
+
+
+def _empty(value: object) -> bool:
+    return value is None or value == {} or value == [] or value == ""
+
+
+def _text_format(value: object) -> bool:
+    return value is None or value == {"type": "text"}
+
+
+def _no_tools(value: object) -> bool:
+    return value is None or value == "none"
+
+
+def _text_only(value: object) -> bool:
+    return value is None or value == ["text"]
+
+
+COMMON_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
+    "n": (_is_one, "more than one choice (n > 1)"),
+    "presence_penalty": (_zero, "presence_penalty other than 0"),
+    "frequency_penalty": (_zero, "frequency_penalty other than 0"),
+    "logit_bias": (_empty, "logit_bias"),
+}
+CHAT_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
+    **COMMON_UNSUPPORTED,
+    "logprobs": (_false, "logprobs"),
+    "top_logprobs": (_zero, "top_logprobs"),
+    "tools": (_empty, "tools (function calling)"),
+    "functions": (_empty, "functions (function calling)"),
+    "tool_choice": (_no_tools, "tool_choice"),
+    "function_call": (_no_tools, "function_call"),
+    "response_format": (_text_format, "a response_format other than text"),
+    "modalities": (_text_only, "output modalities other than text"),
+    "audio": (_absent, "audio output"),
+    "prediction": (_absent, "predicted outputs"),
+}
+COMPLETION_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
+    **COMMON_UNSUPPORTED,
+    "best_of": (_is_one, "best_of > 1"),
+    "logprobs": (_absent, "logprobs"),
+    "echo": (_false, "echo"),
+    "suffix": (_empty, "suffix (insertion)"),
+}
+
+
+def check_unsupported(body: dict[str, Any], table: dict[str, tuple[Callable[[object], bool], str]]) -> None:
+    for name, (is_default, what) in table.items():
+        if name in body and not is_default(body[name]):
+            raise unsupported(name, what)
+
+
+def parse_chat(body: dict[str, Any]) -> GenerationRequest:
+    check_unsupported(body, CHAT_UNSUPPORTED)
+    return GenerationRequest(kind="chat", messages=parse_messages(body.get("messages")), **parse_common(body))
+
+
+def parse_completion(body: dict[str, Any]) -> GenerationRequest:
+    check_unsupported(body, COMPLETION_UNSUPPORTED)
+    return GenerationRequest(kind="completion", prompt=parse_prompt(body.get("prompt")), **parse_common(body))
+
+
+def parse_common(body: dict[str, Any]) -> dict[str, Any]:
+    """The sampling, length and streaming parameters both endpoints take."""
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise invalid("model", "must be a string")
+    stream = _bool(body, "stream")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise invalid("stream_options", "must be an object")
+    include_usage = bool(options) and _bool(options, "include_usage")
+    if options and not stream:
+        raise invalid("stream_options", "is only allowed when 'stream' is true")
+    max_tokens = _int(body, "max_completion_tokens", 1)
+    if max_tokens is None:
+        max_tokens = _int(body, "max_tokens", 1)
+    return {
+        "model": model, "stream": stream, "include_usage": include_usage, "max_tokens": max_tokens,
+        "temperature": _number(body, "temperature", 0.0, 2.0, "a number from 0 to 2"),
+        "top_p": _number(body, "top_p", 0.0, 1.0, "a number in (0, 1]", low_open=True),
+        "top_k": _int(body, "top_k", 0), "seed": _seed(body), "stop": _stop(body.get("stop")),
+        "ignore_eos": _bool(body, "ignore_eos"),
+    }
+
+
+def _bool(body: dict[str, Any], name: str) -> bool:
+    value = body.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise invalid(name, "must be true or false")
+    return bool(value)
+
+
+def _int(body: dict[str, Any], name: str, minimum: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise invalid(name, f"must be an integer >= {minimum}, got {json.dumps(value)[:40]}")
+    return value
+
+
+def _number(body: dict[str, Any], name: str, low: float, high: float, what: str,
+            low_open: bool = False) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+            or not low <= value <= high or (low_open and value == low)):
+        raise invalid(name, f"must be {what}, got {json.dumps(value)[:40]}")
+    return float(value)
+
+
+def _seed(body: dict[str, Any]) -> int | None:
+    seed = body.get("seed")
+    if seed is None:
+        return None
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise invalid("seed", "must be an integer")
+    return seed % (1 << 64)  # the API takes any 64-bit integer; the sampler any integer >= 0
+
+
+def _stop(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise invalid("stop", "must be a string or a list of strings")
+    if len(stops) > MAX_STOP_STRINGS:
+        raise invalid("stop", f"may hold at most {MAX_STOP_STRINGS} sequences, got {len(stops)}")
+    if not all(stops):
+        raise invalid("stop", "may not hold an empty string")
+    return tuple(stops)
+
+
+def parse_messages(value: object) -> tuple[Message, ...]:
+    if not isinstance(value, list) or not value:
+        raise invalid("messages", "must be a non-empty list of messages")
+    return tuple(_message(m, i) for i, m in enumerate(value))
+
+
+def _message(message: object, i: int) -> Message:
+    param = f"messages[{i}]"
+    if not isinstance(message, dict):
+        raise invalid(param, "must be an object with 'role' and 'content'")
+    role = message.get("role")
+    if role in ("tool", "function") or message.get("tool_calls") or message.get("function_call"):
+        raise unsupported(f"{param}.role", "tool and function messages")
+    if role not in ROLES:
+        raise invalid(f"{param}.role", f"must be one of {', '.join(ROLES)}, got {json.dumps(role)[:40]}")
+    content = message.get("content")
+    if content is None and role == "assistant":
+        content = ""
+    return {"role": ROLES[role], "content": _content(content, f"{param}.content")}
+
+
+def _content(content: object, param: str) -> str:
+    """Text content: a string, or a list of text parts joined."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise invalid(param, "must be a string or a list of content parts")
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise invalid(param, "must hold content parts, objects with a 'type'")
+        if part["type"] != "text":
+            raise unsupported(param, f"content of type '{part['type'][:40]}' (this model reads text only)")
+        if not isinstance(part.get("text"), str):
+            raise invalid(param, "has a text part without a 'text' string")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def parse_prompt(value: object) -> str | tuple[int, ...]:
+    """The completions prompt: text, token ids, or a list of one of those."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list) or not value:
+        raise invalid("prompt", "must be a string, a list of token ids, or a list of one of those")
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return tuple(value)
+    if len(value) > 1 and all(isinstance(v, (str, list)) for v in value):
+        raise unsupported("prompt", "more than one prompt per request")
+    return parse_prompt(value[0]) if isinstance(value[0], (str, list)) else parse_prompt(None)

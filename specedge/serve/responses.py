@@ -1,0 +1,110 @@
+"""Responses shaped as the OpenAI API documents them: whole completions, server-sent-event chunks,
+usage; and specedge's statistics of the generation in an extra `specedge` field clients ignore."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from specedge.runtime.stats import GenerationStats
+from specedge.serve.protocol import Kind
+
+DONE = b"data: [DONE]\n\n"
+FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length", "context": "length"}
+
+
+def finish_reason(stop_reason: str) -> str | None:
+    """OpenAI's finish_reason for the runtime's stop_reason (None: interrupted)."""
+    return FINISH_REASONS.get(stop_reason)
+
+
+def sse(data: dict[str, object]) -> bytes:
+    """One server-sent event."""
+    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds from the request's arrival: waiting in the queue, and until the first text."""
+
+    queued_s: float = 0.0
+    first_token_s: float | None = None
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, object]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
+def specedge_stats(s: GenerationStats, reused: int, timing: Timing) -> dict[str, object]:
+    """What speculative decoding did for this request (the `specedge` field)."""
+    traffic = s.bytes_per_token
+    return {
+        "drafter": s.drafter,
+        "gamma": s.gamma,
+        "gamma_auto": s.gamma_auto,
+        "acceptance_rate": round(s.acceptance_rate, 4),
+        "tokens_per_target_pass": round(s.mean_accepted_per_target_call, 4),
+        "target_calls": s.target_calls,
+        "draft_calls": s.draft_calls,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "tokens_per_s": round(s.tokens_per_s, 2),
+        "bytes_per_token": round(float(traffic["total_bytes"] or 0.0)),
+        "achieved_gb_per_s": round(float(traffic["achieved_gb_per_s"] or 0.0), 3),
+        "prompt_tokens_reused": reused,
+        "queued_s": round(timing.queued_s, 4),
+        "time_to_first_token_s": None if timing.first_token_s is None else round(timing.first_token_s, 4),
+        "time_prefill_s": round(s.time_prefill_s, 4),
+        "time_total_s": round(s.time_total_s, 4),
+        "stop_reason": s.stop_reason,
+    }
+
+
+@dataclass
+class Shaper:
+    """Builds the objects of one response: chat (`chat.completion`, `chat.completion.chunk`) or
+    text completion (`text_completion`)."""
+
+    kind: Kind
+    model: str
+    id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            self.id = ("chatcmpl-" if self.kind == "chat" else "cmpl-") + uuid.uuid4().hex
+
+    def _head(self, chunk: bool) -> dict[str, object]:
+        kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.kind == "chat" else "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
+                "system_fingerprint": None}
+
+    def _choice(self, text: str | None, finish: str | None, chunk: bool, first: bool = False) -> dict[str, object]:
+        if self.kind == "completion":
+            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        if chunk:
+            delta: dict[str, object] = {} if text is None else {"content": text}
+            if first:
+                delta = {"role": "assistant", "content": text or ""}
+            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        message = {"role": "assistant", "content": text, "refusal": None}
+        return {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+
+    def whole(self, text: str, finish: str | None, use: dict[str, object],
+              stats: dict[str, object]) -> dict[str, object]:
+        return {**self._head(False), "choices": [self._choice(text, finish, False)], "usage": use, "specedge": stats}
+
+    def chunk(self, text: str, first: bool = False) -> bytes:
+        return sse({**self._head(True), "choices": [self._choice(text, None, True, first)]})
+
+    def final_chunk(self, finish: str | None, stats: dict[str, object]) -> bytes:
+        """The chunk that ends the choice, with its finish_reason and the stats."""
+        return sse({**self._head(True), "choices": [self._choice(None, finish, True)], "specedge": stats})
+
+    def usage_chunk(self, use: dict[str, object]) -> bytes:
+        """The last chunk when stream_options.include_usage is set: no choices, the usage."""
+        return sse({**self._head(True), "choices": [], "usage": use})

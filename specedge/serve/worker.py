@@ -1,0 +1,179 @@
+"""The one generation thread: requests are decoded one at a time, in arrival order, from a
+bounded queue, and each one's text goes back to the event loop as it is decoded.
+
+A device decodes one stream at its best speed, so a second stream would only slow the first.
+onnxruntime releases the GIL during a pass, so the event loop stays responsive meanwhile. A job
+whose client is gone is cancelled: waiting, it is skipped; decoding, its TextStream is closed at
+the next text it yields (the next round), which frees the thread for the next job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specedge.errors import SpecEdgeError
+from specedge.runtime.generator import GenerationResult, Generator
+from specedge.serve.responses import Timing
+
+log = logging.getLogger("specedge.serve")
+
+
+@dataclass(frozen=True)
+class Piece:
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    result: GenerationResult
+    reused: int  # prompt tokens whose KV-cache entries were kept from the previous request
+    timing: Timing
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: BaseException
+
+
+Event = Piece | Finished | Failed
+
+
+class QueueFull(Exception):
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"the queue is full; retry in {retry_after} s")
+        self.retry_after = retry_after
+
+
+@dataclass
+class Job:
+    """One request for the worker. Made on the event loop, which reads `events`."""
+
+    name: str
+    prompt: list[int]
+    overrides: dict[str, object]
+    loop: asyncio.AbstractEventLoop
+    stream: bool  # False: only the Finished (or Failed) event is sent
+    arrived: float = field(default_factory=time.perf_counter)
+    events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def emit(self, event: Event) -> None:
+        """Hand an event to the event loop (from the worker thread)."""
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the loop is closed: the server is shutting down
+            self.cancel()
+
+
+def cached_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
+    """How many prompt tokens the target's prefill will keep from its cache (as KVCache.reuse_prefix)."""
+    n = 0
+    for a, b in zip(cached[:max(len(prompt) - 1, 0)], prompt, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+class GenerationWorker:
+    def __init__(self, generator: Generator, queue_size: int) -> None:
+        self.generator = generator
+        self.queue_size = queue_size  # jobs that may wait while one is decoded
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._outstanding = 0  # waiting + running
+        self._current: Job | None = None
+        self._seconds: deque[float] = deque(maxlen=16)  # durations of recent jobs
+        self._thread = threading.Thread(target=self._run, name="specedge-generate", daemon=True)
+        self.served = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Cancel what is running and waiting, and end the thread."""
+        with self._lock:
+            if self._current is not None:
+                self._current.cancel()
+        self._jobs.put(None)
+        self._thread.join(timeout)
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    @property
+    def waiting(self) -> int:
+        with self._lock:
+            return max(self._outstanding - (self._current is not None), 0)
+
+    def retry_after(self) -> int:
+        """Seconds until a place in the queue is likely free: a recent job's median duration."""
+        recent = sorted(self._seconds)
+        return max(1, math.ceil(recent[len(recent) // 2])) if recent else 1
+
+    def submit(self, job: Job) -> None:
+        """Queue a job, or raise QueueFull when queue_size jobs already wait behind the running one."""
+        with self._lock:
+            if self._outstanding >= self.queue_size + 1:
+                raise QueueFull(self.retry_after())
+            self._outstanding += 1
+        self._jobs.put(job)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            with self._lock:
+                self._current = job
+            started = time.perf_counter()
+            try:
+                if not job.cancelled.is_set():
+                    self._serve(job)
+            except SpecEdgeError as e:  # the request's fault: a one-line answer
+                log.info("%s: %s", job.name, e)
+                job.emit(Failed(e))
+            except BaseException as e:  # never lose the thread: the next job is served
+                log.exception("%s failed", job.name)
+                job.emit(Failed(e))
+            finally:
+                with self._lock:
+                    self._current = None
+                    self._outstanding -= 1
+                self._seconds.append(time.perf_counter() - started)
+
+    def _serve(self, job: Job) -> None:
+        gen = self.generator
+        queued = time.perf_counter() - job.arrived
+        reused = cached_prefix(gen.cache.tokens, job.prompt)
+        first: float | None = None
+        stream = gen.stream(job.prompt, **job.overrides)
+        try:
+            for piece in stream:
+                if first is None:
+                    first = time.perf_counter() - job.arrived
+                if job.cancelled.is_set():
+                    break
+                if job.stream:
+                    job.emit(Piece(piece))
+        finally:
+            stream.close()  # at once if cancelled: no further round is decoded
+        result = stream.result
+        assert result is not None
+        self.served += 1
+        s = result.stats
+        log.info("%s: %d prompt tokens (%d reused), %d tokens, %.1f tok/s, acceptance %.0f%%, "
+                 "%.2f tokens/target pass, stop: %s%s", job.name, len(job.prompt), reused, s.n_tokens,
+                 s.tokens_per_s, 100 * s.acceptance_rate, s.mean_accepted_per_target_call,
+                 s.stop_reason or "interrupted", " (client gone)" if job.cancelled.is_set() else "")
+        if not job.cancelled.is_set():
+            job.emit(Finished(result, reused, Timing(queued, first)))

@@ -1,0 +1,86 @@
+"""A real `specedge serve` process on a free loopback port, with SmolLM2 (fp32 target, int4 draft),
+shared by the tests of a module; its log lines are collected for the tests to read."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+MODEL = "smollm2-test"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[str]
+    url: str  # http://127.0.0.1:PORT
+    log: list[str] = field(default_factory=list)
+
+    def log_line(self, needle: str, timeout: float = 10.0) -> str:
+        """The first log line containing `needle`, waiting for it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.log):
+                if needle in line:
+                    return line
+            time.sleep(0.05)
+        raise AssertionError(f"no log line with {needle!r} in:\n" + "\n".join(self.log))
+
+
+def start_server(target: Path, draft: Path, *extra: str) -> ServerProcess:
+    port = free_port()
+    cmd = [sys.executable, "-m", "specedge", "serve", "--target", str(target), "--draft", str(draft),
+           "--port", str(port), "--model-name", MODEL, *extra]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = ServerProcess(proc, f"http://127.0.0.1:{port}")
+
+    def drain() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            server.log.append(line.rstrip("\n"))
+
+    threading.Thread(target=drain, daemon=True).start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            time.sleep(0.2)
+            raise AssertionError("the server exited:\n" + "\n".join(server.log))
+        try:
+            if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the server did not answer /health in 120 s:\n" + "\n".join(server.log))
+
+
+def stop_server(server: ServerProcess) -> int:
+    server.proc.terminate()  # SIGTERM: uvicorn shuts down gracefully
+    try:
+        return server.proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        server.proc.wait()
+        raise AssertionError("the server did not stop within 15 s of SIGTERM") from None
+
+
+@pytest.fixture(scope="module")
+def server(smollm2: dict[str, Path]) -> Iterator[ServerProcess]:
+    """Queue of one: a second request waits, a third is refused."""
+    srv = start_server(smollm2["fp32"], smollm2["int4"], "--queue", "1")
+    yield srv
+    assert stop_server(srv) == 0, "\n".join(srv.log)

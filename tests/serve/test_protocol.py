@@ -1,0 +1,101 @@
+"""Request parsing and validation, without a model: what is accepted, what is refused with which status."""
+
+from __future__ import annotations
+
+import pytest
+
+from specedge.serve.protocol import APIError, parse_chat, parse_completion, parse_json
+from specedge.serve.responses import finish_reason
+from specedge.serve.worker import cached_prefix
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def status_of(fn, body) -> int:  # type: ignore[no-untyped-def]
+    with pytest.raises(APIError) as info:
+        fn(body)
+    message = info.value.body()["error"]["message"]  # type: ignore[index]
+    assert "\n" not in message and message
+    return info.value.status
+
+
+def test_chat_defaults_and_parameters() -> None:
+    req = parse_chat({"model": "m", "messages": USER})
+    assert (req.kind, req.model, req.stream, req.max_tokens, req.temperature, req.stop) == ("chat", "m", False,
+                                                                                             None, None, ())
+    req = parse_chat({"messages": USER, "max_tokens": 5, "max_completion_tokens": 7, "temperature": 0,
+                      "top_p": 0.5, "seed": -1, "stop": "x", "stream": True,
+                      "stream_options": {"include_usage": True}, "n": 1, "logprobs": False,
+                      "response_format": {"type": "text"}, "unknown_extra": 3})
+    assert req.max_tokens == 7 and req.temperature == 0.0 and req.top_p == 0.5
+    assert req.seed == (1 << 64) - 1 and req.stop == ("x",) and req.stream and req.include_usage
+
+
+def test_message_content_parts_and_roles() -> None:
+    req = parse_chat({"messages": [{"role": "developer", "content": "be brief"},
+                                   {"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                {"type": "text", "text": "b"}]},
+                                   {"role": "assistant", "content": None}]})
+    assert req.messages == ({"role": "system", "content": "be brief"}, {"role": "user", "content": "ab"},
+                            {"role": "assistant", "content": ""})
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"messages": USER, "n": 2}, 422),
+    ({"messages": USER, "logprobs": True}, 422),
+    ({"messages": USER, "tools": [{"type": "function"}]}, 422),
+    ({"messages": USER, "presence_penalty": 0.5}, 422),
+    ({"messages": USER, "response_format": {"type": "json_object"}}, 422),
+    ({"messages": [{"role": "tool", "content": "x"}]}, 422),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, 422),
+    ({"messages": []}, 400),
+    ({}, 400),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, 400),
+    ({"messages": [{"role": "user", "content": 3}]}, 400),
+    ({"messages": USER, "temperature": 2.5}, 400),
+    ({"messages": USER, "temperature": True}, 400),
+    ({"messages": USER, "top_p": 0}, 400),
+    ({"messages": USER, "max_tokens": 0}, 400),
+    ({"messages": USER, "max_tokens": "9"}, 400),
+    ({"messages": USER, "stop": ["a", "b", "c", "d", "e"]}, 400),
+    ({"messages": USER, "stop": [""]}, 400),
+    ({"messages": USER, "stream": "yes"}, 400),
+    ({"messages": USER, "stream_options": {"include_usage": True}}, 400),
+    ({"messages": USER, "model": 3}, 400),
+])
+def test_chat_refusals(body: dict[str, object], status: int) -> None:
+    assert status_of(parse_chat, body) == status
+
+
+def test_completion_prompts() -> None:
+    assert parse_completion({"prompt": "abc"}).prompt == "abc"
+    assert parse_completion({"prompt": ["abc"]}).prompt == "abc"
+    assert parse_completion({"prompt": [1, 2, 3]}).prompt == (1, 2, 3)
+    assert parse_completion({"prompt": [[4, 5]]}).prompt == (4, 5)
+    assert status_of(parse_completion, {"prompt": ["a", "b"]}) == 422
+    assert status_of(parse_completion, {"prompt": [[1], [2]]}) == 422
+    assert status_of(parse_completion, {"prompt": []}) == 400
+    assert status_of(parse_completion, {"prompt": None}) == 400
+    assert status_of(parse_completion, {"prompt": "a", "echo": True}) == 422
+    assert status_of(parse_completion, {"prompt": "a", "best_of": 3}) == 422
+    assert status_of(parse_completion, {"prompt": "a", "suffix": "b"}) == 422
+    assert status_of(parse_completion, {"prompt": "a", "logprobs": 2}) == 422
+
+
+@pytest.mark.parametrize(("raw", "status"), [
+    (b"{", 400), (b"[1, 2]", 400), (b"\xff\xfe", 400), (b'{"temperature": NaN}', 400),
+    (b" " * (5 << 20), 413),
+])
+def test_json_body(raw: bytes, status: int) -> None:
+    assert status_of(parse_json, raw) == status
+
+
+def test_finish_reasons() -> None:
+    assert [finish_reason(r) for r in ("eos", "stop_string", "max_new_tokens", "context", "interrupted")] == [
+        "stop", "stop", "length", "length", None]
+
+
+def test_cached_prefix_is_what_prefill_keeps() -> None:
+    assert cached_prefix([1, 2, 3, 4], [1, 2, 3, 9, 9]) == 3
+    assert cached_prefix([1, 2, 3, 4], [1, 2, 3]) == 2  # the last prompt token is always fed, for its logits
+    assert cached_prefix([], [1, 2]) == 0 and cached_prefix([5], [1, 2]) == 0
