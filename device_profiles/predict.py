@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from specedge.contract import round_rate
 from specedge.kernels.acceptance import expected_tokens
 
 THEORETICAL_EFFICIENCY = 0.7  # streaming reads reach ~70% of a datasheet peak; measured figures are used as is
@@ -54,11 +55,6 @@ class Prediction:
     points: tuple[GammaPoint, ...]  # γ = 1, 2, ...
     recommended_gamma: int  # 0: decode plainly, no γ beats it
     alpha: float
-
-
-def round_rate(alpha: float, gamma: int, t_draft: float, t_verify: float) -> float:
-    """Tokens per second of speculative rounds."""
-    return expected_tokens(alpha, gamma) / (gamma * t_draft + t_verify)
 
 
 def predict(target: PassModel, draft: PassModel | None, alpha: float, gammas: Sequence[int]) -> Prediction:

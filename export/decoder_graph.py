@@ -1,7 +1,7 @@
 """The decoder graph of the contract in docs/design.md, built op by op from float weights.
 
 Inputs:  input_ids [1,S] int64, position_ids [1,S] int64, attention_bias [1,S,T] float32
-         (0 where a query may attend, -30000 elsewhere), logits_index [R] int64 (which rows of S
+         (0 where a query may attend, MASK_VALUE = -30000 elsewhere), logits_index [R] int64 (which rows of S
          get logits: all of them to verify, the last one to prefill), and per layer past_key.i /
          past_value.i [1,kv_heads,T,head_dim] float32: a cache buffer of T slots (T = the
          capacity C on static providers, a bucket of the context on CPU).
@@ -15,10 +15,11 @@ MatMul kernels, logits are bitwise equal across widths, so greedy speculation is
 token-identical to plain decoding. Grouped-query heads attend through a reshape
 [1,heads,S,d] -> [1,kv_heads,group*S,d], never by repeating the cache.
 
-With attention="fused" (CPU only, for drafts and plain decoding) attention is ONNX Runtime's
-GroupQueryAttention over a KV buffer it updates in place, and residual adds fuse into the norms:
-fewer nodes and no copy of the cache per pass, but ORT computes a 1-token step by another
-kernel path than a wider pass, so its rows are not bitwise equal across widths. Its contract:
+With attention="fused" (CPU only: drafts, and targets such as the int4 one that verify in whole
+groups of rows, runtime/row_groups.py) attention is ONNX Runtime's GroupQueryAttention over a KV
+buffer it updates in place, and residual adds fuse into the norms: fewer nodes and no copy of the
+cache per pass, but ORT computes a lone row by another kernel path than rows in pairs, so its
+rows are bitwise equal across widths only in whole groups. Its contract:
 input_ids [1,S], seqlens_k [1] int32 (total length - 1), total_sequence_length [] int32,
 logits_index [R], past_key.i / past_value.i [1,kv_heads,T,head_dim]; outputs logits and
 present_key.i / present_value.i, which the runtime binds to the same buffers as the pasts.
@@ -37,7 +38,6 @@ from specedge.export.quantize import QuantSpec, quantize_blockwise, quantize_per
 from specedge.export.source import DecoderConfig, SourceModel
 from specedge.runtime.traffic import WeightCosts
 
-MASK_VALUE = -30000.0  # exp() of it is exactly 0 in fp32 and fp16; finite, so no NaN paths
 F32 = TensorProto.FLOAT
 U8 = TensorProto.UINT8
 I64 = TensorProto.INT64

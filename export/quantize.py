@@ -6,9 +6,11 @@ A float MatMul weight W [K, N] becomes B uint8 [N, K/block, block*bits/8], scale
 block, with the scale and zero point of each block searched for the least squared error (a
 symmetric grid wastes levels on a block whose values are not centred on 0, and the 4-bit GGUF
 sources are not: Q4_K stores w = d*q - m). With accuracy_level 4 the CPU
-kernel quantizes activations to int8 per block of a row, so every row of a wide pass is computed
-exactly as the same row of a 1-token pass (measured: see docs/design.md): greedy speculation stays
-token-identical to plain decoding.
+kernel quantizes activations to int8 per block of a row; at block 32 every row of a wide pass is
+then computed exactly as the same row of a 1-token pass, so greedy speculation stays
+token-identical to plain decoding. Above block 32 ONNX Runtime computes a lone row by another
+kernel than rows in pairs: such a target verifies in whole groups of rows (`Manifest.rows_exact`,
+runtime/row_groups.py; measured: see docs/design.md).
 """
 
 from __future__ import annotations

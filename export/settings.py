@@ -4,19 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specedge.contract import ATTENTION, QUANT_BITS, TARGETS  # what the manifest may say: see specedge/contract.py
 from specedge.errors import SpecEdgeError
 
-QUANT_BITS = {"fp32": 32, "int8": 8, "int4": 4, "w8a8": 8, "qdq": 8}
-# int8/int4: MatMulNBits weight-only; w8a8: int8 weights x per-row int8 activations (MatMulInteger);
-# qdq: uint8 weights, uint16 activations (QNN)
-TARGETS = ("cpu", "qnn", "dml")
-ATTENTION = ("exact", "fused")
-# exact: every row of a wide pass bitwise equal to a 1-token step (targets: lossless greedy speculation);
-# fused: ONNX Runtime's GroupQueryAttention with the cache updated in place, faster 1-token steps (drafts)
+__all__ = ["ATTENTION", "DEFAULT_CONTEXT", "DEFAULT_WIDTHS", "EXPORT_FORMAT", "QUANT_BITS", "TARGETS", "ExportSettings"]
+
 EXPORT_FORMAT = 6  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
 DEFAULT_CONTEXT = 4096
 MAX_CONTEXT = 1 << 17
-# 13: the n-gram lookup's long copies (γ 12); a w8a8 pass of 13 costs ~1.06 of one of 9 on 2 cores
+# 13 (MAX_VERIFY_WIDTH): the n-gram lookup's long copies (γ 12); a w8a8 pass of 13 costs ~1.06 of one of 9 on 2 cores
 DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64)
 
 
@@ -53,8 +49,9 @@ class ExportSettings:
         if self.quant == "qdq" and self.target != "qnn":
             raise SpecEdgeError("QDQ quantization goes with --for qnn", "pass --for qnn --quant qdq, or another quant")
         if self.target == "qnn" and self.quant in ("int8", "w8a8", "fp32"):
-            raise SpecEdgeError(f"--for qnn takes int4 (MatMulNBits, fp16 activations) or qdq weights, not {self.quant}",
-                                "pass --quant int4 (the default) or --quant qdq")
+            raise SpecEdgeError(
+                f"--for qnn takes int4 (MatMulNBits, fp16 activations) or qdq weights, not {self.quant}",
+                "pass --quant int4 (the default) or --quant qdq")
         if self.target == "dml" and self.quant in ("int4", "int8", "w8a8"):
             raise SpecEdgeError(f"--for dml takes fp32 (or --fp16) weights, not {self.quant}",
                                 "MatMulNBits and MatMulInteger are CPU kernels here; export with --quant fp32")

@@ -13,15 +13,11 @@ import copy
 
 import onnx
 
-from specedge.runtime.model import MAX_VERIFY_WIDTH
+from specedge.contract import graph_name, logits_rows  # a width's file and logits rows: the graph contract
+
+__all__ = ["DIMS", "fix_dims", "graph_name", "logits_rows"]
 
 DIMS = ("S", "T", "R")
-
-
-def logits_rows(width: int) -> int:
-    """Rows of logits a static graph returns: every row up to the widest verification (γ+1 <= 9);
-    only the last one for the wider prefill graphs."""
-    return width if width <= MAX_VERIFY_WIDTH else 1
 
 
 def fix_dims(model: onnx.ModelProto, width: int, context: int, rows: int) -> onnx.ModelProto:
@@ -56,5 +52,10 @@ def with_stand_ins(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy_
 
 
-def graph_name(width: int) -> str:
-    return f"model_s{width}.onnx"
+def to_opset(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """`model` rewritten for an older ONNX opset (DirectML: 17), e.g. ReduceMean's axes from an input
+    back to an attribute; onnx's version converter, which keeps the external weight references."""
+    from onnx import version_converter
+
+    current = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    return model if current <= opset else version_converter.convert_version(model, opset)

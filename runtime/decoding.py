@@ -1,8 +1,13 @@
 """The speculative decoding loop: prefill, then rounds of draft -> verify -> accept -> commit.
 
-`decode_tokens` yields the tokens of each round as they are accepted; the consumer decides when
-to stop (EOS, max tokens, stop strings) by no longer pulling. The target's KV cache holds every
-token but the newest ("pending") one, which is the first input of the next verification.
+`decode_tokens` yields the tokens of each round as they are accepted. It reads max_new_tokens
+only to draft no more than could be kept; the consumer stops (at EOS, a stop string or
+max_new_tokens) by no longer pulling. The target's KV cache holds every token but the newest
+("pending") one, which is the first input of the next verification.
+
+One round, in `decode_tokens`: plan (runtime/gamma.py), draft (`Drafter.propose`,
+runtime/drafters.py), verify (`OnnxModel.forward`), accept (`accept`, below: kernels/acceptance.py),
+commit (`KVCache.commit`; rejected entries lie beyond the cache's length).
 
 When sampling, the token at each position (its index in prompt + generated tokens) is the
 target's draw with that position's noise from `Draws`, keyed by (seed, position): a seeded run
@@ -24,6 +29,7 @@ from specedge.runtime.drafters import Draft, Drafter
 from specedge.runtime.gamma import GammaController
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.model import ForwardOutput, OnnxModel
+from specedge.runtime.rows import ONE_ROW, RowPolicy
 from specedge.runtime.stats import GenerationStats
 
 
@@ -80,36 +86,40 @@ def accept(draft: Draft, out: ForwardOutput, params: SamplingParams, draws: Draw
     return accept_sampled(tokens, probabilities(out.logits, params), draws, start)
 
 
-def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int]) -> np.ndarray:
+def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int], rows: RowPolicy = ONE_ROW) -> np.ndarray:
     if len(prompt) >= target.manifest.context:
         raise SpecEdgeError(
             f"the prompt has {len(prompt)} tokens but the target's context holds {target.manifest.context}",
             "shorten the prompt or re-export the target with a larger --context")
     if not prompt:
         raise SpecEdgeError("the prompt is empty", "pass some text to continue")
-    return target.prefill(prompt, cache)
+    return target.prefill(prompt, cache, rows)
 
 
 def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, prompt: Sequence[int],
-                  config: SpecConfig, stats: GenerationStats) -> Iterator[list[int]]:
-    """Yield the tokens of each round. Ends by itself only when the context is full."""
+                  config: SpecConfig, stats: GenerationStats, rows: RowPolicy = ONE_ROW) -> Iterator[list[int]]:
+    """Yield the tokens of each round. Ends by itself only when the context is full. `rows`: the
+    target's row policy (runtime/rows.py), which every target pass, plain steps too, runs under."""
     params, capacity, widths = config.sampling, target.manifest.context, target.manifest.widths
     draws = Draws(config.seed, target.manifest.vocab_size)
     t0 = time.perf_counter()
     context = list(prompt)
-    context.append(choose(prefill(target, cache, prompt), params, draws, len(context)))
+    context.append(choose(prefill(target, cache, prompt, rows), params, draws, len(context)))
     if drafter is not None:
         drafter.begin(context)
     stats.time_prefill_s += time.perf_counter() - t0
     produced = 1
-    controller = GammaController.for_widths(target.verify_widths, start=config.gamma) if config.auto_gamma else None
+    controller = (GammaController.for_widths(rows.verify_widths(widths), start=config.gamma)
+                  if config.auto_gamma else None)
     yield [context[-1]]
     while len(context) <= capacity:  # the pending token still fits
+        # plan: the source and the number of drafts, capped by the context and max_new_tokens
         remaining = config.max_new_tokens - produced
         source, gamma = None, config.gamma
         if controller is not None and drafter is not None:
             source, gamma = controller.plan(drafter.sources(context))
         k = min(gamma, capacity - len(context), max(remaining - 1, 0))
+        # draft: up to k tokens, trimmed to an exported verification width
         t_draft = 0.0
         draft = Draft(tokens=[])
         if drafter is not None and k > 0:
@@ -120,9 +130,12 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
             stats.draft_calls += draft.calls
             stats.draft_traffic.add(draft.traffic)
             draft.tokens = draft.tokens[:fit_width(len(draft.tokens), widths)]
+        # verify: one target pass over the pending token and the drafts, a row each
         t = time.perf_counter()
-        out = target.forward([context[-1], *draft.tokens], cache, all_logits=True)
+        out = target.forward([context[-1], *draft.tokens], cache, all_logits=True, rows=rows)
+        # accept: the longest agreeing prefix, then the target's own token
         result = accept(draft, out, params, draws, len(context))
+        # commit: the pending token's and the accepted drafts' entries; the rest lie beyond length
         cache.commit(out.new_keys, out.new_values, [context[-1], *draft.tokens[:result.n_accepted]])
         stats.target_traffic.add(out.traffic)
         t_verify = time.perf_counter() - t

@@ -110,11 +110,7 @@ class DraftModelDrafter:
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
                 source: str | None = None) -> Draft:
         k = min(k, self.model.manifest.context - len(context) + 1)
-        feed = list(context[self.cache.length:])  # the tokens the draft has not seen, pending last
-        static = self.model.manifest.graphs
-        if static and len(feed) > 1 and len(feed) not in static:  # catch up in exported widths first
-            self.model.prefill(list(context[:-1]), self.cache)
-            feed = [context[-1]]
+        feed = self.model.catch_up(context, self.cache)  # the tokens the draft has not seen, pending last
         tokens: list[int] = []
         traffic = Traffic()
         for j in range(max(k, 0)):
@@ -163,3 +159,12 @@ class HybridDrafter:
         if (source or self.sources(context)[0]) == "ngram":
             return self.ngram.propose(context, k, params, draws)
         return self.model.propose(context, k, params, draws)
+
+
+def build_drafter(vocab_size: int, draft: OnnxModel | None, ngram: bool) -> Drafter | None:
+    """The drafter of a draft model and/or the n-gram lookup: hybrid with both, None with neither."""
+    model = DraftModelDrafter(draft) if draft is not None else None
+    lookup = NgramDrafter(vocab_size) if ngram else None
+    if model is not None and lookup is not None:
+        return HybridDrafter(lookup, model)
+    return model or lookup

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specedge.kernels.acceptance import expected_tokens
-from specedge.runtime.model import MAX_VERIFY_WIDTH
+from specedge.contract import gamma_choices, round_rate
 
 PRIOR_ALPHA = 0.7
 PRIOR_COUNT = 2.0  # pseudo-counts of the prior
@@ -50,15 +49,12 @@ class GammaController:
     plain_rounds: int = 0
 
     @classmethod
-    def for_widths(cls, widths: Sequence[int], start: int = 4, max_width: int = MAX_VERIFY_WIDTH) -> GammaController:
-        choices = tuple(w - 1 for w in sorted(widths) if 2 <= w <= max_width)
+    def for_widths(cls, widths: Sequence[int], start: int = 4) -> GammaController:
+        choices = gamma_choices(widths)
         return cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0)
 
     def stats(self, source: str) -> SourceStats:
         return self.sources.setdefault(source, SourceStats())
-
-    def alpha(self, source: str = "model") -> float:
-        return self.stats(source).alpha
 
     def verify_seconds(self, width: int) -> float:
         if width in self.t_verify:
@@ -81,7 +77,7 @@ class GammaController:
             return 1.0 / self.verify_seconds(1)
         s = self.stats(source)
         t_draft = s.t_draft if s.t_draft is not None else 0.0
-        return expected_tokens(s.alpha, gamma) / (gamma * t_draft + self.verify_seconds(gamma + 1))
+        return round_rate(s.alpha, gamma, t_draft, self.verify_seconds(gamma + 1))
 
     def plan(self, sources: Sequence[str]) -> tuple[str | None, int]:
         """The source of drafts and the γ with the most tokens per second this round, or (None, 0)
@@ -101,9 +97,6 @@ class GammaController:
         if self.plain_rounds % self.probe_every == 0:
             return source, gamma
         return None, 0
-
-    def choose(self, source: str = "model") -> int:
-        return self.plan((source,))[1]
 
     def observe(self, proposed: int, accepted: int, draft_seconds: float, verify_seconds: float,
                 source: str = "model") -> None:

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from specedge.contract import gamma_choices
 from specedge.errors import SpecEdgeError
 from specedge.runtime.decoding import SpecConfig, decode_tokens
-from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, NgramDrafter
+from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, build_drafter
 from specedge.runtime.model import OnnxModel, check_token_ids
-from specedge.runtime.row_groups import align_rows
+from specedge.runtime.row_groups import row_policy
+from specedge.runtime.rows import RowPolicy
 from specedge.runtime.session import resolve_provider
 from specedge.runtime.stats import GenerationStats
 from specedge.runtime.text import Message, StreamDecoder, TextCodec
@@ -64,19 +66,20 @@ def draft_model(drafter: Drafter | None) -> OnnxModel | None:
     return drafter.model if isinstance(drafter, DraftModelDrafter) else None
 
 
-def check_lossless(target: OnnxModel, drafter: Drafter | None, single_steps: bool = False) -> None:
-    """Speculation is lossless only if a verification row equals the target's row for that
-    position in any other pass, and a target must score every token. A graph not row-exact as
-    built (fused attention, MatMulNBits blocks above 32) is made so by running whole groups of
-    rows (plain decoding too, so both agree), unless `single_steps` asks for 1-token passes."""
+def check_scores_all(target: OnnxModel) -> None:
+    """A target must score every token: a truncated head can only draft."""
     if target.manifest.head_vocab:
         raise SpecEdgeError(
             f"{target.folder} was exported with --head-vocab {target.manifest.head_vocab}: it scores only "
             "part of the vocabulary, so it can only draft",
             "use it as --draft, and a model exported without --head-vocab as the target")
-    if drafter is not None and single_steps:
-        raise SpecEdgeError("single_steps is for plain decoding only", "drop the drafter or single_steps")
-    if single_steps or align_rows(target) or drafter is None:
+
+
+def check_lossless(target: OnnxModel, drafter: Drafter | None, rows: RowPolicy) -> None:
+    """Speculation is lossless only if a verification row equals the target's row for that
+    position in any other pass: as built, or in whole groups of rows (plain decoding too, so both
+    agree). A target whose rows are exact neither way decodes plainly only."""
+    if drafter is None or rows.exact:
         return
     q = target.manifest.quantization
     raise SpecEdgeError(
@@ -93,11 +96,11 @@ def check_gamma(config: SpecConfig, target: OnnxModel, drafter: Drafter | None) 
     if gamma < 1:
         raise SpecEdgeError(f"gamma must be at least 1 with a drafter, got {gamma}",
                             "pass --gamma 1 or more, or --no-draft for plain decoding")
-    if gamma + 1 not in widths:
+    if gamma not in gamma_choices(widths):
         raise SpecEdgeError(
             f"gamma {gamma} needs a verification width of {gamma + 1}, but the target was exported "
             f"for widths {list(widths)}",
-            f"pick a gamma from {[w - 1 for w in widths if w > 1]} or re-export with --widths")
+            f"pick a gamma from {list(gamma_choices(widths))} or re-export with --widths")
 
 
 def find_stop(text: str, stop_strings: Sequence[str], since: int) -> int:
@@ -148,19 +151,24 @@ def split_by_origin(text: str, start: int, end: int, ends: list[int], drafted: l
 
 class Generator:
     def __init__(self, target: OnnxModel, drafter: Drafter | None = None,
-                 config: SpecConfig | None = None, single_steps: bool = False) -> None:
+                 config: SpecConfig | None = None, single_steps: bool = False, rows: RowPolicy | None = None) -> None:
         """single_steps: plain decoding in 1-token passes, the fastest step of a target that
         verifies in row pairs, whose tokens may differ at near-ties from its decoding in pairs
-        (see row_groups.py)."""
+        (see row_groups.py). rows: the target's row policy, if already decided (by
+        `row_policy`, for another Generator over the same model); else decided here, once."""
         if (draft := draft_model(drafter)) is not None:
             check_pair(target, draft)
+        check_scores_all(target)
+        if drafter is not None and single_steps:
+            raise SpecEdgeError("single_steps is for plain decoding only", "drop the drafter or single_steps")
         self.target = target
         self.drafter = drafter
         self.config = config or SpecConfig()
         self.codec = TextCodec(target.folder, target.manifest)
         self.cache = target.new_cache()
         self.bandwidth_gb_per_s: float | None = None  # set from a measured device profile, for the roofline
-        check_lossless(target, drafter, single_steps)
+        self.rows = rows or row_policy(target, single_steps)
+        check_lossless(target, drafter, self.rows)
         check_gamma(self.config, target, drafter)
 
     @classmethod
@@ -171,16 +179,11 @@ class Generator:
         draft_provider = resolve_provider(draft_provider or provider, fallback)
         provider = resolve_provider(provider, fallback)
         target_model = OnnxModel(target, provider=provider, threads=threads, spin=draft is None)
-        drafter: Drafter | None = None
+        model = None
         if draft is not None:
             model = OnnxModel(draft, provider=draft_provider, threads=threads)
             check_pair(target_model, model)  # before the draft's cache is made
-            drafter = DraftModelDrafter(model)
-            if ngram:
-                drafter = HybridDrafter(NgramDrafter(target_model.manifest.vocab_size), drafter)
-        elif ngram:
-            drafter = NgramDrafter(target_model.manifest.vocab_size)
-        return cls(target_model, drafter, config)
+        return cls(target_model, build_drafter(target_model.manifest.vocab_size, model, ngram), config)
 
     def encode(self, prompt: Prompt, chat: bool = False) -> list[int]:
         """Token ids of a prompt: text, chat messages, or token ids (checked against the vocabulary)."""
@@ -223,7 +226,7 @@ class Generator:
         ends: list[int] = []  # per token: where its text ends, and whether the draft proposed it
         drafted: list[bool] = []
         start = time.perf_counter()
-        rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats)
+        rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, self.rows)
         reason = ""
         try:
             for new in rounds:

@@ -4,8 +4,10 @@ Entries at or beyond `length` are stale and masked out by the graph, so rolling 
 draft suffix is `truncate()`: nothing is erased. The cache remembers which tokens it holds, so a
 new prompt that shares a prefix with what is cached (the next turn of a chat) reuses it. On CPU
 the buffers grow in buckets, so a pass over a short context does not pay for the whole capacity.
-An in-place cache (a graph with fused attention) has its entries written into the buffers by
-the pass itself; committing them only records their tokens.
+An in-place cache (on CPU, a graph with fused attention or one exported with kv_in_place, whose
+present_* outputs are bound to the past_* buffers: runtime/runners.py) has its entries written into
+the buffers by the pass itself; committing them only records their tokens. A static cache
+(providers other than the CPU) holds the full capacity from the start.
 """
 
 from __future__ import annotations

@@ -8,13 +8,13 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from specedge.contract import ATTENTION, MANIFEST_NAME, QUANT_BITS, TARGETS, TOKENIZER_NAME
 from specedge.errors import SpecEdgeError
-from specedge.export.settings import ATTENTION, QUANT_BITS, TARGETS
 from specedge.runtime.traffic import WeightCosts
 
+__all__ = ["MANIFEST_NAME", "TOKENIZER_NAME", "Manifest", "Quantization", "load_manifest", "sha256_file"]
+
 SCHEMA_VERSION = 1
-MANIFEST_NAME = "manifest.json"
-TOKENIZER_NAME = "tokenizer.json"
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest is a few KB, a few hundred with a long chat template
 MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 20

@@ -9,17 +9,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
+from specedge.contract import MAX_VERIFY_WIDTH
 from specedge.errors import SpecEdgeError
 from specedge.kernels.sampling import argmax
+from specedge.runtime.feeds import FEEDS, attention_bias
+from specedge.runtime.graphs import open_graphs
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.manifest import Manifest, load_manifest
-from specedge.runtime.session import create_session
+from specedge.runtime.rows import ONE_ROW, RowPolicy, plan_pass
+from specedge.runtime.runners import CopyRunner, InPlaceRunner
 from specedge.runtime.traffic import Traffic, pass_traffic
 
-MAX_VERIFY_WIDTH = 13  # γ <= 12: wider passes only prefill (static graphs return their last row only)
-MASK_VALUE = np.float32(-30000.0)  # the graph's masked-slot bias (see export/decoder_graph.py)
+__all__ = ["MAX_VERIFY_WIDTH", "ForwardOutput", "OnnxModel", "attention_bias", "check_token_ids"]
 
 
 @dataclass
@@ -31,12 +33,6 @@ class ForwardOutput:
     new_keys: list[np.ndarray]  # per layer [1, kv_heads, S, head_dim]
     new_values: list[np.ndarray]
     traffic: Traffic  # the bytes this pass moved
-
-
-def attention_bias(start: int, width: int, slots: int) -> np.ndarray:
-    """[1, S, T] additive mask: query i (at position start+i) sees slots 0..start+i."""
-    visible = np.arange(slots)[None, :] <= (start + np.arange(width))[:, None]  # [S, T]
-    return np.where(visible, np.float32(0.0), MASK_VALUE)[None]
 
 
 def check_token_ids(tokens: Sequence[object], vocab: int) -> list[int]:
@@ -55,6 +51,11 @@ def check_token_ids(tokens: Sequence[object], vocab: int) -> list[int]:
 
 
 class OnnxModel:
+    """An artifact's graphs and a pass over a KV cache. What differs by graph kind is chosen here,
+    once: the feeds by attention kind (runtime/feeds.py), the sessions by shape (one CPU graph or a
+    static graph per width, runtime/graphs.py), the runner by cache binding (in place or copied,
+    runtime/runners.py)."""
+
     def __init__(self, folder: str | Path, provider: str = "cpu", threads: int | None = None,
                  verify: bool = True, spin: bool = False) -> None:
         """spin: the only model decoding in this process (plain decoding), so its threads may
@@ -64,20 +65,14 @@ class OnnxModel:
         self.provider = provider
         self.threads = threads
         self.spin = spin
-        self._sessions: dict[int, object] = {}  # static artifacts: one session per width, made on first use
-        self.session = None if self.manifest.static else create_session(self.folder / self.manifest.graph,
-                                                                          provider, threads, spin=spin)
-        layers = range(self.manifest.num_layers)
-        self._outputs = ["logits"] + [f"new_{kind}.{i}" for i in layers for kind in ("key", "value")]
-        self._past_names = [(f"past_key.{i}", f"past_value.{i}") for i in layers]
-        self._bound: list[np.ndarray] = []  # fused attention: the cache buffers bound in place
-        self._binding = None
-        self._feeds: dict[str, np.ndarray] = {}
-        self._out_buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rows -> (logits, next_ids)
+        m = self.manifest
+        self.graphs = open_graphs(self.folder, m, provider, threads, spin)
+        self.session = self.graphs.session  # None for static graphs: a session per width
         # CPU: the pass writes its cache entries into the buffers bound as past_* and present_*
-        self.in_place = self.manifest.in_place and provider == "cpu" and not self.manifest.static
-        self.row_multiple = 1  # passes run whole groups of this many rows (runtime/row_groups.py)
-        self.rows_disagree = False  # no group of rows computes rows exactly here (found by the probe)
+        self.in_place = m.in_place and provider == "cpu" and not m.static
+        self._feeds = FEEDS[m.attention]
+        self._run = (InPlaceRunner(self.session, m.num_layers, m.logits_vocab, m.next_ids) if self.in_place
+                     else CopyRunner(self.graphs.session_for, m.num_layers))
 
     @property
     def name(self) -> str:
@@ -88,107 +83,42 @@ class OnnxModel:
         return KVCache(m.num_layers, m.num_kv_heads, m.head_dim, m.context, bucket=bucket,
                        static=m.static or self.provider != "cpu", in_place=self.in_place)
 
-    @property
-    def verify_widths(self) -> tuple[int, ...]:
-        """The exported widths whose passes need no padding: where γ auto chooses from."""
-        return tuple(w for w in self.manifest.widths if w % self.row_multiple == 0)
+    def session_for(self, width: int) -> object:
+        return self.graphs.session_for(width)
 
-    def session_for(self, width: int):
-        if self.session is not None:
-            return self.session
-        if width not in self.manifest.graphs:
-            raise SpecEdgeError(f"{self.folder} has static graphs for widths {sorted(self.manifest.graphs)}, "
-                                f"not {width}", "re-export with that width in --widths")
-        if width not in self._sessions:
-            self._sessions[width] = create_session(self.folder / self.manifest.graphs[width], self.provider,
-                                                   self.threads, width, self.manifest.context, self.spin)
-        return self._sessions[width]
-
-    def forward(self, tokens: Sequence[int], cache: KVCache, all_logits: bool = True) -> ForwardOutput:
+    def forward(self, tokens: Sequence[int], cache: KVCache, all_logits: bool = True,
+                rows: RowPolicy = ONE_ROW) -> ForwardOutput:
         """Run tokens at positions [cache.length, +S). Does not commit: the caller decides how many
         of the new entries to keep. all_logits=False returns the last row only (prefill).
 
-        With row_multiple > 1 the pass is padded to whole groups of rows: copies of the last
-        token after it (their cache entries lie beyond what is committed), or, where the context
-        has no room left, the committed tokens before it again (their entries rewritten with the
-        same values). Only the rows of `tokens` are returned."""
-        start, width = cache.length, len(tokens)
-        pad = -width % self.row_multiple
-        front = pad if start + width + pad > cache.capacity else 0
-        back = pad - front
-        if front > start:
-            raise ValueError(f"a pass of {width} tokens padded to {width + pad} does not fit the cache")
-        first = start - front  # the position of the pass's first row
-        run = [*cache.tokens[first:start], *tokens, *[tokens[-1]] * back]
-        n = len(run)
-        slots = cache.reserve(first + n)
-        if self.manifest.graphs:  # static graphs fix the logits rows: all up to width 13, else the last
-            all_logits = n <= MAX_VERIFY_WIDTH
-        rows = n if all_logits else self.row_multiple  # the head, too, runs whole groups of rows
-        feeds: dict[str, np.ndarray] = {
-            "input_ids": np.asarray(run, dtype=np.int64)[None],  # [1, S]
-            "logits_index": np.arange(n - rows, n, dtype=np.int64),  # [R]
-        }
-        if self.manifest.attention == "exact":  # attention over the whole buffer, masked
-            feeds["position_ids"] = np.arange(first, first + n, dtype=np.int64)[None]  # [1, S]
-            feeds["attention_bias"] = attention_bias(first, n, slots)  # [1, S, T]
-            seen = slots
-        else:  # GroupQueryAttention over the filled slots
-            feeds["seqlens_k"] = np.array([first + n - 1], dtype=np.int32)
-            feeds["total_sequence_length"] = np.array(first + n, dtype=np.int32)
-            seen = first + n
-        traffic = pass_traffic(self.manifest.costs, n, seen, rows)
-        keep = slice(front, front + width) if all_logits else slice(rows - 1 - back, rows - back)
-        if self.in_place:
-            logits, next_ids = self._run_in_place(feeds, cache)
-            return ForwardOutput(logits[keep], next_ids[keep], new_keys=[], new_values=[], traffic=traffic)
-        for (k_name, v_name), k, v in zip(self._past_names, cache.keys, cache.values, strict=True):
-            feeds[k_name] = k
-            feeds[v_name] = v
-        out = self.session_for(n).run(self._outputs, feeds)
-        logits = out[0][0][keep]
-        own = slice(front, front + width)
-        return ForwardOutput(logits, argmax(logits), new_keys=[k[:, :, own] for k in out[1::2]],
-                             new_values=[v[:, :, own] for v in out[2::2]], traffic=traffic)
+        With rows.group > 1 the pass is padded to whole groups of rows (`plan_pass`); only the
+        rows of `tokens` are returned."""
+        plan = plan_pass(cache.length, len(tokens), rows.group, cache.capacity)
+        run = [*cache.tokens[plan.first:plan.start], *tokens, *[tokens[-1]] * plan.back]
+        slots = cache.reserve(plan.first + plan.size)
+        all_logits = self.graphs.all_rows(plan.size, all_logits)
+        head = plan.head_rows(all_logits)
+        feeds, seen = self._feeds(run, plan.first, slots)
+        feeds["logits_index"] = np.arange(plan.size - head, plan.size, dtype=np.int64)  # [R]
+        traffic = pass_traffic(self.manifest.costs, plan.size, seen, head)
+        out = self._run(feeds, cache)
+        keep = plan.kept(all_logits)
+        logits = out.logits[keep]
+        next_ids = out.next_ids[keep] if out.next_ids is not None else argmax(logits)
+        return ForwardOutput(logits, next_ids, new_keys=[k[:, :, plan.own] for k in out.new_keys],
+                             new_values=[v[:, :, plan.own] for v in out.new_values], traffic=traffic)
 
-    def _cache_binding(self, cache: KVCache):
-        """An IOBinding with each cache buffer bound as both past and present input/output; made
-        again only when the cache's buffers change (another cache, or grown to a new bucket)."""
-        buffers = [b for pair in zip(cache.keys, cache.values, strict=True) for b in pair]
-        if self._binding is not None and len(buffers) == len(self._bound) and all(
-                a is b for a, b in zip(buffers, self._bound, strict=True)):
-            return self._binding
-        binding = self.session.io_binding()
-        for (k_name, v_name), k, v in zip(self._past_names, cache.keys, cache.values, strict=True):
-            for name, buf in ((k_name, k), (v_name, v)):
-                value = ort.OrtValue.ortvalue_from_numpy(buf)  # shares the numpy buffer
-                binding.bind_ortvalue_input(name, value)
-                binding.bind_ortvalue_output(name.replace("past_", "present_"), value)
-        self._binding, self._bound = binding, buffers  # keeps the buffers alive as long as they are bound
-        return binding
+    def catch_up(self, context: Sequence[int], cache: KVCache) -> list[int]:
+        """The tokens of `context` the cache has not seen, for the next pass (the last one pending).
+        Static graphs run their exported widths only: where no graph has that many rows, the cache
+        is first prefilled with all of them but the last."""
+        feed = list(context[cache.length:])
+        if len(feed) > 1 and not self.graphs.takes(len(feed)):
+            self.prefill(list(context[:-1]), cache)
+            return [context[-1]]
+        return feed
 
-    def _run_in_place(self, feeds: dict[str, np.ndarray], cache: KVCache) -> tuple[np.ndarray, np.ndarray]:
-        """One pass whose cache entries the graph writes straight into the buffers, bound as both
-        past and present, and whose logits [R, V] and next ids [R] land in buffers bound for as many
-        rows: no copy, no allocation, no output objects to build."""
-        b = self._cache_binding(cache)
-        for name, array in feeds.items():
-            b.bind_cpu_input(name, array)  # binds the array's memory, not a copy
-        self._feeds = feeds  # so it lives until the next pass rebinds
-        logits, next_ids = self._output_buffers(len(feeds["logits_index"]))
-        b.bind_output("logits", "cpu", 0, logits.dtype, list(logits.shape), logits.ctypes.data)
-        if self.manifest.next_ids:
-            b.bind_output("next_ids", "cpu", 0, next_ids.dtype, list(next_ids.shape), next_ids.ctypes.data)
-        self.session.run_with_iobinding(b)
-        return logits[0], next_ids[0] if self.manifest.next_ids else argmax(logits[0])
-
-    def _output_buffers(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
-        if rows not in self._out_buffers:
-            shape = (1, rows, self.manifest.logits_vocab)
-            self._out_buffers[rows] = (np.empty(shape, np.float32), np.empty((1, rows), np.int64))
-        return self._out_buffers[rows]
-
-    def prefill(self, tokens: Sequence[int], cache: KVCache) -> np.ndarray:
+    def prefill(self, tokens: Sequence[int], cache: KVCache, rows: RowPolicy = ONE_ROW) -> np.ndarray:
         """Bring the cache to hold `tokens`, reusing a cached prefix, feeding the rest in chunks
         of the prefill width; returns the logits after the last token [V]."""
         cache.reuse_prefix(tokens, limit=len(tokens) - 1)  # the last token is fed for its logits
@@ -196,7 +126,7 @@ class OnnxModel:
         i = cache.length
         while i < len(tokens):
             piece = tokens[i:i + self.chunk_width(len(tokens) - i)]
-            out = self.forward(piece, cache, all_logits=False)
+            out = self.forward(piece, cache, all_logits=False, rows=rows)
             cache.commit(out.new_keys, out.new_values, piece)
             logits = out.logits[-1]
             i += len(piece)
@@ -205,6 +135,4 @@ class OnnxModel:
     def chunk_width(self, remaining: int) -> int:
         """The next prefill chunk: the prefill width, or for static graphs the widest exported width
         that fits what remains."""
-        if not self.manifest.static:
-            return min(remaining, self.manifest.prefill_width)
-        return max(w for w in self.manifest.graphs if w <= remaining)
+        return self.graphs.chunk_width(remaining)

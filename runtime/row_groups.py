@@ -8,8 +8,9 @@ MatMulNBits at blocks above 32 are not: they run a lone row through another kern
 that come in pairs, and the last bits that differ grow through the layers into logits ~0.4
 apart, enough to flip a near-tie. Measured on x86 with AVX-512, they do compute every row alike
 when rows come in whole pairs, wherever the pass starts. So such a target pads every pass, plain
-steps included, to whole groups of rows (see `OnnxModel.forward`); `align_rows` finds the group
-on this CPU by running one token sequence split into passes several ways and comparing the rows.
+steps included, to whole groups of rows (`plan_pass`, runtime/rows.py); `probe_rows` finds the
+group on this CPU by running one token sequence split into passes several ways and comparing the
+rows, once, when the target is loaded: its `RowPolicy` is then passed to every pass.
 """
 
 from __future__ import annotations
@@ -19,44 +20,52 @@ from collections.abc import Sequence
 import numpy as np
 
 from specedge.runtime.model import OnnxModel
+from specedge.runtime.rows import RowPolicy
 
 GROUPS = (2, 4)  # candidate rows per group, smallest first
 SPLITS = ((8,), (1, 2, 3, 2), (3, 1, 4))  # passes over the probe's 8 tokens: odd and even starts
 
 
-def rows_by_split(model: OnnxModel, prefix: Sequence[int], tokens: Sequence[int], split: Sequence[int]) -> np.ndarray:
+def rows_by_split(model: OnnxModel, prefix: Sequence[int], tokens: Sequence[int], split: Sequence[int],
+                  policy: RowPolicy) -> np.ndarray:
     """The logits rows [len(tokens), V] of `tokens` after `prefix`, run in passes of `split` widths."""
     cache = model.new_cache(bucket=64)
-    model.prefill(prefix, cache)
+    model.prefill(prefix, cache, policy)
     rows, pos = [], 0
     for width in split:
         piece = tokens[pos:pos + width]
-        out = model.forward(piece, cache)
+        out = model.forward(piece, cache, rows=policy)
         rows.append(out.logits.copy())
         cache.commit(out.new_keys, out.new_values, piece)
         pos += width
     return np.concatenate(rows)
 
 
-def rows_agree(model: OnnxModel) -> bool:
-    """Do the passes of every split give the same rows, bit for bit?"""
+def rows_agree(model: OnnxModel, policy: RowPolicy) -> bool:
+    """Do the passes of every split, run under `policy`, give the same rows, bit for bit?"""
     vocab = model.manifest.vocab_size
     ids = np.random.default_rng(0).integers(min(100, vocab // 2), min(vocab, 30000), 15).tolist()
     prefix, tokens = ids[:7], ids[7:]
-    first, *others = (rows_by_split(model, prefix, tokens, split) for split in SPLITS)
+    first, *others = (rows_by_split(model, prefix, tokens, split, policy) for split in SPLITS)
     return all(np.array_equal(first, rows) for rows in others)
 
 
-def align_rows(model: OnnxModel) -> bool:
-    """Make `model` compute rows exactly: True if its graph does by construction or once its
-    passes run in whole groups of rows (then model.row_multiple is set), False if neither."""
-    if model.manifest.rows_exact or model.row_multiple > 1:
-        return True
-    if model.manifest.static or model.rows_disagree:  # static graphs run their exported widths only
-        return False
+def probe_rows(model: OnnxModel) -> RowPolicy:
+    """How `model` computes rows exactly: as built (its manifest says so), or in the smallest group
+    of rows that does on this CPU; else a policy that is not exact (plain decoding only)."""
+    if model.manifest.rows_exact:
+        return RowPolicy()
+    if model.manifest.static:  # static graphs run their exported widths only
+        return RowPolicy(exact=False)
     for group in GROUPS:
-        model.row_multiple = group
-        if rows_agree(model):
-            return True
-    model.row_multiple, model.rows_disagree = 1, True
-    return False
+        if rows_agree(model, RowPolicy(group)):
+            return RowPolicy(group)
+    return RowPolicy(exact=False)
+
+
+def row_policy(model: OnnxModel, single_steps: bool = False) -> RowPolicy:
+    """The row policy a target is loaded with: the probed one, or with `single_steps` unpadded
+    passes (plain decoding in 1-token steps, exact only if the graph is as built)."""
+    if single_steps:
+        return RowPolicy(exact=model.manifest.rows_exact)
+    return probe_rows(model)

@@ -12,44 +12,11 @@ import statistics
 
 import numpy as np
 
+from specedge.eval_text import EVAL_TEXT
 from specedge.profiling import time_widths
 from specedge.resolve import resolve_model
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 
-TEXT = '''import heapq
-from dataclasses import dataclass, field
-
-
-@dataclass(order=True)
-class Task:
-    priority: int
-    name: str = field(compare=False)
-
-
-class Scheduler:
-    """Runs tasks by priority; lower numbers run first."""
-
-    def __init__(self) -> None:
-        self._queue: list[Task] = []
-
-    def add(self, name: str, priority: int = 10) -> None:
-        heapq.heappush(self._queue, Task(priority, name))
-
-    def run(self) -> list[str]:
-        done = []
-        while self._queue:
-            done.append(heapq.heappop(self._queue).name)
-        return done
-
-
-Memory bandwidth, not arithmetic, limits how fast a language model decodes one stream of text on a
-laptop or a phone: every generated token reads all of the weights once. Speculative decoding lets a
-small draft model guess several tokens and the large model check them in a single pass, so the
-weights are read once for several tokens instead of once per token. The output does not change:
-rejection sampling keeps exactly the distribution of the large model, and greedy decoding gives the
-same tokens. What changes is how many passes the large model needs, and therefore how many bytes
-cross the memory bus for each token the user sees.
-'''
 PROMPTS = ["Write a Python function that merges two sorted lists.", "What is a closure in JavaScript?"]
 
 
@@ -78,7 +45,7 @@ def main() -> None:
     for quant, path in paths.items():
         model = OnnxModel(path)
         gen = Generator(model, None, SpecConfig(gamma=0, max_new_tokens=args.max_new_tokens))
-        ids = gen.codec.encode(TEXT)
+        ids = gen.codec.encode(EVAL_TEXT)
         top1 = teacher_forced_argmax(model, ids)
         reference = top1 if reference is None else reference
         agree = float(np.mean(top1 == reference))

@@ -8,6 +8,10 @@ and every mode is also compared with the faster of the two plain decodings: the 
 would otherwise get. Where the baseline can verify losslessly (runtime/row_groups.py), its
 plain decoding in row groups ('baseline-rows') and speculation over it with the same draft
 ('baseline-draft-auto', 'baseline-hybrid', which must reproduce baseline-rows' tokens) run too.
+
+Each target's row policy is probed once and passed to every job over it. Plain decoding runs on
+a session of its own that may spin between passes (as a user's plain decoding does); the modes
+that alternate with a draft run on one that does not.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from pathlib import Path
 
 from specedge.errors import SpecEdgeError
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, NgramDrafter
-from specedge.runtime.row_groups import align_rows
+from specedge.runtime.drafters import Drafter, build_drafter
+from specedge.runtime.row_groups import probe_rows
+from specedge.runtime.rows import ONE_ROW, RowPolicy
 
 
 @dataclass(frozen=True)
@@ -61,20 +66,22 @@ class Job:
     drafter: Drafter | None
     config: SpecConfig
     reference: str = "plain"  # the mode whose tokens this one must reproduce
+    rows: RowPolicy = ONE_ROW  # the target's row policy, probed once
     single_steps: bool = False
 
 
-def modes(target: OnnxModel, draft: OnnxModel, gammas: Sequence[int], plain_target: OnnxModel) -> list[Job]:
+def modes(target: OnnxModel, draft: OnnxModel, gammas: Sequence[int], plain_target: OnnxModel,
+          rows: RowPolicy) -> list[Job]:
     """Plain decoding (by `plain_target`, the target's session that runs alone) first, then the
-    draft model at each γ and at γ auto, n-gram and hybrid over `target`."""
+    draft model at each γ and at γ auto, n-gram and hybrid over `target`, all under `rows`."""
     vocab = target.manifest.vocab_size
-    model = DraftModelDrafter(draft)
+    model = build_drafter(vocab, draft, ngram=False)
     auto = SpecConfig(gamma=4, auto_gamma=True)
-    return [Job("plain", plain_target, None, SpecConfig(gamma=0)),
-            *(Job(f"draft-g{g}", target, model, SpecConfig(gamma=g)) for g in gammas),
-            Job("draft-auto", target, model, auto),
-            Job("ngram", target, NgramDrafter(vocab), auto),
-            Job("hybrid", target, HybridDrafter(NgramDrafter(vocab), model), auto)]
+    return [Job("plain", plain_target, None, SpecConfig(gamma=0), rows=rows),
+            *(Job(f"draft-g{g}", target, model, SpecConfig(gamma=g), rows=rows) for g in gammas),
+            Job("draft-auto", target, model, auto, rows=rows),
+            Job("ngram", target, build_drafter(vocab, None, ngram=True), auto, rows=rows),
+            Job("hybrid", target, build_drafter(vocab, draft, ngram=True), auto, rows=rows)]
 
 
 BASELINE = "baseline-plain"
@@ -87,16 +94,19 @@ def baseline_jobs(folder: Path, draft: OnnxModel, only: Sequence[str] | None) ->
     plain decoding's."""
     single = OnnxModel(folder, spin=True)
     baseline = OnnxModel(folder)
-    if not align_rows(baseline):
+    rows = probe_rows(baseline)
+    if not rows.exact:
         return [Job(BASELINE, single, None, SpecConfig(gamma=0), reference=BASELINE, single_steps=True)]
     # 1-token steps against the decoding in pairs: how often do their tokens part at a near-tie?
-    jobs = [Job("baseline-rows", baseline, None, SpecConfig(gamma=0), reference="baseline-rows"),
+    jobs = [Job("baseline-rows", baseline, None, SpecConfig(gamma=0), reference="baseline-rows", rows=rows),
             Job(BASELINE, single, None, SpecConfig(gamma=0), reference="baseline-rows", single_steps=True)]
-    model, vocab = DraftModelDrafter(draft), baseline.manifest.vocab_size
-    spec = {"baseline-draft-auto": model, "baseline-hybrid": HybridDrafter(NgramDrafter(vocab), model)}
+    vocab = baseline.manifest.vocab_size
+    spec = {"baseline-draft-auto": build_drafter(vocab, draft, ngram=False),
+            "baseline-hybrid": build_drafter(vocab, draft, ngram=True)}
     for mode, drafter in spec.items():
         if only is None or mode in only:
-            jobs.append(Job(mode, baseline, drafter, SpecConfig(gamma=4, auto_gamma=True), reference="baseline-rows"))
+            jobs.append(Job(mode, baseline, drafter, SpecConfig(gamma=4, auto_gamma=True), reference="baseline-rows",
+                            rows=rows))
     return jobs
 
 
@@ -105,7 +115,7 @@ def run_prompt(index: int, row: dict[str, str], jobs: Sequence[Job], max_new_tok
     runs, tokens, plain_speed = [], {}, 0.0
     for job in jobs:
         gen = Generator(job.model, job.drafter, dataclasses.replace(job.config, max_new_tokens=max_new_tokens),
-                        single_steps=job.single_steps)
+                        single_steps=job.single_steps, rows=None if job.single_steps else job.rows)
         result = gen.generate(row["prompt"], chat=True)
         s = result.stats
         tokens.setdefault(job.reference, result.token_ids)
@@ -125,10 +135,10 @@ def with_best_plain(runs: list[Run]) -> list[Run]:
     return [dataclasses.replace(r, ratio_best_plain=r.tokens_per_s / best if best else 0.0) for r in runs]
 
 
-def time_curve(model: OnnxModel, widths: range) -> dict[int, float]:
+def time_curve(model: OnnxModel, widths: range, rows: RowPolicy = ONE_ROW) -> dict[int, float]:
     from specedge.profiling import time_widths
 
-    return time_widths(model, [w for w in widths if w in model.manifest.widths])
+    return time_widths(model, [w for w in widths if w in model.manifest.widths], rows=rows)
 
 
 def summarize(runs: list[Run]) -> dict[str, dict[str, dict[str, float]]]:
@@ -207,14 +217,15 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
     rows = load_prompts(prompts_file)[:limit]
     target, draft = OnnxModel(target_dir), OnnxModel(draft_dir)
     plain_target = OnnxModel(target_dir, spin=True)  # plain decoding as a user gets it: the session alone
-    jobs = modes(target, draft, gammas, plain_target)
+    policy = probe_rows(target)  # the same graph on the same CPU: one verdict for both sessions
+    jobs = modes(target, draft, gammas, plain_target, policy)
     if only:  # plain decoding always runs first: every ratio is to it
         jobs = [j for j in jobs if j.mode == "plain" or j.mode in only]
     extra = baseline_jobs(baseline_dir, draft, only) if baseline_dir else []
     jobs[1:1] = extra  # the baseline's modes right after plain decoding
     single = next((j.model for j in extra if j.single_steps), None)
     for model in (target, plain_target):
-        Generator(model, None, SpecConfig(gamma=0, max_new_tokens=8)).generate("warm up")
+        Generator(model, None, SpecConfig(gamma=0, max_new_tokens=8), rows=policy).generate("warm up")
     if single is not None:
         Generator(single, None, SpecConfig(gamma=0, max_new_tokens=8), single_steps=True).generate("warm up")
     runs: list[Run] = []
@@ -223,7 +234,7 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
         done = [r for r in runs if r.prompt == i]
         print(f"[{i + 1}/{len(rows)}] {row['kind']}: " + ", ".join(f"{r.mode} {r.ratio:.2f}" for r in done),
               file=sys.stderr)
-    curves = {"target": time_curve(target, range(1, 10)), "draft": time_curve(draft, range(1, 10))}
+    curves = {"target": time_curve(target, range(1, 10), policy), "draft": time_curve(draft, range(1, 10))}
     if single is not None:
         curves["baseline"] = time_curve(single, range(1, 10))
     summary = summarize(runs)

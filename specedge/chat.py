@@ -49,9 +49,10 @@ class ChatTotals:
 
 
 def stats_line(s: GenerationStats) -> str:
-    return (f"[{s.n_tokens} tokens · {s.tokens_per_s:.1f} tok/s · acceptance {s.acceptance_rate:.0%} · "
-            f"{s.mean_accepted_per_target_call:.2f} tokens/target pass · γ {s.gamma}{' auto' if s.gamma_auto else ''}"
-            f"{traffic_note(s)} · {s.stop_reason}]")
+    """One generation's stats in one line (after a chat answer, and `specedge generate`'s)."""
+    return (f"[{s.n_tokens} tokens · {s.tokens_per_s:.1f} tok/s · drafter {s.drafter}, γ {s.gamma}"
+            f"{' auto' if s.gamma_auto else ''} · acceptance {s.acceptance_rate:.0%} · "
+            f"{s.mean_accepted_per_target_call:.2f} tokens/target pass{traffic_note(s)} · stop: {s.stop_reason}]")
 
 
 def traffic_note(s: GenerationStats) -> str:

@@ -98,15 +98,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_config(args: argparse.Namespace):
+def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequence[str] | None = None,
+                 ignore_eos: bool = False):
+    """The SpecConfig of the flags `add_gamma_flags` and `add_sampling_flags` declare (--gamma,
+    --max-new-tokens, --temperature, --top-k, --top-p, --seed); the rest as arguments."""
     from specedge.kernels.sampling import SamplingParams
     from specedge.runtime.decoding import SpecConfig
 
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    auto = args.gamma == "auto" and not args.no_draft
-    gamma = 0 if args.no_draft else (4 if auto else int(args.gamma))
+    auto = args.gamma == "auto" and not no_draft
+    gamma = 0 if no_draft else (4 if auto else int(args.gamma))
     return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens, sampling=sampling,
-                      stop_strings=tuple(args.stop or ()), seed=args.seed, ignore_eos=args.ignore_eos)
+                      stop_strings=tuple(stop or ()), seed=args.seed, ignore_eos=ignore_eos)
 
 
 def machine_bandwidth() -> float | None:
@@ -130,16 +133,33 @@ def artifact_arg(value: str) -> Path:
     return resolve_model(name, quant=quant or None)
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
+def pair_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
+    """(target, draft) of the flags `add_pair_flags` declares: --target (and --draft), else --pair."""
+    if args.target:
+        return artifact_arg(args.target), args.draft and artifact_arg(args.draft)
+    from specedge.resolve import resolve_pair
+
+    target, draft, _ = resolve_pair(args.pair)
+    return target, draft
+
+
+def load_generator(args: argparse.Namespace, target: Path, draft: Path | None, ngram: bool, config: object):
+    """A Generator on the providers the flags of `add_provider_flags` name, with this machine's
+    measured bandwidth for the stats."""
     from specedge.runtime.generator import Generator
 
-    config = build_config(args)
-    draft = None if args.no_draft or args.draft is None else artifact_arg(args.draft)
-    gen = Generator.load(artifact_arg(args.target), draft=draft,
-                         ngram=args.ngram and not args.no_draft, provider=args.provider,
-                         draft_provider=args.draft_provider, threads=args.threads, config=config,
-                         fallback=args.fallback)
+    gen = Generator.load(target, draft=draft, ngram=ngram, provider=args.provider, draft_provider=args.draft_provider,
+                         threads=args.threads, config=config, fallback=args.fallback)  # type: ignore[arg-type]
     gen.bandwidth_gb_per_s = machine_bandwidth()
+    return gen
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from specedge.chat import stats_line
+
+    config = build_config(args, no_draft=args.no_draft, stop=args.stop, ignore_eos=args.ignore_eos)
+    draft = None if args.no_draft or args.draft is None else artifact_arg(args.draft)
+    gen = load_generator(args, artifact_arg(args.target), draft, args.ngram and not args.no_draft, config)
     stream = gen.stream(args.prompt, chat=args.chat)
     for piece in stream:
         if not args.json:
@@ -149,11 +169,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
-        s = result.stats
-        print(f"\n[{s.n_tokens} tokens, {s.tokens_per_s:.1f} tok/s, stop: {s.stop_reason}, "
-              f"drafter: {s.drafter}, gamma {s.gamma}{' (auto)' if s.gamma_auto else ''}, "
-              f"acceptance {s.acceptance_rate:.0%}, {s.bytes_per_token['total_bytes'] / 1e6:.0f} MB/token, "
-              f"{s.mean_accepted_per_target_call:.2f} tokens/target pass]", file=sys.stderr)
+        print("\n" + stats_line(result.stats), file=sys.stderr)
     return 0
 
 
@@ -191,20 +207,9 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from specedge.chat import HELP, ChatSession, terminal_lines
-    from specedge.runtime.generator import Generator
 
-    if args.target:
-        target, draft = artifact_arg(args.target), args.draft and artifact_arg(args.draft)
-    else:
-        from specedge.resolve import resolve_pair
-
-        target, draft, _ = resolve_pair(args.pair)
-    config = build_config(argparse.Namespace(**{**vars(args), "no_draft": False,
-                                                "stop": None, "seed": args.seed, "ignore_eos": False}))
-    gen = Generator.load(target, draft=draft, ngram=args.ngram, provider=args.provider,
-                         draft_provider=args.draft_provider, threads=args.threads, config=config,
-                         fallback=args.fallback)
-    gen.bandwidth_gb_per_s = machine_bandwidth()
+    target, draft = pair_paths(args)
+    gen = load_generator(args, target, draft, args.ngram, build_config(args))
     session = ChatSession(gen, system=args.system, max_new_tokens=args.max_new_tokens,
                           show_draft=args.show_draft)
     if args.prompt is not None:
@@ -234,7 +239,7 @@ def cmd_profile_measure(args: argparse.Namespace) -> int:
 
 
 def cmd_profile_predict(args: argparse.Namespace) -> int:
-    from specedge.profiling import device_profile, plot_prediction, predict_pair, prediction_json
+    from specedge.profiling import bandwidth_bound, device_profile, plot_prediction, predict_pair, prediction_json
 
     device = device_profile(args.device)
     target, draft = artifact_arg(args.target), artifact_arg(args.draft)
@@ -250,7 +255,7 @@ def cmd_profile_predict(args: argparse.Namespace) -> int:
         rec = prediction.recommended_gamma
         print(f"recommended γ: {rec}" + (" (plain decoding: no γ beats it)" if rec == 0 else ""))
     if args.plot:
-        plot_prediction(device, prediction, Path(args.plot), prediction.plain_tokens_per_s)
+        plot_prediction(device, prediction, Path(args.plot), bandwidth_bound(device, target))
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0
 
@@ -276,12 +281,9 @@ def add_profile(sub: argparse._SubParsersAction) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from specedge.bench import run_bench
 
-    if args.target:
-        target, draft = artifact_arg(args.target), artifact_arg(args.draft)
-    else:
-        from specedge.resolve import resolve_pair
-
-        target, draft, _ = resolve_pair(args.pair)
+    target, draft = pair_paths(args)
+    if draft is None:
+        raise SpecEdgeError("bench compares speculation with plain decoding: it needs a draft", "pass --draft")
     gammas = tuple(int(g) for g in args.gammas.split(","))
     report = run_bench(target, draft, Path(args.prompts), Path(args.out), max_new_tokens=args.max_new_tokens,
                        gammas=gammas, limit=args.limit, command="specedge " + " ".join(sys.argv[1:]),
@@ -292,14 +294,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def add_bench(sub: argparse._SubParsersAction) -> None:
-    from specedge.models.registry import DEFAULT_PAIR
-
     p = sub.add_parser("bench", help="plain vs speculative decoding per prompt kind, in one run")
     p.add_argument("--prompts", required=True, help="JSONL file: one {kind, prompt} per line")
     p.add_argument("--out", required=True, help="folder for results.json, results.md, speedup.png")
-    p.add_argument("--pair", default=DEFAULT_PAIR)
-    p.add_argument("--target", help="target artifact (instead of --pair)")
-    p.add_argument("--draft", help="draft artifact (with --target)")
+    add_pair_flags(p)
     p.add_argument("--max-new-tokens", type=positive_int, default=128)
     p.add_argument("--gammas", default="1,2,3,4,5,6,7,8", help="fixed γ values to run the draft model at")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts")
@@ -327,31 +325,56 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_fetch)
 
 
-def add_chat(sub: argparse._SubParsersAction) -> None:
+def add_pair_flags(p: argparse.ArgumentParser) -> None:
+    """--pair, or --target and --draft (read by `pair_paths`)."""
     from specedge.models.registry import DEFAULT_PAIR
-    from specedge.runtime import qnn
 
-    p = sub.add_parser("chat", help="multi-turn terminal chat (default: the Qwen2.5-Coder pair, offline)")
     p.add_argument("--pair", default=DEFAULT_PAIR, help=f"a registry pair (default {DEFAULT_PAIR})")
     p.add_argument("--target", help="target artifact folder or registry model (instead of --pair)")
     p.add_argument("--draft", help="draft artifact folder or registry model (with --target)")
-    p.add_argument("--ngram", action="store_true", help="n-gram lookup; with a draft model: hybrid drafting")
-    p.add_argument("--gamma", type=gamma_arg, default="auto", help="draft tokens per target pass, or auto (default)")
-    p.add_argument("--show-draft", action="store_true", help="colour the tokens the draft proposed")
-    p.add_argument("--prompt", help="answer this one message and exit")
-    p.add_argument("--system", default=None, help="a system message")
-    p.add_argument("--max-new-tokens", type=positive_int, default=512)
-    p.add_argument("--temperature", type=nonnegative_float, default=0.0)
+
+
+def add_gamma_flags(p: argparse.ArgumentParser) -> None:
+    """--ngram and --gamma: how drafts are made, and how many per round."""
+    p.add_argument("--ngram", action="store_true",
+                   help="draft by n-gram lookup in the context; with a draft model: hybrid (lookup where it matches)")
+    p.add_argument("--gamma", type=gamma_arg, default="auto",
+                   help="draft tokens per target pass, or auto (default): chosen each round from measured "
+                        "acceptance and pass times, plain decoding where speculation does not pay")
+
+
+def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
+    """--max-new-tokens, --temperature, --top-k, --top-p, --seed (read by `build_config`)."""
+    p.add_argument("--max-new-tokens", type=positive_int, default=max_new_tokens)
+    p.add_argument("--temperature", type=nonnegative_float, default=0.0, help="0 (default) is greedy")
     p.add_argument("--top-k", type=nonnegative_int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=nonnegative_int, default=None)
-    p.add_argument("--provider", default="cpu")
-    p.add_argument("--draft-provider", default=None)
-    p.add_argument("--fallback", choices=["cpu"], default=None)
+
+
+def add_provider_flags(p: argparse.ArgumentParser) -> None:
+    """--provider, --draft-provider, --fallback, --threads, --soc (read by `load_generator`)."""
+    from specedge.runtime import qnn
+
+    p.add_argument("--provider", default="cpu", help="execution provider: cpu, dml or qnn")
+    p.add_argument("--draft-provider", default=None, help="provider of the draft (default: --provider)")
+    p.add_argument("--fallback", choices=["cpu"], default=None,
+                   help="run on this provider (and say so) when the asked one is missing")
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--soc", action=qnn.SocArgument, default=None, metavar="SOC",
                    help="qnn: the Snapdragon to compile for: a QNN soc_model number, a SoC name (SM8650) or a "
                         "device profile (snapdragon-8-gen-3); default: the one the artifact was exported for, else 60")
+
+
+def add_chat(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("chat", help="multi-turn terminal chat (default: the Qwen2.5-Coder pair, offline)")
+    add_pair_flags(p)
+    add_gamma_flags(p)
+    p.add_argument("--show-draft", action="store_true", help="colour the tokens the draft proposed")
+    p.add_argument("--prompt", help="answer this one message and exit")
+    p.add_argument("--system", default=None, help="a system message")
+    add_sampling_flags(p, max_new_tokens=512)
+    add_provider_flags(p)
     p.set_defaults(func=cmd_chat)
 
 
@@ -366,10 +389,11 @@ def add_export(sub: argparse._SubParsersAction) -> None:
                         "qdq for qnn, fp32 for dml)")
     p.add_argument("--block-size", type=int, default=32, choices=[16, 32, 64, 128, 256],
                    help="int4/int8 block: 32 keeps every row of a wide pass equal to a 1-token step; "
-                        "larger blocks make a 1-token step faster (for drafts)")
+                        "larger blocks make a 1-token step faster (a draft, or a target verifying in row pairs)")
     p.add_argument("--attention", default="exact", choices=["exact", "fused"],
                    help="exact: rows of a wide pass equal 1-token steps (a target); fused: ONNX Runtime's "
-                        "GroupQueryAttention, cache updated in place, faster steps but rows differ (a draft)")
+                        "GroupQueryAttention, cache updated in place, faster steps, rows equal only in whole "
+                        "groups (a draft, or a target verifying in row pairs)")
     p.add_argument("--head-vocab", type=int, default=0, metavar="N",
                    help="score only token ids below N in the output head: a cheaper step for a draft, "
                         "which then never proposes the rarer tokens (default: the full vocabulary)")
@@ -391,36 +415,19 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def add_generate(sub: argparse._SubParsersAction) -> None:
-    from specedge.runtime import qnn
-
     p = sub.add_parser("generate", help="generate text with speculative decoding")
     p.add_argument("--target", required=True, help="target artifact folder or registry model name")
     drafters = p.add_mutually_exclusive_group()
     drafters.add_argument("--draft", help="draft artifact folder or registry model name")
     drafters.add_argument("--no-draft", action="store_true", help="plain decoding of the target")
-    p.add_argument("--ngram", action="store_true",
-                   help="draft by n-gram lookup in the context; with --draft: hybrid (lookup where it matches)")
+    add_gamma_flags(p)
     p.add_argument("--prompt", required=True)
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    p.add_argument("--gamma", type=gamma_arg, default="auto",
-                   help="draft tokens per target pass, or auto (default): chosen each round from measured "
-                        "acceptance and pass times, plain decoding where speculation does not pay")
-    p.add_argument("--max-new-tokens", type=positive_int, default=128)
-    p.add_argument("--temperature", type=nonnegative_float, default=0.0, help="0 (default) is greedy")
-    p.add_argument("--top-k", type=nonnegative_int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=nonnegative_int, default=None)
+    add_sampling_flags(p, max_new_tokens=128)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="decode exactly --max-new-tokens")
-    p.add_argument("--provider", default="cpu", help="execution provider: cpu, dml or qnn")
-    p.add_argument("--draft-provider", default=None, help="provider of the draft (default: --provider)")
-    p.add_argument("--fallback", choices=["cpu"], default=None,
-                   help="run on this provider (and say so) when the asked one is missing")
-    p.add_argument("--threads", type=positive_int, default=None)
+    add_provider_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON object with text, ids and stats")
-    p.add_argument("--soc", action=qnn.SocArgument, default=None, metavar="SOC",
-                   help="qnn: the Snapdragon to compile for: a QNN soc_model number, a SoC name (SM8650) or a "
-                        "device profile (snapdragon-8-gen-3); default: the one the artifact was exported for, else 60")
     p.set_defaults(func=cmd_generate)
 
 
@@ -436,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_commands(sub)
     add_profile(sub)
     add_bench(sub)
+    from specedge.serve.command import add_serve_parser
+
+    add_serve_parser(sub)
     return parser
 
 

@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from specedge.contract import MAX_VERIFY_WIDTH, gamma_choices
 from specedge.device_profiles.measure import measure_bandwidth
 from specedge.device_profiles.predict import PassModel, Prediction, efficiency, predict
 from specedge.device_profiles.profiles import (
@@ -24,9 +25,9 @@ from specedge.errors import SpecEdgeError
 from specedge.kernels.acceptance import expected_tokens
 from specedge.models.paths import cache_root
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.manifest import Manifest
-from specedge.runtime.model import MAX_VERIFY_WIDTH
-from specedge.runtime.row_groups import align_rows
+from specedge.runtime.manifest import Manifest, load_manifest
+from specedge.runtime.row_groups import probe_rows
+from specedge.runtime.rows import ONE_ROW, RowPolicy
 from specedge.runtime.traffic import pass_traffic
 
 THIS_DEVICE = "this-device"
@@ -73,7 +74,8 @@ def warn(problem: str, fix: str) -> None:
 
 
 def artifact_id(manifest: Manifest, folder: Path) -> str:
-    return f"{folder.name}:{manifest.files['model.onnx']['sha256'][:12]}"
+    """The folder's name and the checksum of its graph (a static export's narrowest one)."""
+    return f"{folder.name}:{manifest.files[manifest.graph]['sha256'][:12]}"
 
 
 def pass_model(model_dir: Path, manifest: Manifest, device: DeviceProfile, context: int = MEASURE_CONTEXT) -> PassModel:
@@ -91,19 +93,20 @@ def pass_model(model_dir: Path, manifest: Manifest, device: DeviceProfile, conte
 
 
 def time_widths(model: OnnxModel, widths: list[int], context: int = MEASURE_CONTEXT,
-                repeats: int = 7) -> dict[int, float]:
-    """Median seconds of a pass of each width over a cache holding `context` tokens."""
+                repeats: int = 7, rows: RowPolicy = ONE_ROW) -> dict[int, float]:
+    """Median seconds of a pass of each width over a cache holding `context` tokens, run under
+    the row policy `rows` (a target verifying in row groups: the padded passes it runs)."""
     context = min(context, model.manifest.context - 2 * max(widths) - 1)
     cache = model.new_cache()
-    model.prefill([100 + i % 50 for i in range(context)], cache)
+    model.prefill([100 + i % 50 for i in range(context)], cache, rows)
     out = {}
     for width in widths:
         tokens = [200 % model.manifest.vocab_size] * width
-        model.forward(tokens, cache)  # warm-up
+        model.forward(tokens, cache, rows=rows)  # warm-up
         runs = []
         for _ in range(repeats):
             start = time.perf_counter()
-            model.forward(tokens, cache)
+            model.forward(tokens, cache, rows=rows)
             runs.append(time.perf_counter() - start)
         out[width] = statistics.median(runs)
     return out
@@ -148,11 +151,11 @@ def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEV
     latencies, acceptance = [], {}
     for folder in (p for p in (target, draft) if p is not None):
         model = OnnxModel(folder)
-        if folder == target:  # a fused target verifies in row groups: time the passes it runs
-            align_rows(model)
+        # a fused target verifies in row groups: time the passes it runs
+        rows = probe_rows(model) if folder == target else ONE_ROW
         widths = sorted(w for w in model.manifest.widths if w <= MAX_VERIFY_WIDTH)
         latencies.append(Latency(artifact_id(model.manifest, Path(folder)), model.provider,
-                                 time_widths(model, widths)))
+                                 time_widths(model, widths, rows=rows)))
     if target is not None and draft is not None:
         acceptance[f"{Path(target).name}+{Path(draft).name}"] = measure_acceptance(target, draft)
     unknown = {"value": None, "kind": "unpublished", "source": "not measured by specedge"}
@@ -182,22 +185,29 @@ def _memory_gb() -> float:
 
 
 def predict_pair(device: DeviceProfile, target: Path, draft: Path, alpha: float | None) -> Prediction:
-    t_model, d_model = OnnxModel(target, verify=False), OnnxModel(draft, verify=False)
+    t_manifest, d_manifest = load_manifest(target, verify=False), load_manifest(draft, verify=False)
     if alpha is None:
         alpha = device.acceptance.get(f"{Path(target).name}+{Path(draft).name}")
     if alpha is None:
         raise SpecEdgeError(f"device {device.name} has no measured acceptance for this pair",
                             "pass --acceptance A (e.g. 0.8) or run `specedge profile measure --target --draft`")
-    gammas = [w - 1 for w in t_model.manifest.widths if 2 <= w <= MAX_VERIFY_WIDTH]
-    return predict(pass_model(target, t_model.manifest, device), pass_model(draft, d_model.manifest, device),
-                   alpha, gammas)
+    return predict(pass_model(target, t_manifest, device), pass_model(draft, d_manifest, device),
+                   alpha, gamma_choices(t_manifest.widths))
+
+
+def bandwidth_bound(device: DeviceProfile, target: Path) -> float:
+    """Plain decoding's bandwidth bound on `device`, tokens/s: its usable bandwidth over the bytes a
+    1-token step of `target` moves at MEASURE_CONTEXT tokens of context."""
+    model = pass_model(target, load_manifest(target, verify=False), device)
+    return model.bandwidth_bytes_per_s / model.bytes_at(1)
 
 
 def prediction_json(device: DeviceProfile, prediction: Prediction) -> str:
     return json.dumps({"device": device.name, **asdict(prediction)}, indent=2)
 
 
-def plot_prediction(device: DeviceProfile, prediction: Prediction, path: Path, roofline: float) -> None:
+def plot_prediction(device: DeviceProfile, prediction: Prediction, path: Path, bound: float) -> None:
+    """tokens/s against γ, with plain decoding and its bandwidth bound (`bandwidth_bound`)."""
     try:
         import matplotlib
 
@@ -209,7 +219,7 @@ def plot_prediction(device: DeviceProfile, prediction: Prediction, path: Path, r
     gammas = [p.gamma for p in prediction.points]
     ax.plot(gammas, [p.tokens_per_s for p in prediction.points], "o-", label="speculative (predicted)")
     ax.axhline(prediction.plain_tokens_per_s, color="gray", ls="--", label="plain decoding")
-    ax.axhline(roofline, color="red", ls=":", label="bandwidth roofline, plain")
+    ax.axhline(bound, color="red", ls=":", label="plain, bandwidth bound (bandwidth / bytes per token)")
     ax.set_xlabel("γ (draft tokens per target pass)")
     ax.set_ylabel("tokens/s")
     ax.set_title(f"{device.name}, α = {prediction.alpha:.2f}")

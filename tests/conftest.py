@@ -65,7 +65,7 @@ def smollm2_gguf() -> Path:
 @pytest.fixture(scope="session")
 def smollm2(smollm2_gguf: Path) -> dict[str, Path]:
     """fp32 and int4 exports of SmolLM2, cached in the user cache across test runs."""
-    from specedge.export.cache import cached_export
+    from tests.export_cache import cached_export
 
     return {quant: cached_export(smollm2_gguf, ExportSettings(quant=quant, context=512), name="smollm2-135m")
             for quant in ("fp32", "int4")}

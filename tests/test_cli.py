@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,23 @@ JSON_KEYS = {"text", "token_ids", "n_tokens", "tokens_per_s", "stop_reason", "ta
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "specedge", *args], capture_output=True, text=True,
                           timeout=300)
+
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def cli_here(capsys: pytest.CaptureFixture[str]) -> Run:
+    """`specedge ARGS` through `cli.main` in this process (no interpreter to start): the same exit
+    code and output; what only a fresh process shows (import-time output) is left to run_cli."""
+    from specedge.cli import main
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out.out, out.err)
+
+    return run
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -65,15 +83,17 @@ def other_tokenizer_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return export_model(src, root / "art", ExportSettings(quant="fp32", context=64, widths=(1, 5))).path
 
 
-def test_bad_pair_different_tokenizers(tiny_llama: tuple[Path, Path, Path], other_tokenizer_artifact: Path) -> None:
+def test_bad_pair_different_tokenizers(tiny_llama: tuple[Path, Path, Path], other_tokenizer_artifact: Path,
+                                       cli_here: Run) -> None:
     _, target, _ = tiny_llama
-    proc = run_cli("generate", "--target", str(target), "--draft", str(other_tokenizer_artifact),
+    proc = cli_here("generate", "--target", str(target), "--draft", str(other_tokenizer_artifact),
                    "--prompt", "hi")
     assert_one_line_error(proc, "different tokenizers", "same model family")
 
 
 @pytest.mark.parametrize("damage", ["missing-data", "corrupt-data", "manifest-checksum", "no-manifest"])
-def test_damaged_artifact(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, damage: str) -> None:
+def test_damaged_artifact(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, damage: str,
+                          cli_here: Run) -> None:
     _, target, _ = tiny_llama
     art = tmp_path / "art"
     shutil.copytree(target, art)
@@ -93,31 +113,34 @@ def test_damaged_artifact(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, d
     else:
         (art / "manifest.json").unlink()
         words = ("manifest.json", "specedge export")
-    proc = run_cli("generate", "--target", str(art), "--prompt", "hi")
+    proc = cli_here("generate", "--target", str(art), "--prompt", "hi")
     assert_one_line_error(proc, *words)
 
 
-def test_prompt_longer_than_context(tiny_llama: tuple[Path, Path, Path]) -> None:
+def test_prompt_longer_than_context(tiny_llama: tuple[Path, Path, Path],
+                                    cli_here: Run) -> None:
     _, target, _ = tiny_llama
-    proc = run_cli("generate", "--target", str(target), "--no-draft", "--prompt", "x" * 100)
+    proc = cli_here("generate", "--target", str(target), "--no-draft", "--prompt", "x" * 100)
     assert_one_line_error(proc, "100 tokens", "context holds 64", "--context")
 
 
 @pytest.mark.parametrize(("gamma", "words"), [("0", ("at least 1",)), ("5", ("width of 6", "--widths"))])
-def test_bad_gamma(tiny_llama: tuple[Path, Path, Path], gamma: str, words: tuple[str, ...]) -> None:
+def test_bad_gamma(tiny_llama: tuple[Path, Path, Path], gamma: str, words: tuple[str, ...],
+                   cli_here: Run) -> None:
     _, target, draft = tiny_llama
-    proc = run_cli("generate", "--target", str(target), "--draft", str(draft), "--gamma", gamma,
+    proc = cli_here("generate", "--target", str(target), "--draft", str(draft), "--gamma", gamma,
                    "--prompt", "hi")
     assert_one_line_error(proc, *words)
 
 
-def test_unknown_and_missing_provider(tiny_llama: tuple[Path, Path, Path]) -> None:
+def test_unknown_and_missing_provider(tiny_llama: tuple[Path, Path, Path],
+                                      cli_here: Run) -> None:
     _, target, _ = tiny_llama
-    assert_one_line_error(run_cli("generate", "--target", str(target), "--provider", "tpu", "--prompt", "hi"),
+    assert_one_line_error(cli_here("generate", "--target", str(target), "--provider", "tpu", "--prompt", "hi"),
                           "unknown provider 'tpu'", "cpu, dml")
     from specedge.runtime.session import available
 
-    qnn = run_cli("generate", "--target", str(target), "--provider", "qnn", "--prompt", "hi")
+    qnn = cli_here("generate", "--target", str(target), "--provider", "qnn", "--prompt", "hi")
     if available("qnn"):  # onnxruntime-qnn installed (scripts/setup.sh does where it can): a CPU graph is refused
         assert_one_line_error(qnn, "was exported for cpu, not for QNN's HTP backend", "--for qnn")
     else:

@@ -166,11 +166,11 @@ def test_two_exports_to_one_folder(tiny_llama: tuple[Path, Path, Path], tmp_path
 
 
 def test_two_cached_exports_build_once(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
-    from specedge.export.cache import cached_export
     from specedge.models.locks import exclusive
+    from tests.export_cache import cached_export
 
     cache = tmp_path / "cache"
-    code = ("import sys; from pathlib import Path; from specedge.export.cache import cached_export; "
+    code = ("import sys; from pathlib import Path; from tests.export_cache import cached_export; "
             "from specedge.export.settings import ExportSettings; "
             "print(cached_export(Path(sys.argv[1]), ExportSettings(quant='fp32', context=64, widths=(1, 5)), "
             "name='tiny'))")

@@ -1,4 +1,5 @@
-"""`specedge profile measure` and `predict` on the tiny pair, through the command line."""
+"""`specedge profile measure` and `predict` on the tiny pair, through the command line (measure in
+a process of its own, predict through `cli.main` here)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,19 @@ def run(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=600)
 
 
-def test_measure_then_predict(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+def predict(*args: str, cache: Path, monkeypatch: pytest.MonkeyPatch,
+            capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """`specedge profile predict ARGS` in this process: (exit code, stdout, stderr)."""
+    from specedge.cli import main
+
+    monkeypatch.setenv("SPECEDGE_CACHE", str(cache))
+    code = main(["profile", "predict", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_measure_then_predict(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
     _, target, draft = tiny_llama
     measured = run("measure", "--target", str(target), "--draft", str(draft), "--name", "bench-box", cache=tmp_path)
     assert measured.returncode == 0, measured.stderr
@@ -26,26 +39,29 @@ def test_measure_then_predict(tiny_llama: tuple[Path, Path, Path], tmp_path: Pat
     assert len(profile["latencies"]) == 2 and set(profile["latencies"][0]["seconds"]) == {"1", "2", "3", "5", "8"}
     assert 0.0 <= next(iter(profile["acceptance"].values())) <= 1.0
 
-    predicted = run("predict", "--device", "bench-box", "--target", str(target), "--draft", str(draft), "--json",
-                    cache=tmp_path)
-    assert predicted.returncode == 0, predicted.stderr
-    data = json.loads(predicted.stdout)
+    code, out, err = predict("--device", "bench-box", "--target", str(target), "--draft", str(draft), "--json",
+                             cache=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    data = json.loads(out)
     assert [p["gamma"] for p in data["points"]] == [1, 2, 4, 7]
     assert data["recommended_gamma"] in (0, 1, 2, 4, 7)
 
 
 @pytest.mark.parametrize("device", ["snapdragon-8-gen-3", "raspberry-pi-5"])
-def test_predict_for_a_builtin_device(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, device: str) -> None:
+def test_predict_for_a_builtin_device(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, device: str,
+                                      monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     _, target, draft = tiny_llama
-    out = run("predict", "--device", device, "--target", str(target), "--draft", str(draft), "--acceptance", "0.8",
-              cache=tmp_path)
-    assert out.returncode == 0, out.stderr
-    assert "recommended γ" in out.stdout and "| 4 |" in out.stdout
+    code, out, err = predict("--device", device, "--target", str(target), "--draft", str(draft), "--acceptance", "0.8",
+                             cache=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
+    assert "recommended γ" in out and "| 4 |" in out
 
 
-def test_unknown_device_is_a_one_line_error(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+def test_unknown_device_is_a_one_line_error(tiny_llama: tuple[Path, Path, Path], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     _, target, draft = tiny_llama
-    out = run("predict", "--device", "pocket-calculator", "--target", str(target), "--draft", str(draft),
-              cache=tmp_path)
-    assert out.returncode != 0 and "Traceback" not in out.stderr
-    assert "pocket-calculator" in out.stderr and "apple-m2" in out.stderr
+    code, _, err = predict("--device", "pocket-calculator", "--target", str(target), "--draft", str(draft),
+                           cache=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+    assert code != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "pocket-calculator" in err and "apple-m2" in err

@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from specedge.errors import SpecEdgeError
+from specedge.eval_text import EVAL_TEXT
 from specedge.export.artifact import export_model
 from specedge.export.checker import check_graph
 from specedge.export.settings import ExportSettings
@@ -19,8 +20,6 @@ from specedge.runtime.manifest import load_manifest
 from tests.tiny_models import make_tiny_model
 
 WIDTHS = (1, 2, 3, 5, 8)
-EVAL_TEXT = Path(__file__).resolve().parents[2].joinpath("scripts", "quant_report.py").read_text() \
-    .split("TEXT = '''")[1].split("'''")[0]
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +118,20 @@ def test_qdq_real_model_agrees_with_fp32(smollm2_gguf: Path, tmp_path: Path) -> 
     agreement = float(np.mean(teacher_forced_argmax(qdq, ids) == teacher_forced_argmax(fp32, ids)))
     print(f"QDQ top-1 agreement with fp32: {agreement:.1%} of {len(ids) // 8 * 8} tokens")
     assert agreement >= 0.93
+
+
+@pytest.mark.parametrize("target", ["dml", "qnn"])
+def test_profile_predicts_for_a_static_export(static_artifacts: dict[str, Path], target: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """A static export has a graph per width and no model.onnx: a device profile knows it by the
+    checksum of its narrowest graph, and the prediction (plot included) runs."""
+    from specedge.cli import main
+    from specedge.profiling import artifact_id
+
+    monkeypatch.setenv("SPECEDGE_CACHE", str(tmp_path))
+    folder, plot = static_artifacts[target], tmp_path / "predicted.png"
+    assert main(["profile", "predict", "--device", "snapdragon-x-elite", "--target", str(folder),
+                 "--draft", str(static_artifacts["cpu"]), "--acceptance", "0.8", "--plot", str(plot)]) == 0
+    assert "recommended γ" in capsys.readouterr().out and plot.stat().st_size > 0
+    manifest = load_manifest(folder)
+    assert artifact_id(manifest, folder) == f"{folder.name}:{manifest.files['model_s1.onnx']['sha256'][:12]}"

@@ -1,5 +1,6 @@
 """γ auto on hand-made acceptance and pass times."""
 
+from specedge.contract import gamma_choices
 from specedge.export.settings import DEFAULT_WIDTHS
 from specedge.kernels.acceptance import expected_tokens
 from specedge.runtime.gamma import GammaController
@@ -13,6 +14,16 @@ def feed(ctrl: GammaController, alpha: float, t_draft: float, t_verify: dict[int
             ctrl.observe(proposed, accepted, t_draft * proposed, t)
 
 
+def choose(ctrl: GammaController) -> int:
+    """The γ of the next round drafted by the model alone."""
+    return ctrl.plan(("model",))[1]
+
+
+def test_gamma_choices_stop_at_the_widest_verification() -> None:
+    assert gamma_choices((1, 2, 3, 5, 9, 13, 64)) == (1, 2, 4, 8, 12)
+    assert gamma_choices((1, 64)) == ()
+
+
 def test_expected_tokens() -> None:
     assert expected_tokens(0.0, 4) == 1.0
     assert expected_tokens(1.0, 4) == 5.0
@@ -21,15 +32,15 @@ def test_expected_tokens() -> None:
 
 def test_high_acceptance_and_cheap_drafts_choose_long_rounds() -> None:
     ctrl = GammaController.for_widths([1, 2, 3, 4, 5, 6, 7, 8, 9, 64])
-    assert ctrl.choices == (1, 2, 3, 4, 5, 6, 7, 8) and ctrl.choose() == 4  # nothing measured: start
+    assert ctrl.choices == (1, 2, 3, 4, 5, 6, 7, 8) and choose(ctrl) == 4  # nothing measured: start
     feed(ctrl, 0.9, t_draft=0.005, t_verify={1: 0.05, 5: 0.06, 9: 0.07})
-    assert ctrl.choose() >= 6
+    assert choose(ctrl) >= 6
 
 
 def test_low_acceptance_falls_back_to_plain_and_still_probes() -> None:
     ctrl = GammaController.for_widths([1, 3, 5, 9])
     feed(ctrl, 0.1, t_draft=0.03, t_verify={1: 0.05, 3: 0.08, 5: 0.1})
-    choices = [ctrl.choose() for _ in range(16)]
+    choices = [choose(ctrl) for _ in range(16)]
     assert choices.count(0) >= 14 and any(c > 0 for c in choices)  # plain, with a probe now and then
 
 
@@ -38,9 +49,10 @@ def test_alpha_counts_only_tested_drafts() -> None:
     ctrl = GammaController(choices=(4,), decay=1.0)
     for accepted in (4, 4, 0, 4):
         ctrl.observe(4, accepted, 0.01, 0.1)
-    assert abs(ctrl.alpha() - (12 + 2 * 0.7) / (12 + 1 + 2)) < 1e-12
+    alpha = ctrl.stats("model").alpha
+    assert abs(alpha - (12 + 2 * 0.7) / (12 + 1 + 2)) < 1e-12
     tokens_per_round = (5 + 5 + 1 + 5) / 4
-    assert abs(expected_tokens(ctrl.alpha(), 4) - tokens_per_round) < 0.1  # accepted/proposed: off by 1.0
+    assert abs(expected_tokens(alpha, 4) - tokens_per_round) < 0.1  # accepted/proposed: off by 1.0
 
 
 def test_unmeasured_widths_follow_a_line_through_measured_ones() -> None:
@@ -57,7 +69,7 @@ def test_each_source_is_judged_on_its_own_record() -> None:
     for _ in range(30):
         ctrl.observe(4, 0, 0.0, 0.1, source="ngram")  # lookups always rejected
         ctrl.observe(4, 4, 0.04, 0.1, source="model")  # the model always accepted
-    assert ctrl.alpha("ngram") < 0.1 < 0.9 < ctrl.alpha("model")
+    assert ctrl.stats("ngram").alpha < 0.1 < 0.9 < ctrl.stats("model").alpha
     source, gamma = ctrl.plan(("ngram", "model"))
     assert source == "model" and gamma >= 4
     assert ctrl.plan(("ngram", "model")) == (source, gamma)
@@ -72,5 +84,5 @@ def test_free_lookups_on_a_flat_cost_curve_take_the_widest_round() -> None:
     assert max(lookup.choices) == 12
     feed(lookup, 0.95, t_draft=0.0001, t_verify=flat)
     feed(model, 0.95, t_draft=0.017, t_verify=flat)
-    assert lookup.choose() == 12
-    assert model.choose() < 12
+    assert choose(lookup) == 12
+    assert choose(model) < 12

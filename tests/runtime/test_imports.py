@@ -8,3 +8,14 @@ def test_runtime_loads_no_torch_transformers_or_optimum() -> None:
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"heavy modules imported by the runtime: {out.stdout}"
+
+
+def test_runtime_and_the_contract_import_nothing_of_export() -> None:
+    """The graph contract both sides share lives in specedge/contract.py: no runtime module reaches
+    into the export package (whose modules need the export extra)."""
+    code = ("import importlib, pkgutil, sys, specedge.runtime, specedge.contract\n"
+            "for m in pkgutil.iter_modules(specedge.runtime.__path__):\n"
+            "    importlib.import_module('specedge.runtime.' + m.name)\n"
+            "print(','.join(m for m in sys.modules if m.startswith('specedge.export')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"export modules imported by the runtime: {out.stdout}"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from specedge.runtime import Generator, OnnxModel, SpecConfig
+from specedge.runtime.drafters import build_drafter
 
 PROMPTS = [
     "def quicksort(arr):",
@@ -52,17 +54,22 @@ def test_fp32_logits_match_transformers(smollm2: dict[str, Path], hf_model) -> N
 
 @pytest.mark.parametrize("quant", ["fp32", "int4"])
 def test_speculative_equals_plain_on_real_model(smollm2: dict[str, Path], quant: str) -> None:
-    """Target fp32 or int4; drafts: the int4 export of the same model, and n-gram lookup."""
-    target = smollm2[quant]
-    plain = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=48, ignore_eos=True))
+    """Target fp32 or int4; drafts: the int4 export of the same model, and n-gram lookup. One
+    session of each model serves every decoding (each Generator has its own cache)."""
+    target = OnnxModel(smollm2[quant])
+    config = SpecConfig(gamma=0, max_new_tokens=48, ignore_eos=True)
+    plain = Generator(target, None, config)
+    vocab = target.manifest.vocab_size
+    drafters = {"draft": build_drafter(vocab, OnnxModel(smollm2["int4"]), ngram=False),
+                "ngram": build_drafter(vocab, None, ngram=True)}
+    spec = {name: Generator(target, drafter, dataclasses.replace(config, gamma=2), rows=plain.rows)
+            for name, drafter in drafters.items()}
     for prompt in PROMPTS:
         expected = plain.generate(prompt, chat=True).token_ids
-        for kwargs in ({"draft": smollm2["int4"]}, {"ngram": True}):
+        for name, gen in spec.items():
             for gamma in (2, 4):
-                gen = Generator.load(target, config=SpecConfig(gamma=gamma, max_new_tokens=48,
-                                                               ignore_eos=True), **kwargs)
-                result = gen.generate(prompt, chat=True)
-                assert result.token_ids == expected, (kwargs, gamma)
+                result = gen.generate(prompt, chat=True, gamma=gamma)
+                assert result.token_ids == expected, (name, gamma)
     assert result.stats.target_calls < result.stats.n_tokens
 
 

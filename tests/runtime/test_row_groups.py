@@ -11,7 +11,8 @@ import pytest
 from specedge.errors import SpecEdgeError
 from specedge.runtime import Generator, OnnxModel, SpecConfig, row_groups
 from specedge.runtime.drafters import DraftModelDrafter
-from specedge.runtime.row_groups import align_rows, rows_by_split
+from specedge.runtime.row_groups import probe_rows, rows_by_split
+from specedge.runtime.rows import RowPolicy
 from tests.conftest import TINY_CONTEXT
 
 IDS = [5, 17, 42, 8, 99, 3, 61, 27, 14, 77, 31, 2, 58, 90, 11, 46, 23, 70, 36, 9]
@@ -23,29 +24,30 @@ def fused_target(pair: tuple[Path, Path, Path]) -> OnnxModel:
 
 def test_any_split_into_passes_gives_the_same_rows(tiny_pair: tuple[Path, Path, Path]) -> None:
     model = fused_target(tiny_pair)
-    assert align_rows(model) and model.row_multiple > 1
+    rows = probe_rows(model)
+    assert rows.exact and rows.group > 1
     prefix, tokens = IDS[:5], IDS[5:]
-    reference = rows_by_split(model, prefix, tokens, [len(tokens)])
+    reference = rows_by_split(model, prefix, tokens, [len(tokens)], rows)
     for split in ([1] * 15, [5, 5, 5], [2, 7, 1, 3, 2], [4, 11]):
-        np.testing.assert_array_equal(rows_by_split(model, prefix, tokens, split), reference)
+        np.testing.assert_array_equal(rows_by_split(model, prefix, tokens, split, rows), reference)
 
 
 def test_a_pass_at_the_end_of_the_context_pads_in_front(tiny_pair: tuple[Path, Path, Path]) -> None:
     """No room after the last slot: the pass repeats committed tokens before it instead, whose
     entries it rewrites with the same values, and returns the rows of its own tokens."""
     model = fused_target(tiny_pair)
-    align_rows(model)
+    rows = RowPolicy(group=2)
     tokens = [IDS[i % len(IDS)] for i in range(TINY_CONTEXT)]
     cache = model.new_cache()
-    model.prefill(tokens[:TINY_CONTEXT - 1], cache)
+    model.prefill(tokens[:TINY_CONTEXT - 1], cache, rows)
     kept = [k[:, :, :TINY_CONTEXT - 1].copy() for k in cache.keys]
-    last = model.forward(tokens[-1:], cache)  # position 63 of 64: a pad after it would not fit
+    last = model.forward(tokens[-1:], cache, rows=rows)  # position 63 of 64: a pad after it would not fit
     assert last.logits.shape[0] == 1
     row = last.logits[0].copy()  # the output buffer is reused by the next pass
     for before, after in zip(kept, cache.keys, strict=True):
         np.testing.assert_array_equal(after[:, :, :TINY_CONTEXT - 1], before)
     cache.truncate(TINY_CONTEXT - 2)
-    pair = model.forward(tokens[-2:], cache)  # the same position as the second row of a pair
+    pair = model.forward(tokens[-2:], cache, rows=rows)  # the same position as the second row of a pair
     np.testing.assert_array_equal(row, pair.logits[1])
 
 
@@ -66,20 +68,31 @@ def test_speculation_over_a_fused_target_equals_its_plain_decoding(tiny_pair: tu
 def test_rows_that_never_agree_refuse_speculation(tiny_pair: tuple[Path, Path, Path],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     probes = []
-    monkeypatch.setattr(row_groups, "rows_agree", lambda model: probes.append(model.row_multiple) or False)
+    monkeypatch.setattr(row_groups, "rows_agree", lambda model, rows: probes.append(rows.group) or False)
     _, exact, fused = tiny_pair
     with pytest.raises(SpecEdgeError, match="--attention exact"):
         Generator.load(fused, draft=exact)
     assert probes == [2, 4]
     gen = Generator.load(fused)  # plain decoding is fine, in 1-token passes
-    assert gen.target.row_multiple == 1 and gen.generate("abc", max_new_tokens=3).token_ids
-    Generator(gen.target)  # the same model again: its probe's verdict is kept
+    assert gen.rows == RowPolicy(group=1, exact=False) and gen.generate("abc", max_new_tokens=3).token_ids
+    Generator(gen.target, rows=gen.rows)  # the same model again, its verdict passed in: no probe
     assert probes == [2, 4, 2, 4]
 
 
-def test_single_steps_keep_one_token_passes(tiny_pair: tuple[Path, Path, Path]) -> None:
-    gen = Generator(OnnxModel(tiny_pair[2]), None, SpecConfig(gamma=0, max_new_tokens=4), single_steps=True)
-    assert gen.target.row_multiple == 1 and gen.generate("abc").token_ids
+def test_single_steps_and_row_pairs_share_one_session(tiny_pair: tuple[Path, Path, Path]) -> None:
+    """The row policy is a value of each Generator, not state of the model: 1-token steps and
+    decoding in row pairs run on the same model, in either order, each as it would alone."""
+    model = OnnxModel(tiny_pair[2])
+    config = SpecConfig(gamma=0, max_new_tokens=40, ignore_eos=True)
+    paired = Generator(model, None, config)
+    single = Generator(model, None, config, single_steps=True)
+    assert paired.rows.group > 1 and single.rows == RowPolicy(group=1, exact=False)
+    fresh = OnnxModel(tiny_pair[2])
+    alone_single = Generator(fresh, None, config, single_steps=True)
+    alone_paired = Generator(fresh, None, config, rows=paired.rows)
+    for prompt in ("def fib(n):", "abcabcab"):
+        assert single.generate(prompt).token_ids == alone_single.generate(prompt).token_ids
+        assert paired.generate(prompt).token_ids == alone_paired.generate(prompt).token_ids
 
 
 def test_a_wide_block_int4_target_with_exact_attention_verifies_in_pairs(tiny_pair: tuple[Path, Path, Path],
@@ -95,8 +108,8 @@ def test_a_wide_block_int4_target_with_exact_attention_verifies_in_pairs(tiny_pa
     model = OnnxModel(target)
     assert model.manifest.attention == "exact" and not model.manifest.rows_exact
     plain = Generator(model, None, SpecConfig(gamma=0, max_new_tokens=1000, ignore_eos=True))
-    assert model.row_multiple == 2
+    assert plain.rows == RowPolicy(group=2)
     spec = Generator(model, DraftModelDrafter(OnnxModel(exact)),
-                     SpecConfig(gamma=4, auto_gamma=True, max_new_tokens=1000, ignore_eos=True))
+                     SpecConfig(gamma=4, auto_gamma=True, max_new_tokens=1000, ignore_eos=True), rows=plain.rows)
     for prompt in ("def fib(n):\n    return", "abcabcab"):  # to the end of the context: front padding too
         assert spec.generate(prompt).token_ids == plain.generate(prompt).token_ids

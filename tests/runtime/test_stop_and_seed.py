@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from specedge.kernels.sampling import SamplingParams
-from specedge.runtime import Generator, SpecConfig
+from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime import generator as generator_module
 from specedge.runtime.decoding import decode_tokens
+from specedge.runtime.drafters import build_drafter
 from specedge.runtime.gamma import GammaController
 from specedge.runtime.generator import GenerationResult
 
@@ -28,13 +29,17 @@ SAMPLED = SamplingParams(temperature=0.8, top_p=0.95)
 
 @pytest.fixture(scope="module")
 def smol(smollm2: dict[str, Path]) -> dict[str, Generator]:
-    """Plain decoding of the fp32 export; with its int4 export as draft; with n-gram lookup."""
+    """Plain decoding of the fp32 export; with its int4 export as draft; with n-gram lookup; both.
+    One session per model serves them all (each Generator has its own cache)."""
     config = SpecConfig(gamma=0, max_new_tokens=28, ignore_eos=True)
-    target, draft = smollm2["fp32"], smollm2["int4"]
-    return {"plain": Generator.load(target, config=config),
-            "draft-model": Generator.load(target, draft=draft, config=dataclasses.replace(config, gamma=4)),
-            "ngram": Generator.load(target, ngram=True, config=dataclasses.replace(config, gamma=4)),
-            "hybrid": Generator.load(target, draft=draft, ngram=True, config=dataclasses.replace(config, gamma=4))}
+    target, draft = OnnxModel(smollm2["fp32"]), OnnxModel(smollm2["int4"])
+    plain = Generator(target, None, config)
+    vocab, spec = target.manifest.vocab_size, dataclasses.replace(config, gamma=4)
+    drafters = {"draft-model": build_drafter(vocab, draft, ngram=False),
+                "ngram": build_drafter(vocab, None, ngram=True),
+                "hybrid": build_drafter(vocab, draft, ngram=True)}
+    return {"plain": plain, **{name: Generator(target, drafter, spec, rows=plain.rows)
+                               for name, drafter in drafters.items()}}
 
 
 def token_ends(gen: Generator, tokens: list[int]) -> list[int]:

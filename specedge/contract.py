@@ -1,0 +1,53 @@
+"""The graph contract: what an export writes and the runtime reads, in one place both import.
+
+Light on purpose (the standard library and the acceptance formula of `kernels`): export, runtime,
+device profiles and the CLI share it without importing each other, and without torch or
+onnxruntime. The graphs' inputs and outputs are described in docs/design.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from specedge.kernels.acceptance import expected_tokens
+
+# -- files of an artifact ------------------------------------------------------------------------
+MANIFEST_NAME = "manifest.json"
+TOKENIZER_NAME = "tokenizer.json"
+GRAPH_FILE = "model.onnx"  # CPU: one graph with a symbolic width
+DATA_FILE = "model.onnx.data"  # the weights, shared by every graph of the artifact
+
+
+def graph_name(width: int) -> str:
+    """The file of a static (QNN, DirectML) artifact's graph of one width."""
+    return f"model_s{width}.onnx"
+
+
+# -- what the graphs compute --------------------------------------------------------------------
+QUANT_BITS = {"fp32": 32, "int8": 8, "int4": 4, "w8a8": 8, "qdq": 8}
+# int8/int4: MatMulNBits weight-only; w8a8: int8 weights x per-row int8 activations (MatMulInteger);
+# qdq: uint8 weights, uint16 activations (QNN)
+TARGETS = ("cpu", "qnn", "dml")
+ATTENTION = ("exact", "fused")
+# exact: every row of a wide pass bitwise equal to a 1-token step with row-exact weights (w8a8, fp32, int4
+# block 32); fused: ONNX Runtime's GroupQueryAttention with the cache updated in place, faster steps, rows
+# exact only in whole groups (a draft, or a target verifying in row groups: runtime/row_groups.py)
+MASK_VALUE = -30000.0  # the attention bias of a masked slot: exp() of it is exactly 0 in fp32 and fp16, never NaN
+MAX_VERIFY_WIDTH = 13  # γ <= 12: wider passes only prefill (a static graph wider than this returns its last row)
+
+
+def logits_rows(width: int) -> int:
+    """Rows of logits a static graph of `width` returns: every row up to the widest verification
+    (MAX_VERIFY_WIDTH), only the last one for the wider prefill graphs."""
+    return width if width <= MAX_VERIFY_WIDTH else 1
+
+
+# -- choosing γ ---------------------------------------------------------------------------------
+def gamma_choices(widths: Iterable[int]) -> tuple[int, ...]:
+    """The draft lengths γ >= 1 that exported widths can verify (width γ+1 <= MAX_VERIFY_WIDTH)."""
+    return tuple(w - 1 for w in sorted(widths) if 2 <= w <= MAX_VERIFY_WIDTH)
+
+
+def round_rate(alpha: float, gamma: int, t_draft: float, t_verify: float) -> float:
+    """Tokens per second of rounds of γ drafts at acceptance α: E(α,γ) / (γ·t_draft + t_verify(γ+1))."""
+    return expected_tokens(alpha, gamma) / (gamma * t_draft + t_verify)
