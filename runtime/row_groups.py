@@ -51,13 +51,14 @@ def rows_agree(model: OnnxModel, policy: RowPolicy) -> bool:
 
 
 def probe_rows(model: OnnxModel) -> RowPolicy:
-    """How `model` computes rows exactly: as built (its manifest says so), or in the smallest group
-    of rows that does on this CPU; else a policy that is not exact (plain decoding only)."""
-    if model.manifest.rows_exact:
-        return RowPolicy()
+    """The smallest group of rows (1: any pass) in which `model` computes every row alike on this
+    CPU; else a policy that is not exact (plain decoding only). Always measured, never taken from
+    the manifest: what a graph is built for (`Manifest.rows_exact`) holds on the CPUs it was
+    measured on, not on every one - on an AVX2-only AMD EPYC an int4 block-32 graph, row-exact
+    with AVX-512, computes a lone row apart from rows in pairs."""
     if model.manifest.static:  # static graphs run their exported widths only
-        return RowPolicy(exact=False)
-    for group in GROUPS:
+        return RowPolicy(exact=model.manifest.rows_exact)
+    for group in (1, *GROUPS):
         if rows_agree(model, RowPolicy(group)):
             return RowPolicy(group)
     return RowPolicy(exact=False)
@@ -65,7 +66,8 @@ def probe_rows(model: OnnxModel) -> RowPolicy:
 
 def row_policy(model: OnnxModel, single_steps: bool = False) -> RowPolicy:
     """The row policy a target is loaded with: the probed one, or with `single_steps` unpadded
-    passes (plain decoding in 1-token steps, exact only if the graph is as built)."""
+    passes (plain decoding in 1-token steps, exact only if rows are exact in any pass)."""
+    policy = probe_rows(model)
     if single_steps:
-        return RowPolicy(exact=model.manifest.rows_exact)
-    return probe_rows(model)
+        return RowPolicy(exact=policy.exact and policy.group == 1)
+    return policy
