@@ -82,18 +82,19 @@ def build_graph(source: SourceModel, settings: ExportSettings, folder: Path) -> 
 
 
 def write_static_graphs(source: SourceModel, settings: ExportSettings, folder: Path) -> dict[int, str]:
-    """Static targets: one fixed-shape graph per width, all reading folder/model.onnx.data. A QNN
-    graph's norms are first made fp16-safe (its float ops run in fp16 on the HTP, int4 MatMulNBits
-    included), and with --quant qdq its MatMuls QDQ-quantized; unsupported ops, dynamic shapes, or a
-    float tensor whose calibrated range overflows fp16 stop the export."""
+    """Static targets: one fixed-shape graph per width, all reading folder/model.onnx.data. The
+    norms are first made fp16-safe (QNN's HTP runs float ops in fp16, int4 MatMulNBits included; a
+    DirectML graph stays fp16-ready), with --quant qdq the MatMuls QDQ-quantized, and a DirectML
+    graph rewritten for opset 17; unsupported ops, dynamic shapes, or a float tensor whose
+    calibrated range overflows fp16 stop the export."""
     import onnx
 
-    from specedge.export.checker import check_graph, fp16_overflows
-    from specedge.export.static_graphs import fix_dims, graph_name, logits_rows
+    from specedge.export.checker import DML_MAX_OPSET, check_graph, fp16_overflows
+    from specedge.export.static_graphs import fix_dims, graph_name, logits_rows, to_opset
 
     base = folder / GRAPH_FILE
     problems: list[str] = []
-    if settings.target == "qnn":
+    if settings.static:  # the HTP runs float ops in fp16; a DirectML graph is checked for fp16 too
         from specedge.export.qdq import CALIBRATION_TEXT, calibration_feeds, float_ranges, quantize_qdq
 
         cfg = source.config
@@ -115,16 +116,18 @@ def write_static_graphs(source: SourceModel, settings: ExportSettings, folder: P
     graphs = {}
     for width in settings.widths:
         fixed = fix_dims(proto, width, settings.context, logits_rows(width))
-        if settings.target == "qnn":
-            problems += [f"width {width}: {p}" for p in check_graph(fixed, "qnn")]
+        if settings.target == "dml":
+            fixed = to_opset(fixed, DML_MAX_OPSET)
+        problems += [f"width {width}: {p}" for p in check_graph(fixed, settings.target)]
         (folder / graph_name(width)).write_bytes(fixed.SerializeToString())
         graphs[width] = graph_name(width)
     base.unlink()
     if problems:
         shown = "; ".join(problems[:12]) + (f"; and {len(problems) - 12} more" if len(problems) > 12 else "")
-        raise SpecEdgeError(f"the graph cannot run on QNN's HTP backend: {shown}",
-                            "this architecture needs ops QNN lacks, or activations beyond fp16; "
-                            "export for cpu or dml instead")
+        where = "QNN's HTP backend" if settings.target == "qnn" else "DirectML"
+        raise SpecEdgeError(f"the graph cannot run on {where}: {shown}",
+                            "this architecture needs ops the provider lacks, or activations beyond fp16; "
+                            "export for cpu instead")
     return graphs
 
 

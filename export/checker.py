@@ -1,5 +1,6 @@
-"""Static checks of a graph for an NPU: every op in the provider's supported list, every shape
-fixed, and (from calibrated ranges) every float tensor inside fp16.
+"""Static checks of a graph for an NPU or GPU: every op in the provider's supported list (QNN) or
+ONNX's own ops at opset 17 at most (DirectML), every shape fixed, and (from calibrated ranges)
+every float tensor inside fp16.
 
 The supported-op lists are data (export/qnn_ops.json, with their source). A graph that fails is
 never written as an artifact: export stops with the list of problems.
@@ -14,6 +15,8 @@ from pathlib import Path
 import onnx
 
 OPS_FILES = {"qnn": Path(__file__).with_name("qnn_ops.json")}
+# "The DirectML Execution Provider ... supports up to ONNX opset 17 (ONNX v1.12)" (onnxruntime docs)
+DML_MAX_OPSET = 17
 FP16_MAX = 65504.0
 # a calibrated range must fit fp16 twice over: text outside the calibration set may reach further
 # (SmolLM2-135M's largest float tensor, its residual stream, reaches 22,479: 2.9x inside)
@@ -43,16 +46,39 @@ def _dynamic_dims(value: onnx.ValueInfoProto) -> list[str]:
     return [d.dim_param or "?" for d in value.type.tensor_type.shape.dim if not d.HasField("dim_value")]
 
 
-def check_graph(model: onnx.ModelProto, provider: str = "qnn") -> list[Problem]:
-    """Problems that would stop `provider` from running the graph whole: unsupported ops, and
-    tensors whose shape is not fully static after shape inference."""
+def unsupported_ops(model: onnx.ModelProto, provider: str) -> list[Problem]:
+    """qnn: ops outside its documented list. dml: ops of any domain but ONNX's own, or without a
+    schema at opset 17 or below, and an opset import above 17 (DirectML's documented limit)."""
+    if provider == "dml":
+        problems = [Problem("model", f"imports opset {o.version} of the ONNX domain; DirectML supports up to "
+                                     f"{DML_MAX_OPSET}") for o in model.opset_import
+                    if o.domain in ("", "ai.onnx") and o.version > DML_MAX_OPSET]
+        for node in model.graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                problems.append(Problem(node.name or node.op_type, f"op {node.domain}:{node.op_type} is not an "
+                                                                   "ONNX op (DirectML runs ONNX ops up to opset 17)"))
+            elif not _has_schema(node.op_type, DML_MAX_OPSET):
+                problems.append(Problem(node.name or node.op_type, f"op {node.op_type} has no schema at opset "
+                                                                   f"<= {DML_MAX_OPSET}"))
+        return problems
     ops = supported_ops(provider)
-    problems = []
-    for node in model.graph.node:
-        domain = node.domain or "ai.onnx"
-        if node.op_type not in ops.get(domain, set()):
-            what = f"op {domain}:{node.op_type} is not supported by {provider}"
-            problems.append(Problem(node.name or node.op_type, what))
+    return [Problem(node.name or node.op_type, f"op {node.domain or 'ai.onnx'}:{node.op_type} is not supported "
+                                               f"by {provider}")
+            for node in model.graph.node if node.op_type not in ops.get(node.domain or "ai.onnx", set())]
+
+
+def _has_schema(op_type: str, opset: int) -> bool:
+    try:
+        onnx.defs.get_schema(op_type, max_inclusive_version=opset, domain="")
+    except onnx.defs.SchemaError:
+        return False
+    return True
+
+
+def check_graph(model: onnx.ModelProto, provider: str = "qnn") -> list[Problem]:
+    """Problems that would stop `provider` from running the graph whole: unsupported ops (and for
+    DirectML an opset above 17), and tensors whose shape is not fully static after shape inference."""
+    problems = unsupported_ops(model, provider)
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
     graph = inferred.graph
     typed = {v.name: v for v in (*graph.input, *graph.value_info, *graph.output)}

@@ -53,7 +53,8 @@ def main() -> None:
         same = int((cpu.argmax(-1) == htp.argmax(-1)).sum())
         totals["cpu"][0] += same
         totals["cpu"][1] += len(ids)
-        line = f"{text[:40]!r:44} HTP vs CPU top-1 {same}/{len(ids)}, max |dlogit| {np.round(dlogit, 2).tolist()}"
+        shown = " ".join(f"{d:.2f}" for d in dlogit)
+        line = f"{text[:40]!r:44} HTP vs CPU top-1 {same}/{len(ids)}, max |dlogit| {shown}"
         if args.reference:
             ref = logit_rows(args.reference, "cpu", ids)
             agree = int((ref.argmax(-1) == htp.argmax(-1)).sum())

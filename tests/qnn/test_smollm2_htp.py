@@ -118,3 +118,23 @@ def test_greedy_speculation_on_the_htp_equals_plain_decoding(smollm2_qnn: Path) 
         gamma=1, max_new_tokens=16, ignore_eos=True)).generate(prompt)
     assert drafted.token_ids == plain.token_ids
     assert drafted.stats.acceptance_rate == 1.0  # itself as its draft: its rows are the target's, bit for bit
+
+
+@pytest.fixture(scope="module")
+def smollm2_qnn_int4(htp: None, smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("qnn-int4") / "smollm2-qnn-int4"
+    return export_model(smollm2_gguf, out, ExportSettings(quant="int4", target="qnn", context=256, widths=(1, 2))).path
+
+
+def test_int4_matmulnbits_runs_whole_on_the_htp_and_matches_the_cpu_provider(smollm2_qnn_int4: Path) -> None:
+    """--quant int4: 4-bit MatMulNBits blocks with fp16 activations, the HTP's own block-quantized
+    MatMul; the same bound against the CPU provider as the QDQ graph."""
+    session = create_session(smollm2_qnn_int4 / "model_s2.onnx", "qnn")  # fallback disabled
+    assert set(qnn.node_assignment(session)) == {"QNNExecutionProvider"}
+    del session
+    ids = Generator.load(smollm2_qnn_int4).codec.encode(TEXT)[:8]
+    cpu, htp = teacher_forced(smollm2_qnn_int4, "cpu", ids), teacher_forced(smollm2_qnn_int4, "qnn", ids)
+    dlogit = np.abs(cpu - htp).max(-1)
+    print(f"int4: max |dlogit| per position: {np.round(dlogit, 3).tolist()}")
+    assert (cpu.argmax(-1) == htp.argmax(-1)).all()
+    assert dlogit.max() <= MAX_DLOGIT
