@@ -48,6 +48,7 @@ class DeviceProfile:
     providers: tuple[str, ...]
     latencies: tuple[Latency, ...] = ()
     acceptance: dict[str, float] = field(default_factory=dict)  # "target+draft" -> measured alpha
+    cpu: dict[str, Any] = field(default_factory=dict)  # a measured profile's CPU (device_profiles/cpu.py)
 
     def latency(self, artifact: str) -> Latency | None:
         return next((lat for lat in self.latencies if lat.artifact == artifact), None)
@@ -72,7 +73,8 @@ def parse_profile(data: dict[str, Any], origin: str = "profile") -> DeviceProfil
                                   seconds={int(k): float(v) for k, v in lat["seconds"].items()})
                           for lat in data.get("latencies", []))
         return DeviceProfile(name=data["name"], description=data["description"], providers=tuple(data["providers"]),
-                             latencies=latencies, acceptance=dict(data.get("acceptance", {})), **figures)
+                             latencies=latencies, acceptance=dict(data.get("acceptance", {})),
+                             cpu=dict(data.get("cpu", {})), **figures)
     except ProfileError:
         raise
     except (KeyError, TypeError, AttributeError, ValueError) as e:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from specedge.device_profiles.cpu import CpuInfo, cpu_info
 from specedge.errors import SpecEdgeError
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.drafters import Drafter, build_drafter
@@ -160,11 +161,17 @@ def summarize(runs: list[Run]) -> dict[str, dict[str, dict[str, float]]]:
     return table
 
 
+def cpu_label(meta: dict) -> str:
+    cpu = meta.get("cpu")
+    return CpuInfo(cpu["model"], cpu["machine"], cpu["logical_cpus"], tuple(cpu["flags"])).label() if cpu else "?"
+
+
 def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict) -> str:
     lines = [f"# specedge bench - {meta['target']} + {meta['draft']}", "",
              f"`{meta['command']}`", "",
              f"{meta['prompts']} prompts, greedy, up to {meta['max_new_tokens']} new tokens, {meta['date']}; "
-             f"peak memory {meta['peak_rss_gib']:.1f} GiB. Ratios are to plain decoding of the same prompt "
+             f"peak memory {meta['peak_rss_gib']:.1f} GiB; CPU {cpu_label(meta)}. Ratios are to plain decoding "
+             "of the same prompt "
              "(median over the kind); 'same' counts prompts whose tokens equal plain decoding's."]
     if meta.get("baseline"):
         lines.append(f"'{BASELINE}' is plain decoding of {meta['baseline']} in 1-token steps; 'vs best plain' is "
@@ -240,7 +247,7 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
     summary = summarize(runs)
     meta = {"target": target_dir.name, "draft": draft_dir.name, "prompts": len(rows), "command": command,
             "baseline": baseline_dir.name if baseline_dir else None,
-            "max_new_tokens": max_new_tokens, "date": time.strftime("%Y-%m-%d"),
+            "max_new_tokens": max_new_tokens, "date": time.strftime("%Y-%m-%d"), "cpu": cpu_info().to_dict(),
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "t_of_s": curves,

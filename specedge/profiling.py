@@ -143,6 +143,7 @@ def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 96, gamm
 
 def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEVICE) -> tuple[DeviceProfile, Path]:
     """Measure bandwidth (and t(S), acceptance of the pair when given) and write a profile."""
+    from specedge.device_profiles.cpu import cpu_info
     from specedge.runtime.session import physical_cores
 
     bw = measure_bandwidth()
@@ -166,6 +167,7 @@ def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEV
         "memory_gb": {"value": round(_memory_gb(), 1), "kind": "measured", "source": "/proc/meminfo"},
         "cpu_cores": {"value": physical_cores(), "kind": "measured", "source": "os.sched_getaffinity"},
         "providers": ["cpu"],
+        "cpu": cpu_info().to_dict(),
     }
     profile = parse_profile(data)
     profile = DeviceProfile(**{**profile.__dict__, "latencies": tuple(latencies), "acceptance": acceptance})

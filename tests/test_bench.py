@@ -19,7 +19,11 @@ def test_bench_writes_tables_and_checks_identity(tiny_llama: tuple[Path, Path, P
     assert modes == {"plain", "draft-g1", "draft-g2", "draft-g4", "draft-auto", "ngram", "hybrid"}
     assert all(r["identical"] for r in data["runs"])  # greedy: every mode gives plain decoding's tokens
     assert set(data["t_of_s"]["target"]) == {"1", "2", "3", "5", "8"}  # the tiny graph's widths up to 9
+    from specedge.device_profiles.cpu import cpu_info
+
+    assert data["meta"]["cpu"] == cpu_info().to_dict()  # a result says which CPU measured it
     text = report.read_text()
+    assert f"CPU {cpu_info().label()}" in text
     assert "| hybrid |" in text and "## code" in text and "t(S)" in text
 
 

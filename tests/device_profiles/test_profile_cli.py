@@ -36,6 +36,7 @@ def test_measure_then_predict(tiny_llama: tuple[Path, Path, Path], tmp_path: Pat
     assert measured.returncode == 0, measured.stderr
     profile = json.loads((tmp_path / "devices" / "bench-box.json").read_text())
     assert profile["memory_bandwidth_gb_per_s"]["kind"] == "measured"
+    assert profile["cpu"]["model"] and "flags" in profile["cpu"]  # which CPU, and its kernel flags
     assert len(profile["latencies"]) == 2 and set(profile["latencies"][0]["seconds"]) == {"1", "2", "3", "5", "8"}
     assert 0.0 <= next(iter(profile["acceptance"].values())) <= 1.0
 
