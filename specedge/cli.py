@@ -18,7 +18,7 @@ from specedge import __version__
 from specedge.errors import SpecEdgeError
 from specedge.models.locks import is_disk_full
 
-DEFAULT_QUANT = {"cpu": "int4", "qnn": "qdq", "dml": "fp32"}
+DEFAULT_QUANT = {"cpu": "int4", "qnn": "int4", "dml": "fp32"}
 
 
 def gamma_arg(text: str) -> str:
@@ -385,8 +385,9 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="a Hugging Face checkpoint folder or a .gguf file")
     p.add_argument("--out", required=True, help="the artifact folder to write")
     p.add_argument("--quant", default=None, choices=["fp32", "int8", "int4", "w8a8", "qdq"],
-                   help="weight format of the MatMuls (default: int4 MatMulNBits block 32 for cpu, "
-                        "qdq for qnn, fp32 for dml)")
+                   help="weight format of the MatMuls (default: int4 MatMulNBits block 32 for cpu and qnn - "
+                        "the HTP runs it with fp16 activations -, fp32 for dml; qdq: uint8 weights, uint16 "
+                        "activations for qnn)")
     p.add_argument("--block-size", type=int, default=32, choices=[16, 32, 64, 128, 256],
                    help="int4/int8 block: 32 keeps every row of a wide pass equal to a 1-token step; "
                         "larger blocks make a 1-token step faster (a draft, or a target verifying in row pairs)")
