@@ -10,7 +10,7 @@ Everything else stays within 43k: every other float tensor is normalized, the re
 or bounded by the mask (-30,000).
 
 `safe_rms_norms` rewrites each RMSNorm, x / sqrt(mean(x²) + eps) * w, into the same function
-computed from x scaled into [-1, 1]:
+computed from x scaled into [-1, 1], squared by a Mul (the HTP's Pow is not to be trusted):
 
     x' = x * 2^-k                  k from the calibrated range of x: max |x'| <= 2^12, exact
     x̂ = x' / m,  m = max |x'| of the row (floored at 1e-30)
@@ -128,7 +128,9 @@ def safe_rms_norms(model: onnx.ModelProto, ranges: dict[str, float]) -> int:
                 if attr.name == "axes":
                     new[1].attribute.append(attr)
         at = out_nodes.index(pow_node)
-        pow_node.input[0] = f"{p}.xn"
+        # x̂ * x̂, not Pow(x̂, 2): the HTP's Pow came out wrong on Qwen2.5-0.5B's first norm (x̂² off by up
+        # to 4 for |x̂| <= 1, the mean of squares negative), Mul exact (both measured on the simulator)
+        out_nodes[at] = helper.make_node("Mul", [f"{p}.xn", f"{p}.xn"], list(pow_node.output), name=f"{p}.Square")
         add.input[:] = [mean.output[0], f"{p}.eps"]
         div.input[0] = f"{p}.xn"
         out_nodes[at:at] = new

@@ -95,6 +95,8 @@ def test_qnn_exports_rewrite_every_norm_and_cpu_exports_none(tmp_path: Path) -> 
     nodes = graph.graph.node
     norms = sum(1 for n in nodes if n.op_type == "ScatterElements") + 1  # 2 a layer (K and V; 2 norms) + the head
     assert sum(1 for n in nodes if n.name.endswith(".ReduceMax")) == norms
-    assert all(n.input[0].startswith("fp16safe") for n in nodes if n.op_type == "Pow")  # x² of x scaled into [-1, 1]
+    squares = [n for n in nodes if n.name.endswith(".Square")]  # x̂ * x̂ of x scaled into [-1, 1], no Pow left
+    assert len(squares) == norms and all(n.input[0] == n.input[1] and n.input[0].endswith(".xn") for n in squares)
+    assert not any(n.op_type == "Pow" for n in nodes)
     cpu = export_model(src, tmp_path / "cpu", ExportSettings(quant="fp32", context=64, widths=(1, 2))).path
     assert not any(n.name.startswith("fp16safe") for n in onnx.load(str(cpu / "model.onnx")).graph.node)

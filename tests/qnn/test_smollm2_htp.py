@@ -100,10 +100,12 @@ def test_rows_are_bit_equal_at_the_one_compiled_width(smollm2_qnn: Path) -> None
     """Every pass of up to 2 rows runs the width-2 graph: a token's row is the same bits whichever
     row of a pass it is and however the tokens are split into passes."""
     from specedge.runtime.row_groups import rows_by_split
+    from specedge.runtime.rows import ONE_ROW
 
     model = OnnxModel(smollm2_qnn, provider="qnn")
     prefix, tokens = [504, 3327], [3767, 282, 253, 2003]
-    first, *others = (rows_by_split(model, prefix, tokens, split) for split in ((2, 2), (1, 2, 1), (1, 1, 1, 1)))
+    splits = ((2, 2), (1, 2, 1), (1, 1, 1, 1))
+    first, *others = (rows_by_split(model, prefix, tokens, split, ONE_ROW) for split in splits)
     for rows in others:
         assert np.array_equal(first, rows)
 
