@@ -31,8 +31,7 @@ def runs_on(manifest: Manifest) -> dict[str, str]:
     out = {}
     for short in PROVIDERS:
         if manifest.target == "cpu" and short != "cpu":
-            kernels = "MatMulNBits and RotaryEmbedding" if manifest.quantization.bits < 32 else "RotaryEmbedding"
-            out[short] = f"no: built for cpu ({kernels} CPU kernels, dynamic widths); export with --for {short}"
+            out[short] = f"no: built for cpu (a graph of dynamic width, CPU-only ops); export with --for {short}"
         elif manifest.target not in ("cpu", short) and short != "cpu":
             out[short] = f"no: built for {manifest.target}; export with --for {short}"
         elif not available(short):
