@@ -104,7 +104,7 @@ def safe_rms_norms(model: onnx.ModelProto, ranges: dict[str, float]) -> int:
         pow_node, mean, add, div = (norm[key] for key in ("pow", "mean", "add", "div"))
         x = pow_node.input[0]
         eps_name = add.input[1] if add.input[0] == mean.output[0] else add.input[0]
-        eps_names.append(eps_name)
+        eps_names += [eps_name, pow_node.input[1]]  # replaced: the eps and the exponent of the Pow
         shift = prescale_exponent(ranges[x])
         root_eps = _const(model, f"fp16safe.{k}.sqrt_eps", float(np.sqrt(_scalar(inits, eps_name))) * 2.0**-shift)
         axes = mean.input[1] if len(mean.input) > 1 else None
@@ -137,7 +137,7 @@ def safe_rms_norms(model: onnx.ModelProto, ranges: dict[str, float]) -> int:
     del model.graph.node[:]
     model.graph.node.extend(out_nodes)
     used = {name for node in model.graph.node for name in node.input}
-    orphans = set(eps_names) - used  # the old eps constants
+    orphans = set(eps_names) - used  # the old eps and exponent constants
     kept = [t for t in model.graph.initializer if t.name not in orphans]
     del model.graph.initializer[:]
     model.graph.initializer.extend(kept)
