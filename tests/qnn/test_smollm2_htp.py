@@ -55,13 +55,19 @@ def test_every_node_runs_on_the_htp_with_cpu_fallback_disabled(smollm2_qnn: Path
         assert set(assigned) == {"QNNExecutionProvider"} and assigned["QNNExecutionProvider"] > 3000, assigned
 
 
-def test_htp_logits_match_the_cpu_provider_on_positions_0_to_7(smollm2_qnn: Path) -> None:
-    ids = Generator.load(smollm2_qnn).codec.encode(TEXT)[:8]
-    cpu, htp = teacher_forced(smollm2_qnn, "cpu", ids), teacher_forced(smollm2_qnn, "qnn", ids)
+def assert_htp_matches_cpu(folder: Path) -> None:
+    """Positions 0-7 of TEXT on the HTP and on the CPU provider, the same graph: top-1 equal, logits
+    within MAX_DLOGIT."""
+    ids = Generator.load(folder).codec.encode(TEXT)[:8]
+    cpu, htp = teacher_forced(folder, "cpu", ids), teacher_forced(folder, "qnn", ids)
     dlogit = np.abs(cpu - htp).max(-1)
-    print(f"max |dlogit| per position: {np.round(dlogit, 3).tolist()}")
+    print(f"{folder.name}: max |dlogit| per position: {np.round(dlogit, 3).tolist()}")
     assert (cpu.argmax(-1) == htp.argmax(-1)).all()
     assert dlogit.max() <= MAX_DLOGIT
+
+
+def test_htp_logits_match_the_cpu_provider_on_positions_0_to_7(smollm2_qnn: Path) -> None:
+    assert_htp_matches_cpu(smollm2_qnn)
 
 
 def test_a_context_binary_is_generated_and_reloaded(smollm2_qnn: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -134,9 +140,4 @@ def test_int4_matmulnbits_runs_whole_on_the_htp_and_matches_the_cpu_provider(smo
     session = create_session(smollm2_qnn_int4 / "model_s2.onnx", "qnn")  # fallback disabled
     assert set(qnn.node_assignment(session)) == {"QNNExecutionProvider"}
     del session
-    ids = Generator.load(smollm2_qnn_int4).codec.encode(TEXT)[:8]
-    cpu, htp = teacher_forced(smollm2_qnn_int4, "cpu", ids), teacher_forced(smollm2_qnn_int4, "qnn", ids)
-    dlogit = np.abs(cpu - htp).max(-1)
-    print(f"int4: max |dlogit| per position: {np.round(dlogit, 3).tolist()}")
-    assert (cpu.argmax(-1) == htp.argmax(-1)).all()
-    assert dlogit.max() <= MAX_DLOGIT
+    assert_htp_matches_cpu(smollm2_qnn_int4)
