@@ -55,19 +55,25 @@ def test_every_node_runs_on_the_htp_with_cpu_fallback_disabled(smollm2_qnn: Path
         assert set(assigned) == {"QNNExecutionProvider"} and assigned["QNNExecutionProvider"] > 3000, assigned
 
 
-def assert_htp_matches_cpu(folder: Path) -> None:
-    """Positions 0-7 of TEXT on the HTP and on the CPU provider, the same graph: top-1 equal, logits
-    within MAX_DLOGIT."""
+def assert_htp_matches_cpu(folder: Path, near_ties: bool = False) -> None:
+    """Positions 0-7 of TEXT on the HTP and on the CPU provider, the same graph: logits within
+    MAX_DLOGIT, top-1 equal (with near_ties: except where the CPU's two best are closer than twice
+    the row's gap, the only place a gap that small can swap them)."""
     ids = Generator.load(folder).codec.encode(TEXT)[:8]
     cpu, htp = teacher_forced(folder, "cpu", ids), teacher_forced(folder, "qnn", ids)
     dlogit = np.abs(cpu - htp).max(-1)
-    print(f"{folder.name}: max |dlogit| per position: {np.round(dlogit, 3).tolist()}")
-    assert (cpu.argmax(-1) == htp.argmax(-1)).all()
+    top2 = np.sort(cpu, axis=-1)[:, -2:]
+    margin = top2[:, 1] - top2[:, 0]
+    same = cpu.argmax(-1) == htp.argmax(-1)
+    print(f"{folder.name}: max |dlogit| {np.round(dlogit, 3).tolist()}, CPU margin {np.round(margin, 3).tolist()}, "
+          f"top-1 equal {same.tolist()}")
     assert dlogit.max() <= MAX_DLOGIT
+    assert (same | (near_ties & (margin < 2 * dlogit))).all()
 
 
 def test_htp_logits_match_the_cpu_provider_on_positions_0_to_7(smollm2_qnn: Path) -> None:
-    assert_htp_matches_cpu(smollm2_qnn)
+    """QDQ: on the AVX-512 EPYC top-1 was equal at all 8 positions; on an AVX2 one a near-tie swapped."""
+    assert_htp_matches_cpu(smollm2_qnn, near_ties=True)
 
 
 def test_a_context_binary_is_generated_and_reloaded(smollm2_qnn: Path, capsys: pytest.CaptureFixture[str]) -> None:
