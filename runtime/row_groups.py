@@ -66,8 +66,7 @@ def probe_rows(model: OnnxModel) -> RowPolicy:
 
 def row_policy(model: OnnxModel, single_steps: bool = False) -> RowPolicy:
     """The row policy a target is loaded with: the probed one, or with `single_steps` unpadded
-    passes (plain decoding in 1-token steps, exact only if rows are exact in any pass)."""
-    policy = probe_rows(model)
+    1-token passes for plain decoding only (no drafter may use them, so nothing to probe)."""
     if single_steps:
-        return RowPolicy(exact=policy.exact and policy.group == 1)
-    return policy
+        return RowPolicy(exact=False)
+    return probe_rows(model)

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specedge.runtime import Generator, OnnxModel, qnn
+from specedge.runtime import OnnxModel, qnn
+from specedge.runtime.manifest import load_manifest
+from specedge.runtime.text import TextCodec
 
 TEXTS = [  # code, prose, a chat turn: kinds of text the pair serves
     "def binary_search(items, target):\n    lo, hi = 0, len(items) - 1\n    while lo <= hi:",
@@ -39,7 +41,7 @@ def main() -> None:
     parser.add_argument("--soc", default=None)
     args = parser.parse_args()
     qnn.set_default_soc(args.soc)
-    codec = Generator.load(args.artifact).codec
+    codec = TextCodec(args.artifact, load_manifest(args.artifact))  # the tokenizer only: no session
     totals = {"cpu": [0, 0], "ref": [0, 0]}
     worst = 0.0
     for text in TEXTS:
