@@ -88,7 +88,7 @@ def stops_and_rounds(smol: dict[str, Generator], drafter: str, monkeypatch: pyte
 
 
 @pytest.mark.parametrize(("drafter", "sampling"), [("draft-model", "greedy"), ("ngram", "greedy"),
-                                                    ("draft-model", "sampled")])
+                                                    pytest.param("draft-model", "sampled", marks=pytest.mark.slow)])
 def test_stop_strings_end_speculation_where_plain_decoding_ends(smol: dict[str, Generator], drafter: str,
                                                                 sampling: str, monkeypatch: pytest.MonkeyPatch) -> None:
     run = {"sampling": SAMPLED if sampling == "sampled" else SamplingParams(), "seed": 11}
