@@ -49,6 +49,7 @@ class DeviceProfile:
     latencies: tuple[Latency, ...] = ()
     acceptance: dict[str, float] = field(default_factory=dict)  # "target+draft" -> measured alpha
     cpu: dict[str, Any] = field(default_factory=dict)  # a measured profile's CPU (device_profiles/cpu.py)
+    choices: dict[str, Any] = field(default_factory=dict)  # model -> its default export here (specedge/choose.py)
 
     def latency(self, artifact: str) -> Latency | None:
         return next((lat for lat in self.latencies if lat.artifact == artifact), None)
@@ -74,7 +75,7 @@ def parse_profile(data: dict[str, Any], origin: str = "profile") -> DeviceProfil
                           for lat in data.get("latencies", []))
         return DeviceProfile(name=data["name"], description=data["description"], providers=tuple(data["providers"]),
                              latencies=latencies, acceptance=dict(data.get("acceptance", {})),
-                             cpu=dict(data.get("cpu", {})), **figures)
+                             cpu=dict(data.get("cpu", {})), choices=dict(data.get("choices", {})), **figures)
     except ProfileError:
         raise
     except (KeyError, TypeError, AttributeError, ValueError) as e:

@@ -117,9 +117,11 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         license="Apache-2.0 (Qwen2.5-Coder by Alibaba Cloud)",
-        # int8 x int8 MatMulInteger: a 9-wide pass costs ~1.3 steps (int4: ~2.7), rows stay exact
+        # two exports; used without a quant, the one that decodes fastest on the user's CPU, measured
+        # there once (specedge/choose.py). w8a8 (int8 x int8 MatMulInteger): rows exact, a 9-wide pass
+        # ~1.3 steps with AMX; int4 (MatMulNBits block 128): the fastest 1-token step on CPUs without
+        # AMX (0.5-0.65 of w8a8's), rows exact only in groups (runtime/row_groups.py)
         export=ExportDefaults(quant="w8a8", context=4096),
-        # :int4, the fastest step (~0.65 of w8a8's); exact only in row pairs (runtime/row_groups.py)
         variants=(ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused"),),
     ),
     ModelEntry(

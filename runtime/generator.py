@@ -174,8 +174,10 @@ class Generator:
     @classmethod
     def load(cls, target: str | Path, draft: str | Path | None = None, ngram: bool = False,
              provider: str = "cpu", draft_provider: str | None = None, threads: int | None = None,
-             config: SpecConfig | None = None, fallback: str | None = None) -> Generator:
-        """fallback: a provider to use (and say so) when `provider` is missing, e.g. "cpu"."""
+             config: SpecConfig | None = None, fallback: str | None = None,
+             single_steps: bool = False) -> Generator:
+        """fallback: a provider to use (and say so) when `provider` is missing, e.g. "cpu".
+        single_steps: plain decoding in unpadded 1-token passes (no draft; see `__init__`)."""
         draft_provider = resolve_provider(draft_provider or provider, fallback)
         provider = resolve_provider(provider, fallback)
         target_model = OnnxModel(target, provider=provider, threads=threads, spin=draft is None)
@@ -183,7 +185,8 @@ class Generator:
         if draft is not None:
             model = OnnxModel(draft, provider=draft_provider, threads=threads)
             check_pair(target_model, model)  # before the draft's cache is made
-        return cls(target_model, build_drafter(target_model.manifest.vocab_size, model, ngram), config)
+        return cls(target_model, build_drafter(target_model.manifest.vocab_size, model, ngram), config,
+                   single_steps=single_steps)
 
     def encode(self, prompt: Prompt, chat: bool = False) -> list[int]:
         """Token ids of a prompt: text, chat messages, or token ids (checked against the vocabulary)."""

@@ -4,9 +4,11 @@ onnxruntime CPU provider, and whether each row of a wide pass is bitwise a 1-tok
 
     .venv/bin/python scripts/kernel_formats.py [--count 80]
 
-Formats: MatMulNBits 4-bit at block 32/64/128 and accuracy 0/4, 8-bit at block 32, and int8
-weights x int8 activations quantized per row in the graph (MatMulInteger, specedge's w8a8).
-Weights are random: only speed and row exactness are measured here.
+Formats: MatMulNBits 4-bit at block 32/64/128 and accuracy 0/4, 8-bit at block 32, int8 weights x
+activations quantized per row in the graph (MatMulInteger, specedge's w8a8), and ONNX Runtime's
+DynamicQuantizeMatMul (activations quantized per tensor: a row depends on the others, never exact).
+Weights are random: only speed and row exactness are measured here. "exact" compares the rows of
+1-token passes with those of a wide pass; "in pairs" the rows of a 4-row pass with two 2-row passes.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 K, N = 1536, 8960
-FORMATS = ("4_32_4", "4_32_0", "4_64_4", "4_128_4", "8_32_4", "w8a8")
+FORMATS = ("4_32_4", "4_32_0", "4_64_4", "4_128_4", "4_128_0", "8_32_4", "w8a8", "dqmm")
 
 
 def nbits_nodes(count: int, bits: int, block: int, accuracy: int, rng: np.random.Generator):
@@ -58,10 +60,23 @@ def w8a8_nodes(count: int, rng: np.random.Generator):
     return nodes, inits
 
 
+def dqmm_nodes(count: int, rng: np.random.Generator):
+    """DynamicQuantizeMatMul: uint8 activations quantized per tensor at run time, int8 weights per channel."""
+    nodes, inits = [], []
+    for i in range(count):
+        inits += [numpy_helper.from_array(rng.integers(-127, 128, (K, N), dtype=np.int8), f"W{i}"),
+                  numpy_helper.from_array((rng.random(N, dtype=np.float32) * 0.01).astype(np.float32), f"WS{i}")]
+        nodes.append(helper.make_node("DynamicQuantizeMatMul", ["x", f"W{i}", f"WS{i}"], [f"y{i}"],
+                                      domain="com.microsoft"))
+    return nodes, inits
+
+
 def build(fmt: str, count: int, folder: Path) -> tuple[Path, int]:
     rng = np.random.default_rng(0)
     if fmt == "w8a8":
         nodes, inits = w8a8_nodes(count, rng)
+    elif fmt == "dqmm":
+        nodes, inits = dqmm_nodes(count, rng)
     else:
         bits, block, accuracy = map(int, fmt.split("_"))
         nodes, inits = nbits_nodes(count, bits, block, accuracy, rng)
@@ -77,41 +92,50 @@ def build(fmt: str, count: int, folder: Path) -> tuple[Path, int]:
     return path, weight_bytes
 
 
-def measure(path: Path, widths: tuple[int, ...] = (1, 2, 3, 5, 9), repeats: int = 7) -> tuple[dict[int, float], bool]:
+def measure(path: Path, widths: tuple[int, ...] = (1, 2, 3, 5, 9), repeats: int = 7
+            ) -> tuple[dict[int, float], bool, bool]:
+    """(median seconds per width, rows exact, rows exact in pairs)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(1).standard_normal((max(widths), K)).astype(np.float32)
-    times, rows_exact, single = {}, True, None
+    times = {}
     for width in widths:
         for _ in range(2):
-            out = session.run(None, {"x": x[:width]})
+            session.run(None, {"x": x[:width]})
         samples = []
         for _ in range(repeats):
             start = time.perf_counter()
-            out = session.run(None, {"x": x[:width]})
+            session.run(None, {"x": x[:width]})
             samples.append(time.perf_counter() - start)
         times[width] = statistics.median(samples)
-        if width == 1:
-            single = out
-        else:  # row 0 of a wide pass against the 1-token pass of the same row
-            rows_exact &= all(np.array_equal(a[0], b[0]) for a, b in zip(out, single, strict=True))
-    return times, rows_exact
+
+    def rows(first: int, width: int) -> list[np.ndarray]:
+        return session.run(None, {"x": x[first:first + width]})
+
+    wide = rows(0, 4)
+    singles = [rows(i, 1) for i in range(4)]
+    exact = all(np.array_equal(w[i], s[0]) for i, one in enumerate(singles) for w, s in zip(wide, one, strict=True))
+    pairs = [rows(0, 2), rows(2, 2)]
+    in_pairs = all(np.array_equal(w[2 * j:2 * j + 2], p) for j, two in enumerate(pairs)
+                   for w, p in zip(wide, two, strict=True))
+    return times, exact, in_pairs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=80, help="matrices in the stack")
     args = parser.parse_args()
-    print("| format | t(1) | weight GB/s at S=1 | S=2 | S=3 | S=5 | S=9 | rows exact |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| format | t(1) | weight GB/s at S=1 | S=2 | S=3 | S=5 | S=9 | rows exact | in pairs |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for fmt in FORMATS:
         with tempfile.TemporaryDirectory() as tmp:
             path, weight_bytes = build(fmt, args.count, Path(tmp))
-            times, exact = measure(path)
+            times, exact, in_pairs = measure(path)
         t1 = times[1]
         ratios = " | ".join(f"{times[w] / t1:.2f}" for w in (2, 3, 5, 9))
-        print(f"| {fmt} | {t1 * 1000:.1f} ms | {weight_bytes / t1 / 1e9:.1f} | {ratios} | {'yes' if exact else 'no'} |")
+        marks = " | ".join("yes" if ok else "no" for ok in (exact, in_pairs))
+        print(f"| {fmt} | {t1 * 1000:.1f} ms | {weight_bytes / t1 / 1e9:.1f} | {ratios} | {marks} |")
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ def traffic_note(s: GenerationStats) -> str:
 @dataclass
 class ChatSession:
     generator: Generator
-    out: TextIO = sys.stdout
+    out: TextIO = field(default_factory=lambda: sys.stdout)  # the stdout of when the session starts
     system: str | None = None
     max_new_tokens: int = 512
     show_draft: bool = False

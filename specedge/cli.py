@@ -106,7 +106,7 @@ def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequenc
     from specedge.runtime.decoding import SpecConfig
 
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    auto = args.gamma == "auto" and not no_draft
+    auto = args.gamma in (None, "auto") and not no_draft  # None: not given, auto
     gamma = 0 if no_draft else (4 if auto else int(args.gamma))
     return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens, sampling=sampling,
                       stop_strings=tuple(stop or ()), seed=args.seed, ignore_eos=ignore_eos)
@@ -143,13 +143,32 @@ def pair_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
     return target, draft
 
 
-def load_generator(args: argparse.Namespace, target: Path, draft: Path | None, ngram: bool, config: object):
+def default_pair(args: argparse.Namespace) -> tuple[Path, Path | None, bool]:
+    """(target, draft, single_steps) for chat and serve: `pair_paths`, except that a registry pair
+    whose target decodes fastest plainly on this CPU (specedge/choose.py) runs without its draft,
+    in 1-token steps, unless drafts are asked for (--gamma or --ngram)."""
+    target, draft = pair_paths(args)
+    if args.target or args.gamma is not None or args.ngram:
+        return target, draft, False
+    from specedge.choose import speculates_by_default
+    from specedge.models.registry import get_pair
+
+    if speculates_by_default(get_pair(args.pair).target):
+        return target, draft, False
+    print(f"specedge: {Path(target).name} decodes fastest on this CPU in 1-token steps without drafts "
+          "(measured once: `specedge profile measure` measures again); --gamma auto speculates", file=sys.stderr)
+    return target, None, True
+
+
+def load_generator(args: argparse.Namespace, target: Path, draft: Path | None, ngram: bool, config: object,
+                   single_steps: bool = False):
     """A Generator on the providers the flags of `add_provider_flags` name, with this machine's
     measured bandwidth for the stats."""
     from specedge.runtime.generator import Generator
 
     gen = Generator.load(target, draft=draft, ngram=ngram, provider=args.provider, draft_provider=args.draft_provider,
-                         threads=args.threads, config=config, fallback=args.fallback)  # type: ignore[arg-type]
+                         threads=args.threads, config=config, fallback=args.fallback,  # type: ignore[arg-type]
+                         single_steps=single_steps)
     gen.bandwidth_gb_per_s = machine_bandwidth()
     return gen
 
@@ -208,8 +227,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     from specedge.chat import HELP, ChatSession, terminal_lines
 
-    target, draft = pair_paths(args)
-    gen = load_generator(args, target, draft, args.ngram, build_config(args))
+    target, draft, single_steps = default_pair(args)
+    gen = load_generator(args, target, draft, args.ngram, build_config(args, no_draft=single_steps), single_steps)
     session = ChatSession(gen, system=args.system, max_new_tokens=args.max_new_tokens,
                           show_draft=args.show_draft)
     if args.prompt is not None:
@@ -223,6 +242,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_profile_measure(args: argparse.Namespace) -> int:
+    from specedge.choose import default_choice, verdict
     from specedge.profiling import measure_device
 
     target = artifact_arg(args.target) if args.target else None
@@ -234,6 +254,10 @@ def cmd_profile_measure(args: argparse.Namespace) -> int:
         print(f"t(S) {lat.artifact}: {widths}")
     for pair, alpha in profile.acceptance.items():
         print(f"acceptance {pair}: {alpha:.2f}")
+    for model in profile.choices:  # the defaults chosen on this CPU: measured again
+        choice = default_choice(model, remeasure=True)
+        if choice is not None:
+            print(f"default for {model} here: {verdict(choice)}")
     print(f"wrote {path}")
     return 0
 
@@ -263,7 +287,8 @@ def cmd_profile_predict(args: argparse.Namespace) -> int:
 def add_profile(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="measure this device, or predict tokens/s and γ for a device profile")
     psub = p.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
-    m = psub.add_parser("measure", help="measure bandwidth, t(S) and acceptance here; write a device profile")
+    m = psub.add_parser("measure", help="measure bandwidth, t(S) and acceptance here, choose the default "
+                                        "exports again; write a device profile")
     m.add_argument("--target", help="target artifact folder or registry model")
     m.add_argument("--draft", help="draft artifact folder or registry model")
     m.add_argument("--name", default="this-device", help="profile name (default this-device)")
@@ -338,7 +363,7 @@ def add_gamma_flags(p: argparse.ArgumentParser) -> None:
     """--ngram and --gamma: how drafts are made, and how many per round."""
     p.add_argument("--ngram", action="store_true",
                    help="draft by n-gram lookup in the context; with a draft model: hybrid (lookup where it matches)")
-    p.add_argument("--gamma", type=gamma_arg, default="auto",
+    p.add_argument("--gamma", type=gamma_arg, default=None,
                    help="draft tokens per target pass, or auto (default): chosen each round from measured "
                         "acceptance and pass times, plain decoding where speculation does not pay")
 

@@ -6,8 +6,9 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 from specedge.contract import MAX_VERIFY_WIDTH, gamma_choices
 from specedge.device_profiles.measure import measure_bandwidth
@@ -142,13 +143,8 @@ def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 96, gamm
 
 
 def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEVICE) -> tuple[DeviceProfile, Path]:
-    """Measure bandwidth (and t(S), acceptance of the pair when given) and write a profile."""
-    from specedge.device_profiles.cpu import cpu_info
-    from specedge.runtime.session import physical_cores
-
-    bw = measure_bandwidth()
-    day = time.strftime("%Y-%m-%d")
-    source = f"specedge profile measure, {bw.threads}-thread read of {bw.buffer_bytes >> 20} MiB, {day}"
+    """Measure bandwidth (and t(S), acceptance of the pair when given) and write a profile. The
+    default exports chosen on this CPU (specedge/choose.py) are kept."""
     latencies, acceptance = [], {}
     for folder in (p for p in (target, draft) if p is not None):
         model = OnnxModel(folder)
@@ -159,8 +155,23 @@ def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEV
                                  time_widths(model, widths, rows=rows)))
     if target is not None and draft is not None:
         acceptance[f"{Path(target).name}+{Path(draft).name}"] = measure_acceptance(target, draft)
+    path = profiles_dir() / f"{name}.json"
+    profile = replace(new_profile(name), latencies=tuple(latencies), acceptance=acceptance,
+                      choices=kept_choices(path))
+    save_profile(profile, path)
+    return profile, path
+
+
+def new_profile(name: str = THIS_DEVICE) -> DeviceProfile:
+    """A profile of this machine: its measured bandwidth, memory, cores and CPU."""
+    from specedge.device_profiles.cpu import cpu_info
+    from specedge.runtime.session import physical_cores
+
+    bw = measure_bandwidth()
+    day = time.strftime("%Y-%m-%d")
+    source = f"specedge profile measure, {bw.threads}-thread read of {bw.buffer_bytes >> 20} MiB, {day}"
     unknown = {"value": None, "kind": "unpublished", "source": "not measured by specedge"}
-    data = {
+    return parse_profile({
         "name": name, "description": "this machine, measured by `specedge profile measure`",
         "memory_bandwidth_gb_per_s": {"value": round(bw.read_gb_per_s, 2), "kind": "measured", "source": source},
         "compute_int8_tops": unknown, "compute_fp16_tops": unknown,
@@ -168,12 +179,18 @@ def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEV
         "cpu_cores": {"value": physical_cores(), "kind": "measured", "source": "os.sched_getaffinity"},
         "providers": ["cpu"],
         "cpu": cpu_info().to_dict(),
-    }
-    profile = parse_profile(data)
-    profile = DeviceProfile(**{**profile.__dict__, "latencies": tuple(latencies), "acceptance": acceptance})
-    path = profiles_dir() / f"{name}.json"
-    save_profile(profile, path)
-    return profile, path
+    })
+
+
+def kept_choices(path: Path) -> dict[str, Any]:
+    """The default exports an earlier profile at `path` chose on this same CPU (none otherwise)."""
+    from specedge.device_profiles.cpu import cpu_info
+
+    try:
+        old = load_profile(path) if path.is_file() else None
+    except (ProfileError, OSError):
+        return {}
+    return dict(old.choices) if old is not None and old.cpu == cpu_info().to_dict() else {}
 
 
 def _memory_gb() -> float:

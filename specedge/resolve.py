@@ -24,8 +24,13 @@ def cached_artifact(name: str, quant: str | None = None) -> Path:
 
 
 def resolve_model(name: str, quant: str | None = None) -> Path:
-    """The artifact of a registry model, fetching and exporting what is missing."""
+    """The artifact of a registry model, fetching and exporting what is missing. Without a quant,
+    the export chosen for this machine (specedge/choose.py: measured once)."""
     entry = get_model(name)
+    if quant is None and entry.variants:
+        from specedge.choose import default_quant
+
+        quant = default_quant(name)
     settings = export_settings(entry, quant)
     out = artifact_path(entry.name, entry.sha256, settings)
     if is_exported(out):

@@ -29,7 +29,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--target", help="target artifact folder or registry model (instead of --pair)")
     p.add_argument("--draft", help="draft artifact folder or registry model (with --target)")
     p.add_argument("--ngram", action="store_true", help="n-gram lookup; with a draft model: hybrid drafting")
-    p.add_argument("--gamma", type=gamma_arg, default="auto", help="draft tokens per target pass, or auto (default)")
+    p.add_argument("--gamma", type=gamma_arg, default=None, help="draft tokens per target pass, or auto (default)")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}, this "
                                                         "machine only; the server has no authentication)")
     p.add_argument("--port", type=nonnegative_int, default=DEFAULT_PORT,
@@ -91,24 +91,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise SpecEdgeError(f"specedge serve needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[serve]'") from None
-    from specedge.cli import artifact_arg, machine_bandwidth
+    from specedge.cli import default_pair, machine_bandwidth
     from specedge.kernels.sampling import SamplingParams
     from specedge.runtime.decoding import SpecConfig
     from specedge.runtime.generator import Generator
 
     sock = listen(args.host, args.port)  # before the models load: a port in use fails at once
-    if args.target:
-        target, draft = artifact_arg(args.target), args.draft and artifact_arg(args.draft)
-    else:
-        from specedge.resolve import resolve_pair
-
-        target, draft, _ = resolve_pair(args.pair)
-    auto = args.gamma == "auto"  # requests override the length and sampling fields
-    config = SpecConfig(gamma=4 if auto else int(args.gamma), auto_gamma=auto, max_new_tokens=args.max_tokens,
-                        sampling=SamplingParams(temperature=args.temperature, top_k=args.top_k), seed=args.seed)
+    target, draft, single_steps = default_pair(args)
+    auto = args.gamma in (None, "auto") and not single_steps  # requests override the length and sampling fields
+    gamma = 0 if single_steps else 4 if auto else int(args.gamma)
+    config = SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_tokens, seed=args.seed,
+                        sampling=SamplingParams(temperature=args.temperature, top_k=args.top_k))
     gen = Generator.load(target, draft=draft or None, ngram=args.ngram, provider=args.provider,
                          draft_provider=args.draft_provider, threads=args.threads, config=config,
-                         fallback=args.fallback)
+                         fallback=args.fallback, single_steps=single_steps)
     gen.bandwidth_gb_per_s = machine_bandwidth()
     name = model_id(args)
     settings = ServeSettings(model_id=name, aliases=(Path(target).name,), queue_size=args.queue,
