@@ -40,7 +40,9 @@ class Run:
     kind: str
     mode: str  # "plain", "draft-g4", "draft-auto", "ngram", "hybrid"
     tokens: int
-    tokens_per_s: float
+    tokens_per_s: float  # decoding: the tokens after the first over the time after it
+    e2e_tokens_per_s: float  # every token over the whole time, prefill included
+    ttft_s: float  # time to the first token: the prompt's passes and the first token's choice
     ratio: float  # to plain decoding of the same prompt
     ratio_best_plain: float  # to the faster of plain decoding and the baseline's plain decoding
     tokens_per_pass: float
@@ -122,7 +124,8 @@ def run_prompt(index: int, row: dict[str, str], jobs: Sequence[Job], max_new_tok
         tokens.setdefault(job.reference, result.token_ids)
         plain_speed = plain_speed or s.tokens_per_s
         runs.append(Run(prompt=index, kind=row["kind"], mode=job.mode, tokens=s.n_tokens, tokens_per_s=s.tokens_per_s,
-                        ratio=s.tokens_per_s / plain_speed if plain_speed else 0.0,
+                        e2e_tokens_per_s=s.n_tokens / s.time_total_s if s.time_total_s else 0.0,
+                        ttft_s=s.time_prefill_s, ratio=s.tokens_per_s / plain_speed if plain_speed else 0.0,
                         ratio_best_plain=0.0,  # set below, once both plain decodings have run
                         tokens_per_pass=s.mean_accepted_per_target_call, acceptance=s.acceptance_rate,
                         identical=result.token_ids == tokens[job.reference], gamma=s.gamma,
@@ -151,6 +154,8 @@ def summarize(runs: list[Run]) -> dict[str, dict[str, dict[str, float]]]:
             sel = [r for r in runs if r.mode == mode and (kind == "all" or r.kind == kind)]
             table[kind][mode] = {
                 "tokens_per_s": statistics.median(r.tokens_per_s for r in sel),
+                "e2e_tokens_per_s": statistics.median(r.e2e_tokens_per_s for r in sel),
+                "ttft_ms": statistics.median(r.ttft_s for r in sel) * 1000,
                 "ratio": statistics.median(r.ratio for r in sel),
                 "min_ratio": min(r.ratio for r in sel),
                 "ratio_best_plain": statistics.median(r.ratio_best_plain for r in sel),
@@ -170,8 +175,9 @@ def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict) -> 
     lines = [f"# specedge bench - {meta['target']} + {meta['draft']}", "",
              f"`{meta['command']}`", "",
              f"{meta['prompts']} prompts, greedy, up to {meta['max_new_tokens']} new tokens, {meta['date']}; "
-             f"peak memory {meta['peak_rss_gib']:.1f} GiB; CPU {cpu_label(meta)}. Ratios are to plain decoding "
-             "of the same prompt "
+             f"peak memory {meta['peak_rss_gib']:.1f} GiB; CPU {cpu_label(meta)}. tokens/s is decoding after the "
+             "first token; end-to-end counts every token over the whole time, prefill included. Ratios (of "
+             "decoding tokens/s) are to plain decoding of the same prompt "
              "(median over the kind); 'same' counts prompts whose tokens equal plain decoding's."]
     if meta.get("baseline"):
         lines.append(f"'{BASELINE}' is plain decoding of {meta['baseline']} in 1-token steps; 'vs best plain' is "
@@ -179,10 +185,11 @@ def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict) -> 
                      "plain decoding in row pairs, whose tokens the baseline's other modes are compared with.")
     lines.append("")
     for kind, modes_ in summary.items():
-        lines += [f"## {kind}", "", "| mode | tokens/s | ratio to plain | worst ratio | vs best plain | "
-                  "tokens/target pass | same |", "|---|---|---|---|---|---|---|"]
+        lines += [f"## {kind}", "", "| mode | tokens/s | end-to-end tokens/s | time to first token | ratio to plain | "
+                  "worst ratio | vs best plain | tokens/target pass | same |", "|---|---|---|---|---|---|---|---|---|"]
         for mode, m in modes_.items():
-            lines.append(f"| {mode} | {m['tokens_per_s']:.1f} | {m['ratio']:.2f} | {m['min_ratio']:.2f} | "
+            lines.append(f"| {mode} | {m['tokens_per_s']:.1f} | {m['e2e_tokens_per_s']:.1f} | {m['ttft_ms']:.0f} ms | "
+                         f"{m['ratio']:.2f} | {m['min_ratio']:.2f} | "
                          f"{m['ratio_best_plain']:.2f} | {m['tokens_per_pass']:.2f} | "
                          f"{m['identical']}/{m['prompts']} |")
         lines.append("")

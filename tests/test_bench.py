@@ -22,8 +22,11 @@ def test_bench_writes_tables_and_checks_identity(tiny_llama: tuple[Path, Path, P
     from specedge.device_profiles.cpu import cpu_info
 
     assert data["meta"]["cpu"] == cpu_info().to_dict()  # a result says which CPU measured it
+    for run in data["runs"]:  # end to end: every token over the first token's time plus the decoding's
+        n, total = run["tokens"], run["ttft_s"] + (run["tokens"] - 1) / run["tokens_per_s"]
+        assert run["ttft_s"] > 0 and abs(run["e2e_tokens_per_s"] - n / total) < 1e-6 * run["e2e_tokens_per_s"]
     text = report.read_text()
-    assert f"CPU {cpu_info().label()}" in text
+    assert f"CPU {cpu_info().label()}" in text and "time to first token" in text
     assert "| hybrid |" in text and "## code" in text and "t(S)" in text
 
 
