@@ -125,6 +125,7 @@ def force_gamma_sequence(monkeypatch: pytest.MonkeyPatch, seed: int) -> list[int
     return picks
 
 
+@pytest.mark.slow  # by default, tests/runtime/test_lossless_sampling.py checks seeds at γ 1 and 3 on the tiny pair
 def test_a_seed_gives_the_same_tokens_at_any_fixed_gamma(smol: dict[str, Generator]) -> None:
     """Same seed: plain sampling, and speculation with either drafter at γ 2 and 4, give the same
     tokens; another seed gives other tokens."""
