@@ -142,6 +142,9 @@ class ChatSession:
 
     def set_gamma(self, arg: str) -> None:
         gen = self.generator
+        if gen.drafter is None:
+            self.say("[no drafts in this chat: it decodes plainly; start it with --gamma auto (or N) to speculate]")
+            return
         try:
             auto = arg.strip() == "auto"
             config = dataclasses.replace(gen.config, gamma=gen.config.gamma if auto else int(arg), auto_gamma=auto)

@@ -243,7 +243,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_profile_measure(args: argparse.Namespace) -> int:
     from specedge.choose import default_choice, verdict
-    from specedge.profiling import measure_device
+    from specedge.profiling import THIS_DEVICE, measure_device
 
     target = artifact_arg(args.target) if args.target else None
     draft = artifact_arg(args.draft) if args.draft else None
@@ -254,7 +254,7 @@ def cmd_profile_measure(args: argparse.Namespace) -> int:
         print(f"t(S) {lat.artifact}: {widths}")
     for pair, alpha in profile.acceptance.items():
         print(f"acceptance {pair}: {alpha:.2f}")
-    for model in profile.choices:  # the defaults chosen on this CPU: measured again
+    for model in profile.choices if args.name == THIS_DEVICE else ():  # the defaults chosen here: again
         choice = default_choice(model, remeasure=True)
         if choice is not None:
             print(f"default for {model} here: {verdict(choice)}")

@@ -39,6 +39,14 @@ def test_gamma_command(tiny_llama: tuple[Path, Path, Path]) -> None:
     assert "usage: /gamma N or /gamma auto" in out.getvalue() and "unknown command /nope" in out.getvalue()
 
 
+def test_gamma_command_without_a_draft_says_how_to_speculate(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, _ = tiny_llama
+    out = io.StringIO()
+    chat = ChatSession(Generator.load(target, single_steps=True, config=SpecConfig(gamma=0)), out=out)
+    chat.run(["/gamma 2"])
+    assert "--gamma auto" in out.getvalue() and chat.generator.config.gamma == 0
+
+
 def test_overflow_drops_oldest_turns(tiny_llama: tuple[Path, Path, Path]) -> None:
     chat, out = session(tiny_llama, max_new=16)  # context 64: a few turns overflow it
     chat.run(["first message", "second message", "third message"])
