@@ -29,6 +29,7 @@ from specedge.contract import MAX_VERIFY_WIDTH, round_rate
 
 SLACK = 0.05  # plain steps this much slower than the fastest 1-token step still count as "not slower"
 PRIOR_ALPHA = 0.7  # expected acceptance of a pair not measured here (code ~0.8, chat ~0.6)
+UNSAVED: dict[str, Choice] = {}  # choices no profile could keep (it cannot be read): measured once a process
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,8 @@ def default_choice(name: str, remeasure: bool = False) -> Choice | None:
         profile, path = None, None
     recorded = None if profile is None or remeasure else recorded_choice(profile.choices, name, cpu.to_dict(),
                                                                           profile.cpu)
+    if path is None and not remeasure:
+        recorded = UNSAVED.get(name)
     if recorded is not None:
         return recorded
     print(f"specedge: choosing how {name} decodes fastest on this CPU, once ({cpu.label()})",
@@ -217,6 +220,8 @@ def default_choice(name: str, remeasure: bool = False) -> Choice | None:
             profile = new_profile(THIS_DEVICE)
         save_profile(replace(profile, choices={**profile.choices, name: choice.to_dict()}), path)
         print(f"  kept in {path}", file=sys.stderr)
+    else:
+        UNSAVED[name] = choice
     return choice
 
 

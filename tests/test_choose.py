@@ -103,6 +103,7 @@ def two_ways(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: p
                                    seconds={w: s * scale for w, s in timed.seconds.items()})
 
     monkeypatch.setattr(choose, "time_candidate", timer)
+    monkeypatch.setattr(choose, "UNSAVED", {})
     return quants
 
 
@@ -139,6 +140,8 @@ def test_an_unreadable_profile_is_named_and_left_alone(two_ways: list[str], tmp_
     assert choose.default_quant("two-ways") == "int4"
     assert str(path) in capsys.readouterr().err
     assert path.read_text() == "{not json"  # the user's file is not replaced
+    choose.speculates_by_default("two-ways")  # asked again in this process (chat asks twice): not re-measured
+    assert two_ways == ["fp32", "int4"]
 
 
 @pytest.mark.parametrize("speculate", [True, False])

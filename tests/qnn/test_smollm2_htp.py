@@ -15,7 +15,9 @@ import pytest
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
 from specedge.runtime import Generator, OnnxModel, SpecConfig, qnn
+from specedge.runtime.manifest import load_manifest
 from specedge.runtime.session import create_session
+from specedge.runtime.text import TextCodec
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +61,7 @@ def assert_htp_matches_cpu(folder: Path, near_ties: bool = False) -> None:
     """Positions 0-7 of TEXT on the HTP and on the CPU provider, the same graph: logits within
     MAX_DLOGIT, top-1 equal (with near_ties: except where the CPU's two best are closer than twice
     the row's gap, the only place a gap that small can swap them)."""
-    ids = Generator.load(folder).codec.encode(TEXT)[:8]
+    ids = TextCodec(folder, load_manifest(folder)).encode(TEXT)[:8]  # the tokenizer only: no session
     cpu, htp = teacher_forced(folder, "cpu", ids), teacher_forced(folder, "qnn", ids)
     dlogit = np.abs(cpu - htp).max(-1)
     top2 = np.sort(cpu, axis=-1)[:, -2:]
