@@ -7,7 +7,9 @@ max_new_tokens) by no longer pulling. The target's KV cache holds every token bu
 
 One round, in `decode_tokens`: plan (runtime/gamma.py), draft (`Drafter.propose`,
 runtime/drafters.py), verify (`OnnxModel.forward`), accept (`accept`, below: kernels/acceptance.py),
-commit (`KVCache.commit`; rejected entries lie beyond the cache's length).
+commit (`KVCache.commit`; rejected entries lie beyond the cache's length). A target that runs
+whole groups of rows (runtime/rows.py) would pad a round's pass with copies of its last token;
+`pad_guesses` fills those rows with the prompt lookup's guesses instead, verified at no cost.
 
 When sampling, the token at each position (its index in prompt + generated tokens) is the
 target's draw with that position's noise from `Draws`, keyed by (seed, position): a seeded run
@@ -25,7 +27,7 @@ import numpy as np
 from specedge.errors import SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_sampled
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count, probabilities
-from specedge.runtime.drafters import Draft, Drafter
+from specedge.runtime.drafters import Draft, Drafter, NgramDrafter
 from specedge.runtime.gamma import GammaController
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.model import ForwardOutput, OnnxModel
@@ -78,6 +80,17 @@ def fit_width(k: int, widths: Sequence[int]) -> int:
     return max(w for w in widths if w <= k + 1) - 1
 
 
+PAD_LOOKUP = NgramDrafter(vocab_size=0)  # its lookup reads only the token ids
+
+
+def pad_guesses(context: Sequence[int], drafts: Sequence[int], group: int, room: int) -> list[int]:
+    """Tokens for the rows that pad a pass of the pending token and `drafts` to a whole group of
+    rows (runtime/rows.py): the prompt lookup's continuation of context + drafts, at most
+    `room` - len(drafts) of them. The pass runs those rows anyway; each guess accepted is a token."""
+    pad = min(-(len(drafts) + 1) % group, room - len(drafts))
+    return PAD_LOOKUP.lookup([*context, *drafts], pad) if pad > 0 else []
+
+
 def accept(draft: Draft, out: ForwardOutput, params: SamplingParams, draws: Draws, start: int) -> AcceptResult:
     """The verification pass's k+1 rows, for positions start .. start+k, against the draft's k tokens."""
     tokens = np.asarray(draft.tokens, dtype=np.int64)
@@ -118,7 +131,8 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         source, gamma = None, config.gamma
         if controller is not None and drafter is not None:
             source, gamma = controller.plan(drafter.sources(context))
-        k = min(gamma, capacity - len(context), max(remaining - 1, 0))
+        room = min(capacity - len(context), max(remaining - 1, 0))
+        k = min(gamma, room)
         # draft: up to k tokens, trimmed to an exported verification width
         t_draft = 0.0
         draft = Draft(tokens=[])
@@ -130,6 +144,9 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
             stats.draft_calls += draft.calls
             stats.draft_traffic.add(draft.traffic)
             draft.tokens = draft.tokens[:fit_width(len(draft.tokens), widths)]
+        drafted = len(draft.tokens)
+        if drafter is not None and rows.group > 1:  # a speculative round: guesses in the pad rows
+            draft.tokens += pad_guesses(context, draft.tokens, rows.group, room)
         # verify: one target pass over the pending token and the drafts, a row each
         t = time.perf_counter()
         out = target.forward([context[-1], *draft.tokens], cache, all_logits=True, rows=rows)
@@ -140,9 +157,11 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         stats.target_traffic.add(out.traffic)
         t_verify = time.perf_counter() - t
         stats.time_verify_s += t_verify
-        stats.record_round(len(draft.tokens), result.n_accepted, gamma)
-        if controller is not None:
-            controller.observe(len(draft.tokens), result.n_accepted, t_draft, t_verify, source or "model")
+        n_drafts = min(result.n_accepted, drafted)
+        stats.record_round(drafted, n_drafts, gamma, guessed=len(draft.tokens) - drafted,
+                           guessed_accepted=result.n_accepted - n_drafts)
+        if controller is not None:  # judged on the source's own drafts; the pass time is the padded one's
+            controller.observe(drafted, n_drafts, t_draft, t_verify, source or "model")
         new = [*draft.tokens[:result.n_accepted], result.next_token]
         context.extend(new)
         if drafter is not None:

@@ -20,6 +20,8 @@ class GenerationStats:
     draft_calls: int = 0  # draft-model passes after prefill
     drafted: int = 0  # draft tokens proposed
     accepted: int = 0  # draft tokens accepted
+    guessed: int = 0  # prompt-lookup guesses in rows a padded pass runs anyway (runtime/decoding.py)
+    guessed_accepted: int = 0
     produced: int = 0  # tokens made by target passes after prefill (accepted drafts + the target's own)
     proposed_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
@@ -82,7 +84,10 @@ class GenerationStats:
             "roofline_fraction": achieved / bw if bw else None,
         }
 
-    def record_round(self, proposed: int, accepted: int, gamma: int) -> None:
+    def record_round(self, proposed: int, accepted: int, gamma: int, guessed: int = 0,
+                     guessed_accepted: int = 0) -> None:
+        """A target pass after prefill: `proposed` drafts asked for at `gamma`, `accepted` of them,
+        then `guessed_accepted` of the `guessed` pad-row guesses after them, then the target's token."""
         self.gamma_counts[gamma] = self.gamma_counts.get(gamma, 0) + 1
         if self.gamma_auto:
             self.gamma = max(self.gamma_counts, key=lambda g: self.gamma_counts[g])
@@ -95,7 +100,9 @@ class GenerationStats:
             self.accepted_by_position[i] += int(i < accepted)
         self.drafted += proposed
         self.accepted += accepted
-        self.produced += accepted + 1
+        self.guessed += guessed
+        self.guessed_accepted += guessed_accepted
+        self.produced += accepted + guessed_accepted + 1
         self.target_calls += 1
 
     def to_dict(self) -> dict[str, object]:

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from specedge.errors import SpecEdgeError
+from specedge.kernels.sampling import SamplingParams
 from specedge.runtime import Generator, OnnxModel, SpecConfig, row_groups
+from specedge.runtime.decoding import pad_guesses
 from specedge.runtime.drafters import DraftModelDrafter
 from specedge.runtime.row_groups import probe_rows, rows_by_split
 from specedge.runtime.rows import RowPolicy
@@ -63,6 +65,37 @@ def test_speculation_over_a_fused_target_equals_its_plain_decoding(tiny_pair: tu
             result = spec.generate(prompt)
             assert result.token_ids == plain.generate(prompt).token_ids
             assert result.stats.stop_reason == "context"
+
+
+def test_the_rows_that_pad_a_pass_carry_lookup_guesses_that_are_accepted(tiny_pair: tuple[Path, Path, Path]
+                                                                          ) -> None:
+    """Over a target that runs row pairs, a round of 2 drafts (3 rows) runs a fourth row anyway:
+    it verifies the prompt lookup's guess there, greedy or sampled; the tokens are plain decoding's."""
+    _, exact, fused = tiny_pair
+    for sampling in (SamplingParams(), SamplingParams(temperature=0.8, top_p=0.95)):
+        config = SpecConfig(gamma=2, max_new_tokens=40, ignore_eos=True, sampling=sampling, seed=5)
+        plain = Generator.load(fused, config=SpecConfig(gamma=0, max_new_tokens=40, ignore_eos=True,
+                                                        sampling=sampling, seed=5))
+        spec = Generator.load(fused, draft=exact, config=config)
+        assert spec.rows.group == 2
+        prompt = "abcabcabcabcabcabcabc"
+        result = spec.generate(prompt)
+        assert result.token_ids == plain.generate(prompt).token_ids
+        stats = result.stats
+        assert 0 < stats.guessed <= stats.target_calls  # a round: 2 drafts, and a guess where the lookup has one
+        assert stats.guessed_accepted > 0 or not sampling.greedy  # the tiny models' samples rarely repeat
+        assert stats.produced == stats.accepted + stats.guessed_accepted + stats.target_calls
+
+
+def test_pad_guesses_fill_only_the_rows_that_pad_the_group_within_room() -> None:
+    context = [1, 2, 3, 4, 1, 2, 3]
+    assert pad_guesses(context, [], group=2, room=5) == [4]  # 1 row + 1 guess
+    assert pad_guesses(context, [4], group=2, room=5) == []  # 2 rows: a whole group
+    assert pad_guesses(context, [], group=4, room=5) == [4, 1, 2]
+    assert pad_guesses(context, [4, 1], group=4, room=5) == [2]  # the lookup continues the drafts
+    assert pad_guesses(context, [], group=4, room=2) == [4, 1]  # capped by max_new_tokens and the context
+    assert pad_guesses(context, [], group=4, room=0) == []
+    assert pad_guesses([7, 8, 9], [], group=2, room=5) == []  # nothing to look up
 
 
 def test_rows_that_never_agree_refuse_speculation(tiny_pair: tuple[Path, Path, Path],
