@@ -161,7 +161,8 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         stats.record_round(drafted, n_drafts, gamma, guessed=len(draft.tokens) - drafted,
                            guessed_accepted=result.n_accepted - n_drafts)
         if controller is not None:  # judged on the source's own drafts; the pass time is the padded one's
-            controller.observe(drafted, n_drafts, t_draft, t_verify, source or "model")
+            controller.observe(drafted, n_drafts, t_draft, t_verify, source or "model",
+                               guessed_accepted=result.n_accepted - n_drafts)
         new = [*draft.tokens[:result.n_accepted], result.next_token]
         context.extend(new)
         if drafter is not None:

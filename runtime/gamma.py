@@ -9,7 +9,9 @@ accepted / (accepted + rejections): the drafts after a rejection were never test
 them as failures (accepted / proposed) underrates α whenever acceptance comes in runs, as it
 does. Widths not yet measured come from a straight line through the measured ones. The controller
 picks the γ (0 = plain) with the most tokens per second; while plain decoding wins it still
-drafts every `probe_every` rounds, so a rise in acceptance is noticed.
+drafts every `probe_every` rounds, so a rise in acceptance is noticed. A plain step over a target
+that runs row pairs also checks a prompt-lookup guess in its pad row (runtime/decoding.py): the
+tokens those guesses add per plain step are averaged too, and count in plain decoding's rate.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class GammaController:
     t_verify: dict[int, float] = field(default_factory=dict)  # width -> seconds
     sources: dict[str, SourceStats] = field(default_factory=dict)
     plain_rounds: int = 0
+    plain_bonus: float = 0.0  # tokens accepted from pad-row guesses per plain step (moving average)
 
     @classmethod
     def for_widths(cls, widths: Sequence[int], start: int = 4) -> GammaController:
@@ -74,7 +77,7 @@ class GammaController:
     def rate(self, gamma: int, source: str = "model") -> float:
         """Predicted tokens per second at this γ (0: plain decoding)."""
         if gamma == 0:
-            return 1.0 / self.verify_seconds(1)
+            return (1.0 + self.plain_bonus) / self.verify_seconds(1)
         s = self.stats(source)
         t_draft = s.t_draft if s.t_draft is not None else 0.0
         return round_rate(s.alpha, gamma, t_draft, self.verify_seconds(gamma + 1))
@@ -99,9 +102,11 @@ class GammaController:
         return None, 0
 
     def observe(self, proposed: int, accepted: int, draft_seconds: float, verify_seconds: float,
-                source: str = "model") -> None:
+                source: str = "model", guessed_accepted: int = 0) -> None:
         """Record a round: proposed / accepted drafts from `source`, time spent drafting them, and
-        the verification pass of width proposed + 1."""
+        the verification pass of width proposed + 1; for a plain step, the pad-row guesses it accepted."""
+        if not proposed:
+            self.plain_bonus = (1 - EMA) * self.plain_bonus + EMA * guessed_accepted
         if proposed:
             s = self.stats(source)
             s.accepted = self.decay * s.accepted + accepted

@@ -86,3 +86,16 @@ def test_free_lookups_on_a_flat_cost_curve_take_the_widest_round() -> None:
     feed(model, 0.95, t_draft=0.017, t_verify=flat)
     assert choose(lookup) == 12
     assert choose(model) < 12
+
+
+def test_guesses_accepted_in_plain_steps_count_in_plain_decodings_rate() -> None:
+    """Over row pairs a plain step checks a pad-row guess: where those are accepted, plain steps
+    yield more than a token each, and a draft source must beat that to be chosen."""
+    ctrl = GammaController.for_widths((1, 2, 4, 6, 8))
+    ctrl.observe(1, 1, 0.03, 0.12)  # a γ 1 round: the draft costs as much as a third of a pass
+    ctrl.observe(0, 0, 0.0, 0.10)
+    plain = ctrl.rate(0)
+    for _ in range(20):
+        ctrl.observe(0, 0, 0.0, 0.10, guessed_accepted=1)
+    assert ctrl.rate(0) > 1.8 * plain
+    assert ctrl.rate(0) > ctrl.rate(1)  # 2 tokens per 0.10 s beat at most 2 per 0.15 s
