@@ -2,9 +2,10 @@
 matrices (about the MLP of the 1.5B target, larger than the L3 cache) per format, on the
 onnxruntime CPU provider, and whether each row of a wide pass is bitwise a 1-token pass.
 
-    .venv/bin/python scripts/kernel_formats.py [--count 80]
+    .venv/bin/python scripts/kernel_formats.py [--count 80] [--formats 4_128_4,2_32_4] [--config KEY=VALUE ...]
 
-Formats: MatMulNBits 4-bit at block 32/64/128 and accuracy 0/4, 8-bit at block 32, int8 weights x
+Formats: MatMulNBits BITS_BLOCK_ACCURACY (by default 4-bit at block 32/64/128 and accuracy 0/4, 8-bit
+at block 32; 2-bit too on request), int8 weights x
 activations quantized per row in the graph (MatMulInteger, specedge's w8a8), and ONNX Runtime's
 DynamicQuantizeMatMul (activations quantized per tensor: a row depends on the others, never exact).
 Weights are random: only speed and row exactness are measured here. "exact" compares the rows of
@@ -92,11 +93,14 @@ def build(fmt: str, count: int, folder: Path) -> tuple[Path, int]:
     return path, weight_bytes
 
 
-def measure(path: Path, widths: tuple[int, ...] = (1, 2, 3, 5, 9), repeats: int = 7
+def measure(path: Path, config: dict[str, str], widths: tuple[int, ...] = (1, 2, 3, 5, 9), repeats: int = 7
             ) -> tuple[dict[int, float], bool, bool]:
-    """(median seconds per width, rows exact, rows exact in pairs)."""
+    """(median seconds per width, rows exact, rows exact in pairs) in a session with these
+    session config entries (such as mlas.use_lut_gemm=1)."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    for key, value in config.items():
+        opts.add_session_config_entry(key, value)
     session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(1).standard_normal((max(widths), K)).astype(np.float32)
     times = {}
@@ -125,13 +129,18 @@ def measure(path: Path, widths: tuple[int, ...] = (1, 2, 3, 5, 9), repeats: int 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=80, help="matrices in the stack")
+    parser.add_argument("--formats", default=",".join(FORMATS), help="comma-separated, e.g. 4_128_4,2_32_4,w8a8")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="an onnxruntime session config entry for every session, e.g. mlas.use_lut_gemm=1")
     args = parser.parse_args()
+    config = dict(entry.split("=", 1) for entry in args.config)
+    print(f"onnxruntime {ort.__version__}; session config {config or 'default'}")
     print("| format | t(1) | weight GB/s at S=1 | S=2 | S=3 | S=5 | S=9 | rows exact | in pairs |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for fmt in FORMATS:
+    for fmt in args.formats.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             path, weight_bytes = build(fmt, args.count, Path(tmp))
-            times, exact, in_pairs = measure(path)
+            times, exact, in_pairs = measure(path, config)
         t1 = times[1]
         ratios = " | ".join(f"{times[w] / t1:.2f}" for w in (2, 3, 5, 9))
         marks = " | ".join("yes" if ok else "no" for ok in (exact, in_pairs))
