@@ -107,7 +107,7 @@ class GammaController:
         the verification pass of width proposed + 1; for a plain step, the pad-row guesses it accepted."""
         if not proposed:
             self.plain_bonus = (1 - EMA) * self.plain_bonus + EMA * guessed_accepted
-        if proposed:
+        else:
             s = self.stats(source)
             s.accepted = self.decay * s.accepted + accepted
             s.rejected = self.decay * s.rejected + (accepted < proposed)

@@ -19,6 +19,7 @@ import argparse
 import json
 import statistics
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -117,6 +118,7 @@ def main() -> None:
 
     cpu = cpu_info()
     report = "\n\n".join([
+        "# specedge against onnxruntime-genai, interleaved", "`python " + " ".join(sys.argv) + "`",
         f"{args.rounds} rounds A/B, {len(rows)} prompts, greedy, {NEW_TOKENS} tokens; specedge = {ours_mode}; "
         f"CPU: {cpu.label()}",
         "Median decode tokens/s\n\n" + table(samples, "decode_tok_s"),
