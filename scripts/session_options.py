@@ -19,6 +19,7 @@ from specedge.device_profiles.cpu import cpu_info
 from specedge.profiling import time_widths
 from specedge.resolve import resolve_model
 from specedge.runtime import OnnxModel, session
+from specedge.runtime.manifest import load_manifest
 from specedge.runtime.row_groups import probe_rows
 
 Tweak = Callable[[ort.SessionOptions], None]
@@ -63,7 +64,7 @@ def timed(folder, tweak: Tweak | None, widths: list[int]) -> dict[int, float]:
 
     session._session_options = patched
     try:
-        model = OnnxModel(folder, verify=False)  # its files were checked when resolve_model found it
+        model = OnnxModel(folder, verify=False)  # its files were checked once, in main
     finally:
         session._session_options = original
     rows = probe_rows(model)
@@ -79,6 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     name, _, quant = args.target.partition(":")
     folder = resolve_model(name, quant or None)
+    load_manifest(folder, verify=True)  # the files' digests, once
     widths = [int(w) for w in args.widths.split(",")]
     print(f"CPU: {cpu_info().label()}; onnxruntime {ort.__version__}; {folder.name}")
     results: dict[str, list[dict[int, float]]] = {label: [] for label in OPTION_SETS}
