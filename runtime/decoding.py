@@ -158,11 +158,10 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         t_verify = time.perf_counter() - t
         stats.time_verify_s += t_verify
         n_drafts = min(result.n_accepted, drafted)
-        stats.record_round(drafted, n_drafts, gamma, guessed=len(draft.tokens) - drafted,
-                           guessed_accepted=result.n_accepted - n_drafts)
+        n_guesses = result.n_accepted - n_drafts
+        stats.record_round(drafted, n_drafts, gamma, guessed=len(draft.tokens) - drafted, guessed_accepted=n_guesses)
         if controller is not None:  # judged on the source's own drafts; the pass time is the padded one's
-            controller.observe(drafted, n_drafts, t_draft, t_verify, source or "model",
-                               guessed_accepted=result.n_accepted - n_drafts)
+            controller.observe(drafted, n_drafts, t_draft, t_verify, source or "model", guessed_accepted=n_guesses)
         new = [*draft.tokens[:result.n_accepted], result.next_token]
         context.extend(new)
         if drafter is not None:

@@ -19,8 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from specedge.cli import artifact_arg
 from specedge.device_profiles.cpu import cpu_info
-from specedge.resolve import resolve_model
 from specedge.runtime import OnnxModel
 from specedge.runtime.row_groups import probe_rows
 from specedge.runtime.rows import ONE_ROW, RowPolicy
@@ -58,8 +58,7 @@ def main() -> None:
     parser.add_argument("--gammas", default="1,3,5")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    name, _, quant = args.target.partition(":")
-    target_path, draft_path = resolve_model(name, quant or None), resolve_model(args.draft)
+    target_path, draft_path = artifact_arg(args.target), artifact_arg(args.draft)
     cores = os.cpu_count() or 1
     split = max(cores // 2, 1)
     target, draft = OnnxModel(target_path), OnnxModel(draft_path)

@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import onnxruntime as ort
 
+from specedge.cli import artifact_arg
 from specedge.device_profiles.cpu import cpu_info
 from specedge.profiling import time_widths
-from specedge.resolve import resolve_model
 from specedge.runtime import OnnxModel, session
 from specedge.runtime.manifest import load_manifest
 from specedge.runtime.row_groups import probe_rows
@@ -78,8 +78,7 @@ def main() -> None:
     parser.add_argument("--target", default="qwen2.5-coder-1.5b:int4")
     parser.add_argument("--widths", default="2,4,8")
     args = parser.parse_args()
-    name, _, quant = args.target.partition(":")
-    folder = resolve_model(name, quant or None)
+    folder = artifact_arg(args.target)
     load_manifest(folder, verify=True)  # the files' digests, once
     widths = [int(w) for w in args.widths.split(",")]
     print(f"CPU: {cpu_info().label()}; onnxruntime {ort.__version__}; {folder.name}")

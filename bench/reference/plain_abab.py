@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from specedge.bench import load_prompts
-from specedge.runtime import Generator, OnnxModel, SpecConfig
+from specedge.runtime import Generator, SpecConfig
 
 HERE = Path(__file__).parent
 NEW_TOKENS = 128
@@ -58,28 +58,22 @@ def medians(samples: list[dict], metric: str) -> dict[str, dict[str, float]]:
 
 
 def ours_generator(args: argparse.Namespace) -> tuple[Generator, str]:
-    config = SpecConfig(auto_gamma=True, max_new_tokens=NEW_TOKENS, ignore_eos=True)
-    if args.ours == "default":
-        from specedge.choose import default_choice
-        from specedge.models.registry import DEFAULT_PAIR, get_pair
-        from specedge.resolve import resolve_model
+    from specedge.cli import artifact_arg, default_pair
+    from specedge.models.registry import DEFAULT_PAIR
 
-        pair = get_pair(DEFAULT_PAIR)
-        choice = default_choice(pair.target)
-        quant = choice.quant if choice else None
-        target = resolve_model(pair.target, quant)
-        if choice is None or choice.speculate:
-            gen = Generator.load(target, draft=resolve_model(pair.draft), config=config)
-            return gen, f"default: {target.name} + draft γ auto"
-        gen = Generator(OnnxModel(target, spin=True), None, SpecConfig(gamma=0, max_new_tokens=NEW_TOKENS,
-                                                                       ignore_eos=True), single_steps=True)
-        return gen, f"default: {target.name}, 1-token steps"
+    speculative = SpecConfig(auto_gamma=True, max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    plain = SpecConfig(gamma=0, max_new_tokens=NEW_TOKENS, ignore_eos=True)
+    if args.ours == "default":  # as `specedge chat` decodes here
+        target, draft, single_steps = default_pair(argparse.Namespace(pair=DEFAULT_PAIR, target=None, draft=None,
+                                                                      gamma=None, ngram=False))
+        gen = Generator.load(target, draft=draft, config=plain if single_steps else speculative,
+                             single_steps=single_steps)
+        return gen, f"default: {target.name}" + (", 1-token steps" if single_steps else " + draft γ auto")
+    target = artifact_arg(args.ours)
     if args.draft:
-        gen = Generator.load(args.ours, draft=args.draft, ngram=args.ngram, config=config)
+        gen = Generator.load(target, draft=artifact_arg(args.draft), ngram=args.ngram, config=speculative)
         return gen, "hybrid" if args.ngram else "draft γ auto"
-    gen = Generator(OnnxModel(args.ours, spin=True), None,
-                    SpecConfig(gamma=0, max_new_tokens=NEW_TOKENS, ignore_eos=True), single_steps=True)
-    return gen, "plain"
+    return Generator.load(target, config=plain, single_steps=True), "plain"
 
 
 def table(samples: list[dict], metric: str, higher_is_better: bool = True) -> str:
@@ -96,7 +90,8 @@ def table(samples: list[dict], metric: str, higher_is_better: bool = True) -> st
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--ours", required=True, help="specedge target artifact, or 'default' (the default pair's choice)")
+    p.add_argument("--ours", required=True,
+                   help="a specedge target (folder or NAME:QUANT), or 'default' (as chat decodes here)")
     p.add_argument("--draft", help="decode ours speculatively with this draft artifact (γ auto)")
     p.add_argument("--ngram", action="store_true", help="with --draft: hybrid drafting")
     p.add_argument("--genai-python", required=True)
