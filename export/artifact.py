@@ -65,7 +65,7 @@ def _progress(total: int, desc: str):
 def build_graph(source: SourceModel, settings: ExportSettings, folder: Path) -> DecoderBuilder:
     """The symbolic-width graph: folder/model.onnx + folder/model.onnx.data."""
     quant = "fp32" if settings.quant == "qdq" else settings.quant  # QDQ is applied to the float graph
-    spec = QuantSpec(quant, settings.block_size, settings.accuracy_level)
+    spec = QuantSpec(quant, settings.block_size, settings.accuracy_level, settings.int8_weights)
     writer = GraphWriter(folder / DATA_FILE)
     builder = DecoderBuilder(writer, source, spec, settings.context, fused=not settings.static,
                              fp16=settings.fp16, attention=settings.attention, kv_in_place=not settings.static,
@@ -183,7 +183,8 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
             method=settings.quant, bits=QUANT_BITS[settings.quant],
             block_size=spec.block_size if spec.quantized and not spec.dynamic else 0,  # w8a8: per channel
             accuracy_level=spec.accuracy_level if spec.quantized and not spec.dynamic else 0,
-            float_tensors=tuple(builder.float_tensors) if settings.quant != "fp32" else ()),
+            float_tensors=tuple(builder.float_tensors) if settings.quant != "fp32" else (),
+            int8_weights=settings.int8_weights),
         graph=graphs[min(graphs)] if graphs else GRAPH_FILE,
         costs=costs,
         target=settings.target,

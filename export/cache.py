@@ -14,7 +14,10 @@ from specedge.models.paths import artifacts_dir
 
 def artifact_path(label: str, digest: str, settings: ExportSettings) -> Path:
     """Where the artifact of a source with this digest, exported with these settings, lives."""
-    blob = json.dumps({"source": digest, "settings": asdict(settings), "format": EXPORT_FORMAT}, sort_keys=True)
+    fields = asdict(settings)
+    if not fields["int8_weights"]:  # the default: keys of artifacts exported before the setting existed stay
+        del fields["int8_weights"]
+    blob = json.dumps({"source": digest, "settings": fields, "format": EXPORT_FORMAT}, sort_keys=True)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
     return artifacts_dir() / f"{label}-{settings.quant}-{key}"
 

@@ -83,12 +83,9 @@ class DecoderBuilder:
             cw = quantize_per_channel(w)
             nbytes = cw.weight.nbytes + cw.scales.nbytes
             q, row_scale = self.quantize_rows(x)
-            zero_point = self.g.const(128, np.uint8)  # of the activation rows and of the weights
-            # uint8 weights (zero point 128), not int8: ONNX Runtime's u8 x s8 kernel on x86 CPUs
-            # without VNNI sums pairs of products in saturating int16 (vpmaddubsw) and comes out wrong
-            # (measured on an AVX2 AMD EPYC: int32 sums off by up to 99,037); u8 x u8 is exact everywhere
-            weight_u8 = (cw.weight.astype(np.int16) + 128).astype(np.uint8)
-            acc = self.g.op("MatMulInteger", q, self.g.weight(f"{name}.qweight", weight_u8), zero_point, zero_point)
+            rows_zero = self.g.const(128, np.uint8)  # of the activation rows
+            weight, weight_zero = self.integer_weight(name, cw.weight)
+            acc = self.g.op("MatMulInteger", q, weight, rows_zero, weight_zero)
             scaled = self.g.op("Mul", self.g.op("Cast", acc, to=F32), row_scale)
             y = self.g.op("Mul", scaled, self.g.weight(f"{name}.scales", cw.scales), out=mm_out)
         elif self.quant.quantized:
@@ -125,6 +122,17 @@ class DecoderBuilder:
             shifted = g.op("Add", g.op("Round", g.op("Div", x, scale)), g.const([128.0], np.float32))
             self._row_quantized[x] = (g.op("Cast", shifted, to=U8), scale)
         return self._row_quantized[x]
+
+    def integer_weight(self, name: str, weight: np.ndarray) -> tuple[str, str]:
+        """(weight, its zero point) for MatMulInteger, from int8 codes [K, N]: int8 as they are where the
+        CPU multiplies u8 x s8 exactly (runtime/kernel_probe.py: VNNI, AMX, ARM dot products), else
+        shifted to uint8 with zero point 128 - x86 without VNNI sums pairs of u8 x s8 products in
+        saturating int16 (measured on an AVX2 AMD EPYC: int32 sums off by up to 99,037); u8 x u8 is
+        exact everywhere. The same bits either way: (w + 128) - 128 = w."""
+        if self.quant.int8_weights:
+            return self.g.weight(f"{name}.qweight", weight), self.g.const(0, np.int8)
+        shifted = (weight.astype(np.int16) + 128).astype(np.uint8)
+        return self.g.weight(f"{name}.qweight", shifted), self.g.const(128, np.uint8)
 
     def rms_norm(self, x: str, name: str, weight: np.ndarray) -> str:
         """x / sqrt(mean(x^2) + eps) * w, in the pattern ONNX Runtime fuses to one kernel."""

@@ -30,6 +30,7 @@ class QuantSpec:
     method: str = "fp32"
     block_size: int = DEFAULT_BLOCK_SIZE
     accuracy_level: int = DEFAULT_ACCURACY_LEVEL
+    int8_weights: bool = False  # w8a8: int8 weights (u8 x s8), else uint8 with zero point 128 (u8 x u8)
 
     @property
     def bits(self) -> int:

@@ -16,6 +16,16 @@ MAX_CONTEXT = 1 << 17
 DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64)
 
 
+def int8_weights_here(quant: str, target: str = "cpu") -> bool:
+    """Store w8a8 weights as int8 on this machine? Where its CPU multiplies u8 x s8 exactly (VNNI,
+    AMX, ARM dot products: faster than u8 x u8, and flat in rows); uint8 elsewhere."""
+    if quant != "w8a8" or target != "cpu":
+        return False
+    from specedge.runtime.kernel_probe import u8s8_exact  # onnxruntime: only when a w8a8 export is made
+
+    return u8s8_exact()
+
+
 @dataclass(frozen=True)
 class ExportSettings:
     quant: str = "fp32"
@@ -27,6 +37,7 @@ class ExportSettings:
     fp16: bool = False  # float weights stored as fp16 (DirectML)
     attention: str = "exact"
     head_vocab: int = 0  # > 0: the output head scores only token ids below it (a draft); 0: all
+    int8_weights: bool = False  # w8a8: int8 weights (u8 x s8, where this CPU multiplies it exactly), not uint8
 
     @property
     def static(self) -> bool:
@@ -55,6 +66,8 @@ class ExportSettings:
         if self.target == "dml" and self.quant in ("int4", "int8", "w8a8"):
             raise SpecEdgeError(f"--for dml takes fp32 (or --fp16) weights, not {self.quant}",
                                 "MatMulNBits and MatMulInteger are CPU kernels here; export with --quant fp32")
+        if self.int8_weights and self.quant != "w8a8":
+            raise SpecEdgeError(f"int8 weights are a w8a8 setting, not one of {self.quant}", "drop int8_weights")
         if self.head_vocab < 0:
             raise SpecEdgeError(f"--head-vocab must be positive, got {self.head_vocab}",
                                 "pass e.g. --head-vocab 65536, or leave it out for the full vocabulary")

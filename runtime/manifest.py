@@ -37,6 +37,7 @@ class Quantization:
     block_size: int  # 0 for fp32
     accuracy_level: int  # MatMulNBits accuracy_level (4: int8 activations), 0 for fp32
     float_tensors: tuple[str, ...] = ()  # what was left in float
+    int8_weights: bool = False  # w8a8 weights stored as int8 (u8 x s8 MatMulInteger), else uint8 (u8 x u8)
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,7 @@ def check_quantization(value: object) -> None:
         raise ManifestFieldError("quantization.bits", f"is {q['bits']!r}, not one of {QUANT_BITS_ALLOWED}")
     check_int(q["block_size"], "quantization.block_size", 0, 1 << 16)
     check_int(q["accuracy_level"], "quantization.accuracy_level", 0, 4)
+    check_bool(q.get("int8_weights", False), "quantization.int8_weights")
     for tensor in check_list(q.get("float_tensors", []), "quantization.float_tensors", 1 << 16):
         check_str(tensor, "quantization.float_tensors", 1024)
 

@@ -15,6 +15,7 @@ from specedge.errors import SpecEdgeError
 from specedge.kernels.sampling import argmax
 from specedge.runtime.feeds import FEEDS, attention_bias
 from specedge.runtime.graphs import open_graphs
+from specedge.runtime.kernel_probe import u8s8_exact
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.manifest import Manifest, load_manifest
 from specedge.runtime.rows import ONE_ROW, RowPolicy, plan_pass
@@ -50,6 +51,17 @@ def check_token_ids(tokens: Sequence[object], vocab: int) -> list[int]:
     return ids
 
 
+def check_integer_kernel(manifest: Manifest, folder: Path, provider: str) -> None:
+    """Refuse a w8a8 export with int8 weights where this CPU multiplies u8 x s8 inexactly: its
+    logits would be wrong (runtime/kernel_probe.py)."""
+    if provider != "cpu" or not manifest.quantization.int8_weights or u8s8_exact():
+        return
+    raise SpecEdgeError(f"{folder.name} has int8 w8a8 weights, which this CPU multiplies inexactly (it sums "
+                        "u8 x s8 products in saturating 16 bits: no VNNI or AMX)",
+                        "export the model on this machine (specedge export SRC --quant w8a8 picks uint8 weights "
+                        "here), or use its int4 export")
+
+
 class OnnxModel:
     """An artifact's graphs and a pass over a KV cache. What differs by graph kind is chosen here,
     once: the feeds by attention kind (runtime/feeds.py), the sessions by shape (one CPU graph or a
@@ -66,6 +78,7 @@ class OnnxModel:
         self.threads = threads
         self.spin = spin
         m = self.manifest
+        check_integer_kernel(m, self.folder, provider)
         self.graphs = open_graphs(self.folder, m, provider, threads, spin)
         self.session = self.graphs.session  # None for static graphs: a session per width
         # CPU: the pass writes its cache entries into the buffers bound as past_* and present_*

@@ -74,7 +74,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise SpecEdgeError(f"export needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[export]' torch==2.13.0") from None
-    from specedge.export.settings import ExportSettings
+    from specedge.export.settings import ExportSettings, int8_weights_here
 
     quant = args.quant or DEFAULT_QUANT[args.target_provider]
     if (args.soc or args.contexts) and args.target_provider != "qnn":
@@ -85,7 +85,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         resolve_soc(args.soc)  # an unknown SoC stops the export before it starts
     settings = ExportSettings(quant=quant, context=args.context, widths=args.widths, target=args.target_provider,
                               fp16=args.fp16, block_size=args.block_size, attention=args.attention,
-                              head_vocab=args.head_vocab)
+                              head_vocab=args.head_vocab, int8_weights=int8_weights_here(quant, args.target_provider))
     result = export_model(Path(args.model), Path(args.out), settings, overwrite=args.force)
     m = result.manifest
     print(f"exported {m.architecture} ({m.num_layers} layers, {m.quantization.method}) to {result.path}")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from specedge.errors import SpecEdgeError
 from specedge.export.cache import artifact_path, is_exported
-from specedge.export.settings import ExportSettings
+from specedge.export.settings import ExportSettings, int8_weights_here
 from specedge.models.fetch import fetch
 from specedge.models.registry import ModelEntry, get_model, get_pair
 
@@ -15,7 +15,8 @@ from specedge.models.registry import ModelEntry, get_model, get_pair
 def export_settings(entry: ModelEntry, quant: str | None = None) -> ExportSettings:
     export = entry.export_for(quant)
     return ExportSettings(quant=export.quant, context=export.context, block_size=export.block_size,
-                          attention=export.attention, head_vocab=export.head_vocab)
+                          attention=export.attention, head_vocab=export.head_vocab,
+                          int8_weights=int8_weights_here(export.quant))
 
 
 def cached_artifact(name: str, quant: str | None = None) -> Path:
