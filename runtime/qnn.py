@@ -192,7 +192,11 @@ def choose_soc(value: str | None = None, folder: Path | None = None) -> str:
     explicit = value or _default_soc or os.environ.get(SOC_ENV)
     if explicit:
         return resolve_soc(explicit)
-    return (artifact_soc(folder) if folder is not None else None) or DEFAULT_SOC
+    exported = artifact_soc(folder) if folder is not None else None
+    if exported is not None and exported not in SOCS:
+        raise SpecEdgeError(f"{Path(folder) / CONTEXT_DIR / TARGET_FILE} names the SoC '{exported[:40]}', which "
+                            "QNN's HTP does not know", "pass --soc, or export the model again with --soc")
+    return exported or DEFAULT_SOC
 
 
 def resolve_soc(value: str | int | None = None) -> str:
@@ -201,8 +205,8 @@ def resolve_soc(value: str | int | None = None) -> str:
     if value is None or value == "":
         value = _default_soc or os.environ.get(SOC_ENV) or DEFAULT_SOC
     text = str(value).strip()
-    if text.isdigit():
-        return str(int(text))
+    if text.isascii() and text.isdigit() and (text.lstrip("0") or "0") in SOCS:
+        return text.lstrip("0")  # a number outside the table is no SoC QNN's HTP compiles for
     by_name = {name.lower(): soc for soc, (name, _, _) in SOCS.items()}
     if text.lower() in by_name:
         return by_name[text.lower()]
@@ -210,7 +214,7 @@ def resolve_soc(value: str | int | None = None) -> str:
     if text in profiles:
         return profiles[text]
     known = ", ".join(f"{soc} ({name})" for soc, (name, _, _) in SOCS.items())
-    raise SpecEdgeError(f"unknown QNN SoC '{value}'",
+    raise SpecEdgeError(f"unknown QNN SoC '{str(value)[:40]}'",
                         f"pass a soc_model number ({known}), a SoC name, or a device profile "
                         f"({', '.join(profiles)})")
 

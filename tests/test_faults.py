@@ -193,3 +193,41 @@ def test_two_cached_exports_build_once(tiny_llama: tuple[Path, Path, Path], tmp_
         assert Path(stdout.strip()) == out and cached_export(tiny_llama[0], SETTINGS, name="tiny") == out
     finally:
         del os.environ["SPECEDGE_CACHE"]
+
+
+# --- bad input stopped before any work -------------------------------------------------------
+
+
+@pytest.mark.parametrize("soc", ["99999999999999999999", "12345", "0", "9" * 5000, "٥٧"])
+def test_an_unknown_soc_stops_the_export_before_it_starts(tiny_llama: tuple[Path, Path, Path], tmp_path: Path,
+                                                          soc: str, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from specedge.export import artifact
+
+    def no_export(*_a: object, **_k: object) -> None:
+        raise AssertionError("the export started")
+
+    monkeypatch.setattr(artifact, "export_model", no_export)
+    out = tmp_path / "out"
+    assert main(["export", "--model", str(tiny_llama[0]), "--out", str(out), "--for", "qnn", "--soc", soc]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "unknown QNN SoC" in line and "57 (SM8650)" in line and "60 (SC8380XP)" in line
+    assert not out.exists()
+
+
+def test_known_socs_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specedge.runtime import qnn
+
+    monkeypatch.delenv(qnn.SOC_ENV, raising=False)
+    assert [qnn.resolve_soc(s) for s in ("57", "057", "SM8650", "snapdragon-8-gen-3", 69)] == ["57"] * 4 + ["69"]
+
+
+def test_an_artifact_naming_an_unknown_soc_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specedge.runtime import qnn
+
+    monkeypatch.delenv(qnn.SOC_ENV, raising=False)
+    monkeypatch.setattr(qnn, "_default_soc", None)
+    (tmp_path / qnn.CONTEXT_DIR).mkdir()
+    (tmp_path / qnn.CONTEXT_DIR / qnn.TARGET_FILE).write_text('{"soc_model": "99999999999999999999"}')
+    with pytest.raises(SpecEdgeError, match="names the SoC '99999999999999999999', which QNN's HTP does not know"):
+        qnn.choose_soc(None, tmp_path)
