@@ -17,6 +17,7 @@ from specedge.errors import SpecEdgeError
 from specedge.export.decoder_graph import DecoderBuilder
 from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec
+from specedge.export.replace import KEEP_FIX, listed_files, recover, replace_artifact
 from specedge.export.settings import QUANT_BITS, ExportSettings
 from specedge.export.source import SourceModel, inspect_source, load_source
 from specedge.export.source_check import SourceSummary
@@ -35,7 +36,6 @@ GRAPH_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
 TOKENIZER_FILE = "tokenizer.json"
 PARTIAL_MARK = ".partial-"
-OLD_MARK = ".replaced-"
 
 
 @dataclass(frozen=True)
@@ -214,14 +214,14 @@ def estimated_bytes(summary: SourceSummary, settings: ExportSettings) -> int:
 
 def check_out(out: Path, overwrite: bool) -> None:
     """`out` may be a new path, an empty folder, or (with overwrite) a specedge artifact - never
-    anything else: --force replaces an artifact, not a user's folder."""
+    anything else: --force replaces an artifact's files, not a user's folder (export/replace.py)."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise SpecEdgeError(f"--out {out} is a file, not a folder", "pass a new folder for the artifact")
     if not out.is_dir() or not any(out.iterdir()):
         return
     if not (out / MANIFEST_NAME).is_file():
-        raise SpecEdgeError(f"{out} exists and is not a specedge artifact (it has no {MANIFEST_NAME})",
-                            "choose a new --out; specedge replaces only its own artifacts, even with --force")
+        raise SpecEdgeError(f"{out} exists and is not a specedge artifact (it has no {MANIFEST_NAME})", KEEP_FIX)
+    listed_files(out)  # a manifest.json that is not specedge's is no artifact's
     if not overwrite:
         raise SpecEdgeError(f"{out} already exists", "choose another --out or pass --force to replace it")
     if Path.cwd().resolve().is_relative_to(out):
@@ -245,6 +245,7 @@ def export_model(src: Path, out: Path, settings: ExportSettings | None = None, o
     ensure_writable(out.parent)
     ensure_space(out.parent, estimated_bytes(summary, settings), f"exporting {Path(src).name}")
     with exclusive(out, "exporting", wait=reuse):
+        recover(out)  # a replacement killed half-way: the old folder put back, or emptied
         if reuse and (out / MANIFEST_NAME).is_file():  # built by the process we waited for
             return ExportResult(out, load_manifest(out, verify=False), 0.0, peak_rss_bytes())
         check_out(out, overwrite)
@@ -255,7 +256,6 @@ def _export_locked(src: Path, out: Path, settings: ExportSettings, expected_sha2
                    summary: SourceSummary) -> ExportResult:
     start = time.perf_counter()
     remove_scratch(out.parent, f".{out.name}{PARTIAL_MARK}*")  # left by killed exports
-    remove_scratch(out.parent, f".{out.name}{OLD_MARK}*")
     source = load_source(src, expected_sha256, checked=summary)
     if settings.head_vocab >= source.config.vocab_size:
         raise SpecEdgeError(f"--head-vocab {settings.head_vocab} is not below the model's vocabulary of "
@@ -265,7 +265,7 @@ def _export_locked(src: Path, out: Path, settings: ExportSettings, expected_sha2
     try:
         manifest = write_artifact(source, settings, partial)
         del source
-        replace_folder(partial, out)
+        replace_artifact(partial, out)
     except OSError as e:
         shutil.rmtree(partial, ignore_errors=True)
         if is_disk_full(e):
@@ -277,17 +277,3 @@ def _export_locked(src: Path, out: Path, settings: ExportSettings, expected_sha2
         raise
     return ExportResult(out, manifest, time.perf_counter() - start, peak_rss_bytes())
 
-
-def replace_folder(new: Path, out: Path) -> None:
-    """Put `new` at `out` by renames: `out` holds the old folder or the new one, never a mix."""
-    if not out.exists():
-        new.rename(out)
-        return
-    old = out.parent / f".{out.name}{OLD_MARK}{os.getpid()}"
-    out.rename(old)
-    try:
-        new.rename(out)
-    except BaseException:
-        old.rename(out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)

@@ -429,7 +429,9 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context", type=positive_int, default=DEFAULT_CONTEXT, help="KV cache capacity C in tokens")
     p.add_argument("--widths", type=parse_widths, default=DEFAULT_WIDTHS,
                    help="sequence widths S the graph serves: 1, gamma+1 for each gamma, the prefill chunk")
-    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--force", action="store_true",
+                   help="replace the specedge artifact in --out: the files its manifest lists; any other file "
+                        "in the folder is kept")
     p.add_argument("--soc", default=None, metavar="SOC",
                    help="qnn: the Snapdragon the artifact is for (a QNN soc_model number, a SoC name such as "
                         "SM8650, or a device profile such as snapdragon-8-gen-3; default 60, SC8380XP)")

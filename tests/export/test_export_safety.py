@@ -3,7 +3,10 @@ damaged or lying sources before any library reads them."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -48,6 +51,124 @@ def test_force_replaces_an_artifact_whole(tiny_llama: tuple[Path, Path, Path], t
     export_model(src, out, SETTINGS, overwrite=True)
     assert json.loads((out / "manifest.json").read_text())["widths"] == [1, 5]
     assert not list(tmp_path.glob(".art.*-*"))  # no partial or replaced folder left beside it
+
+
+def artifact_with_user_files(target: Path, out: Path) -> dict[str, bytes]:
+    """A copy of the artifact `target` at `out` beside which the user keeps the source, notes, a
+    folder and a link; returns what each of the user's files holds."""
+    shutil.copytree(target, out)
+    mine = {"qwen.gguf": b"GGUF" + bytes(64), "notes.md": b"measured 19 tok/s", "runs/2026-01-01.log": b"ok"}
+    for name, data in mine.items():
+        (out / name).parent.mkdir(exist_ok=True)
+        (out / name).write_bytes(data)
+    (out / "latest.log").symlink_to("runs/2026-01-01.log")
+    return mine
+
+
+def test_force_keeps_every_file_the_manifest_does_not_list(tiny_llama: tuple[Path, Path, Path],
+                                                           tmp_path: Path) -> None:
+    src, target, _ = tiny_llama
+    out = tmp_path / "art"
+    mine = artifact_with_user_files(target, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "model_s9.onnx").write_bytes(b"an old graph")  # specedge's: listed, so replaced (here: dropped)
+    manifest["files"]["model_s9.onnx"] = {"size": 12, "sha256": hashlib.sha256(b"an old graph").hexdigest()}
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    notes_inode = (out / "notes.md").stat().st_ino
+    export_model(src, out, SETTINGS, overwrite=True)
+    assert json.loads((out / "manifest.json").read_text())["widths"] == [1, 5]
+    assert {name: (out / name).read_bytes() for name in mine} == mine
+    assert (out / "notes.md").stat().st_ino == notes_inode  # the very file, not a copy
+    assert os.readlink(out / "latest.log") == "runs/2026-01-01.log"
+    assert not (out / "model_s9.onnx").exists()
+    assert not list(tmp_path.glob(".art.*-*"))
+
+
+@pytest.mark.parametrize("manifest", ['{"manifest_version": 3, "name": "Dark Reader", "version": "4.9"}',
+                                      "not json at all", "[]", '{"schema_version": 1}'])
+def test_force_refuses_a_folder_whose_manifest_is_not_specedges(tiny_llama: tuple[Path, Path, Path],
+                                                                tmp_path: Path, manifest: str) -> None:
+    src, _, _ = tiny_llama
+    ext = tmp_path / "extension"
+    (ext / "icons").mkdir(parents=True)
+    (ext / "manifest.json").write_text(manifest)
+    (ext / "background.js").write_text("chrome.runtime.onInstalled.addListener(() => {});")
+    (ext / "icons" / "16.png").write_bytes(b"\x89PNG")
+    before = {p.relative_to(ext): p.read_bytes() for p in ext.rglob("*") if p.is_file()}
+    with pytest.raises(SpecEdgeError, match="is not a specedge artifact") as e:
+        export_model(src, ext, SETTINGS, overwrite=True)
+    assert "\n" not in str(e.value)
+    assert {p.relative_to(ext): p.read_bytes() for p in ext.rglob("*") if p.is_file()} == before
+
+
+def test_force_refuses_to_overwrite_a_file_the_manifest_does_not_list(tiny_llama: tuple[Path, Path, Path],
+                                                                      tmp_path: Path) -> None:
+    src, target, _ = tiny_llama
+    out = tmp_path / "art"
+    shutil.copytree(target, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["files"]["model.onnx.data"]  # so model.onnx.data is not specedge's to replace
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(SpecEdgeError, match=r"holds model\.onnx\.data, which its manifest does not list"):
+        export_model(src, out, SETTINGS, overwrite=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not list(tmp_path.glob(".art.*-*"))
+
+
+def test_force_where_files_cannot_be_linked_changes_nothing(tiny_llama: tuple[Path, Path, Path], tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    src, target, _ = tiny_llama
+    out = tmp_path / "art"
+    mine = artifact_with_user_files(target, out)
+    graph = (out / "model.onnx").read_bytes()
+
+    def no_links(*_a: object, **_k: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    with pytest.raises(SpecEdgeError, match=r"cannot keep .* in the new artifact"):
+        export_model(src, out, SETTINGS, overwrite=True)
+    assert {name: (out / name).read_bytes() for name in mine} == mine and (out / "model.onnx").read_bytes() == graph
+    assert not list(tmp_path.glob(".art.*-*"))
+
+
+def test_a_replacement_killed_between_its_renames_is_undone(tiny_llama: tuple[Path, Path, Path],
+                                                            tmp_path: Path) -> None:
+    """Killed after the old folder was renamed away and before the new one took its place: the
+    next export puts the old folder back (the user's files in it) before anything else."""
+    src, target, _ = tiny_llama
+    out = tmp_path / "art"
+    mine = artifact_with_user_files(target, out)
+    out.rename(tmp_path / ".art.replaced-99999")
+    with pytest.raises(SpecEdgeError, match="already exists"):  # without --force: the folder is back, untouched
+        export_model(src, out, SETTINGS)
+    assert {name: (out / name).read_bytes() for name in mine} == mine
+    export_model(src, out, SETTINGS, overwrite=True)
+    assert {name: (out / name).read_bytes() for name in mine} == mine
+    assert not list(tmp_path.glob(".art.*-*"))
+
+
+def test_settling_the_old_folder_deletes_only_listed_or_linked_files(tiny_llama: tuple[Path, Path, Path],
+                                                                     tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """What a file that changes during the swap becomes: moved into the new folder when its name
+    is free there, else left in the old folder, with a warning; never deleted."""
+    from specedge.export.replace import settle
+
+    old, out = tmp_path / ".art.replaced-1", tmp_path / "art"
+    shutil.copytree(tiny_llama[1], old)
+    out.mkdir()
+    (old / "notes.md").write_text("linked")
+    os.link(old / "notes.md", out / "notes.md")
+    (old / "late.txt").write_text("written during the swap")
+    (old / "edited.md").write_text("saved during the swap")
+    (out / "edited.md").write_text("the version linked before")
+    settle(old, out)
+    assert sorted(p.name for p in old.iterdir()) == ["edited.md"] and (old / "edited.md").read_text() == \
+        "saved during the swap"
+    assert (out / "notes.md").read_text() == "linked" and (out / "late.txt").read_text() == "written during the swap"
+    assert "still holds files" in capsys.readouterr().err
 
 
 def test_out_naming_a_file_is_refused(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
