@@ -6,15 +6,16 @@ A float MatMul weight W [K, N] becomes B uint8 [N, K/block, block*bits/8], scale
 block, with the scale and zero point of each block searched for the least squared error (a
 symmetric grid wastes levels on a block whose values are not centred on 0, and the 4-bit GGUF
 sources are not: Q4_K stores w = d*q - m). With accuracy_level 4 the CPU
-kernel quantizes activations to int8 per block of a row; at block 32 every row of a wide pass is
-then computed exactly as the same row of a 1-token pass, so greedy speculation stays
-token-identical to plain decoding. Above block 32 ONNX Runtime computes a lone row by another
-kernel than rows in pairs: such a target verifies in whole groups of rows (`Manifest.rows_exact`,
-runtime/row_groups.py; measured: see docs/design.md).
+kernel quantizes activations to int8 per block of a row; at block 32 a graph is row-exact as
+built (`Manifest.rows_exact`: every row of a wide pass computed as the same row of a 1-token
+pass), above block 32 it is not. Whether this CPU keeps it, and in which groups of rows a target
+verifies if not, runtime/row_groups.py probes at load (measured: see docs/design.md).
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,6 +60,7 @@ class PackedWeight:
 # outlier to grid the rest finely; larger ones find a grid whose ends the block does not reach
 SCALE_CANDIDATES = (0.85, 0.9, 0.95, 1.0, 15 / 14, 15 / 13)
 ROWS_PER_CHUNK = 2048  # output channels quantized at once (bounds the temporaries)
+THREADS = min(4, os.cpu_count() or 1)  # chunks quantized at once
 
 
 def fit_blocks(x: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -106,10 +108,19 @@ def quantize_blockwise(weight: np.ndarray, bits: int, block_size: int) -> Packed
     packed = np.empty((n, blocks, block_size * bits // 8), dtype=np.uint8)
     scales = np.empty((n, blocks), dtype=np.float32)
     zeros = np.empty((n, blocks + blocks % 2 if bits == 4 else blocks), dtype=np.uint8)
-    for r in range(0, n, ROWS_PER_CHUNK):
+
+    def fit_chunk(r: int) -> None:
         x = np.ascontiguousarray(weight[:, r:r + ROWS_PER_CHUNK].T, dtype=np.float32).reshape(-1, blocks, block_size)
         q, scales[r:r + len(x)], zeros[r:r + len(x), :blocks] = fit_blocks(x, bits)
         packed[r:r + len(x)] = pack_nibbles(q) if bits == 4 else q
+
+    chunks = range(0, n, ROWS_PER_CHUNK)
+    if len(chunks) > 1 and THREADS > 1:  # chunks are independent: numpy releases the GIL in their loops
+        with ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="specedge-quant") as pool:
+            list(pool.map(fit_chunk, chunks))
+    else:
+        for r in chunks:
+            fit_chunk(r)
     if bits == 4:
         zeros[:, blocks:] = 0
         zeros = pack_nibbles(zeros)
@@ -135,8 +146,15 @@ class ChannelWeight:
 
 
 def quantize_per_channel(weight: np.ndarray) -> ChannelWeight:
-    """Symmetric int8 per output channel of a [K, N] float weight: W ~ q * scales."""
-    absmax = np.abs(weight).max(axis=0)
-    scales = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
-    q = np.clip(np.rint(weight / scales), -127, 127).astype(np.int8)
+    """Symmetric int8 per output channel of a [K, N] float weight: W ~ q * scales; by slices of
+    channels, so the float temporaries stay small (each channel is quantized from its own values)."""
+    k, n = weight.shape
+    scales = np.empty(n, dtype=np.float32)
+    q = np.empty((n, k), dtype=np.int8).T  # [K, N], each channel's codes contiguous
+    for c in range(0, n, ROWS_PER_CHUNK):
+        part = weight[:, c:c + ROWS_PER_CHUNK]
+        absmax = np.abs(part).max(axis=0)
+        scale = np.where(absmax > 0, absmax / 127.0, 1.0).astype(np.float32)
+        q[:, c:c + ROWS_PER_CHUNK] = np.clip(np.rint(part / scale), -127, 127)
+        scales[c:c + ROWS_PER_CHUNK] = scale
     return ChannelWeight(weight=q, scales=scales)

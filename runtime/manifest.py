@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specedge.contract import ATTENTION, MANIFEST_NAME, QUANT_BITS, TARGETS, TOKENIZER_NAME
-from specedge.errors import SpecEdgeError
+from specedge.errors import DamagedArtifactError, SpecEdgeError
 from specedge.runtime.traffic import WeightCosts
 
 __all__ = ["MANIFEST_NAME", "TOKENIZER_NAME", "Manifest", "Quantization", "load_manifest", "sha256_file"]
@@ -76,9 +76,9 @@ class Manifest:
 
     @property
     def rows_exact(self) -> bool:
-        """Every row of a pass equals the 1-token step at its position, as built: a lossless target.
-        Fused attention and MatMulNBits blocks above 32 compute a lone row by another kernel than
-        rows in pairs; such a target verifies in row groups (runtime/row_groups.py)."""
+        """Every row of a pass equals the 1-token step at its position as built (exact attention,
+        MatMulNBits blocks of at most 32), not necessarily on this CPU: runtime/row_groups.py
+        probes which groups of rows it keeps exact, and a target verifies in those."""
         q = self.quantization
         wide_blocks = q.method in ("int4", "int8") and q.block_size > 32
         return self.attention == "exact" and not wide_blocks
@@ -297,8 +297,9 @@ def check_inside(folder: Path, manifest: Manifest) -> None:
         except (OSError, RuntimeError):  # dangling, or a loop of links
             real = None
         if real is None or root not in real.parents:
-            raise SpecEdgeError(f"{path} is a link to {real or 'nothing'}, outside the artifact {folder}",
-                                "re-export the model; an artifact holds its own files")
+            raise DamagedArtifactError(
+                folder, f"{path} is a link to {real or 'nothing'}, outside the artifact {folder}",
+                "an artifact holds its own files")
 
 
 def load_manifest(folder: Path, verify: bool = True) -> Manifest:
@@ -322,36 +323,37 @@ def load_manifest(folder: Path, verify: bool = True) -> Manifest:
 
 
 def parse_manifest(path: Path) -> Manifest:
-    fix = "re-export the model with `specedge export`"
+    def damaged(problem: str, why: str = "") -> DamagedArtifactError:
+        return DamagedArtifactError(path.parent, problem, why)
+
     try:
         if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise SpecEdgeError(f"{path} is {path.stat().st_size} bytes, too large for a manifest", fix)
+            raise damaged(f"{path} is {path.stat().st_size} bytes, too large for a manifest")
         raw = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise SpecEdgeError(f"{path} is not a valid manifest ({e})", fix) from None
+        raise damaged(f"{path} is not a valid manifest ({e})") from None
     if not isinstance(raw, dict):
-        raise SpecEdgeError(f"{path} is not a valid manifest (a JSON {_kind(raw)}, not an object)", fix)
+        raise damaged(f"{path} is not a valid manifest (a JSON {_kind(raw)}, not an object)")
     if raw.get("schema_version") != SCHEMA_VERSION or type(raw.get("schema_version")) is not int:
-        raise SpecEdgeError(f"{path} has schema version {raw.get('schema_version')!r}, this specedge reads "
-                            f"{SCHEMA_VERSION}", "re-export the model with this version of specedge")
+        raise damaged(f"{path} has schema version {raw.get('schema_version')!r}, this specedge reads "
+                      f"{SCHEMA_VERSION}", "it was written by another version of specedge")
     try:
         check_fields(raw)
         return Manifest.from_dict(raw)
     except ManifestFieldError as e:
-        raise SpecEdgeError(f"{path} is not a valid manifest: {e}", fix) from None
+        raise damaged(f"{path} is not a valid manifest: {e}") from None
     except (TypeError, KeyError, ValueError) as e:  # checked above; a safety net
-        raise SpecEdgeError(f"{path} is not a valid manifest ({type(e).__name__}: {e})", fix) from None
+        raise damaged(f"{path} is not a valid manifest ({type(e).__name__}: {e})") from None
 
 
 def verify_files(folder: Path, manifest: Manifest) -> None:
     for name, meta in manifest.files.items():
         f = folder / name
         if not f.is_file():
-            raise SpecEdgeError(f"artifact {folder} is missing {name}",
-                                "re-export the model; the artifact is incomplete")
+            raise DamagedArtifactError(folder, f"artifact {folder} is missing {name}", "the artifact is incomplete")
         if f.stat().st_size != meta["size"] or sha256_file(f) != meta["sha256"]:
-            raise SpecEdgeError(f"checksum of {folder / name} does not match its manifest",
-                                "the file is corrupted or was changed; re-export the model")
+            raise DamagedArtifactError(folder, f"checksum of {folder / name} does not match its manifest",
+                                       "the file is corrupted or was changed")
 
 
 def verify_tokenizer(folder: Path, manifest: Manifest) -> None:
@@ -361,9 +363,8 @@ def verify_tokenizer(folder: Path, manifest: Manifest) -> None:
     try:
         found = tokenizer_fingerprint(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise SpecEdgeError(f"{path} is not a readable tokenizer ({type(e).__name__}: {e})",
-                            "re-export the model") from None
+        raise DamagedArtifactError(folder, f"{path} is not a readable tokenizer ({type(e).__name__}: {e})") from None
     if found != manifest.tokenizer_fingerprint:
-        raise SpecEdgeError(f"{path} has the fingerprint {found}, not the {manifest.tokenizer_fingerprint} "
-                            "its manifest records: the tokenizer was swapped or edited",
-                            "re-export the model")
+        raise DamagedArtifactError(folder, f"{path} has the fingerprint {found}, not the "
+                                           f"{manifest.tokenizer_fingerprint} its manifest records",
+                                   "the tokenizer was swapped or edited")

@@ -3,14 +3,18 @@
 A lossless target computes each position's row bit for bit the same whatever the width of the
 pass and the row's place in it; then speculative decoding, whose passes are wide, and plain
 decoding agree token for token. Graphs with exact attention and row-exact weights (w8a8, fp32,
-MatMulNBits at block 32) are built so. ONNX Runtime's CPU kernels for GroupQueryAttention and
-MatMulNBits at blocks above 32 are not: they run a lone row through another kernel than rows
-that come in pairs, and the last bits that differ grow through the layers into logits ~0.4
-apart, enough to flip a near-tie. Measured on x86 with AVX-512, they do compute every row alike
-when rows come in whole pairs, wherever the pass starts. So such a target pads every pass, plain
-steps included, to whole groups of rows (`plan_pass`, runtime/rows.py); `probe_rows` finds the
-group on this CPU by running one token sequence split into passes several ways and comparing the
-rows, once, when the target is loaded: its `RowPolicy` is then passed to every pass.
+MatMulNBits at block 32) are built so (`Manifest.rows_exact`). ONNX Runtime's CPU kernels for
+GroupQueryAttention and MatMulNBits at blocks above 32 are not: they run a lone row through
+another kernel than rows that come in pairs, and the last bits that differ grow through the
+layers into logits ~0.4 apart, enough to flip a near-tie. Measured on x86 with AVX-512, they do
+compute every row alike when rows come in whole pairs, wherever the pass starts.
+
+"Built so" is not "so on every CPU": which kernel runs a row is the CPU's business, and on an
+AVX2-only AMD EPYC an int4 block-32 graph, row-exact with AVX-512, computes a lone row apart from
+rows in pairs too. So the manifest never decides: `probe_rows` finds the group on this CPU by
+running one token sequence split into passes several ways and comparing the rows, once, when the
+target is loaded, and every pass is padded to whole groups of rows (`plan_pass`,
+runtime/rows.py), plain steps included, under the `RowPolicy` it returns.
 """
 
 from __future__ import annotations
@@ -53,9 +57,8 @@ def rows_agree(model: OnnxModel, policy: RowPolicy) -> bool:
 def probe_rows(model: OnnxModel) -> RowPolicy:
     """The smallest group of rows (1: any pass) in which `model` computes every row alike on this
     CPU; else a policy that is not exact (plain decoding only). Always measured, never taken from
-    the manifest: what a graph is built for (`Manifest.rows_exact`) holds on the CPUs it was
-    measured on, not on every one - on an AVX2-only AMD EPYC an int4 block-32 graph, row-exact
-    with AVX-512, computes a lone row apart from rows in pairs."""
+    the manifest (see the module's docstring); static graphs, which run their exported widths
+    only, excepted."""
     if model.manifest.static:  # static graphs run their exported widths only
         return RowPolicy(exact=model.manifest.rows_exact)
     for group in (1, *GROUPS):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specedge import __version__
-from specedge.errors import SpecEdgeError
+from specedge.errors import DamagedArtifactError, SpecEdgeError
 from specedge.models.locks import is_disk_full
 
 DEFAULT_QUANT = {"cpu": "int4", "qnn": "int4", "dml": "fp32"}
@@ -120,7 +120,7 @@ def machine_bandwidth() -> float | None:
 
 def artifact_arg(value: str) -> Path:
     """An artifact folder, or the name of a registry model, optionally NAME:QUANT (fetched and
-    exported on first use)."""
+    exported on first use; without a quant, the export chosen for this machine)."""
     from specedge.export.settings import QUANT_BITS
     from specedge.models.registry import MODELS
 
@@ -128,36 +128,34 @@ def artifact_arg(value: str) -> Path:
     name, _, quant = value.partition(":")
     if path.exists() or name not in MODELS or (quant and quant not in QUANT_BITS):
         return path
-    from specedge.resolve import resolve_model
+    from specedge.defaults import default_artifact
 
-    return resolve_model(name, quant=quant or None)
+    return default_artifact(name, quant or None)
 
 
 def pair_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
     """(target, draft) of the flags `add_pair_flags` declares: --target (and --draft), else --pair."""
     if args.target:
         return artifact_arg(args.target), args.draft and artifact_arg(args.draft)
-    from specedge.resolve import resolve_pair
+    from specedge.defaults import pair_artifacts
 
-    target, draft, _ = resolve_pair(args.pair)
+    target, draft, _ = pair_artifacts(args.pair)
     return target, draft
 
 
-def default_pair(args: argparse.Namespace) -> tuple[Path, Path | None, bool]:
-    """(target, draft, single_steps) for chat and serve: `pair_paths`, except that a registry pair
-    whose target decodes fastest plainly on this CPU (specedge/choose.py) runs without its draft,
-    in 1-token steps, unless drafts are asked for (--gamma or --ngram)."""
-    target, draft = pair_paths(args)
-    if args.target or args.gamma is not None or args.ngram:
-        return target, draft, False
-    from specedge.choose import speculates_by_default
-    from specedge.models.registry import get_pair
+def default_pair(args: argparse.Namespace):
+    """How chat and serve decode (a `defaults.Decoding`): the registry pair's measured default way
+    (its target's export, with its draft, draft and n-gram, or plainly in 1-token steps), unless
+    --target, --gamma or --ngram say otherwise; prints which way, and why, in one line."""
+    from specedge.defaults import Decoding, pair_decoding
 
-    if speculates_by_default(get_pair(args.pair).target):
-        return target, draft, False
-    print(f"specedge: {Path(target).name} decodes fastest on this CPU in 1-token steps without drafts "
-          "(measured once: `specedge profile measure` measures again); --gamma auto speculates", file=sys.stderr)
-    return target, None, True
+    if args.target or args.gamma is not None or args.ngram:
+        target, draft = pair_paths(args)
+        decoding = Decoding(target, draft, args.ngram, False, "as the flags say")
+    else:
+        decoding = pair_decoding(args.pair)
+    print(f"specedge: {decoding.line}", file=sys.stderr)
+    return decoding
 
 
 def load_generator(args: argparse.Namespace, target: Path, draft: Path | None, ngram: bool, config: object,
@@ -218,23 +216,33 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     from specedge.models.fetch import fetch
     from specedge.models.registry import PAIRS, get_pair
 
-    names = [get_pair(args.name).target, get_pair(args.name).draft] if args.name in PAIRS else [args.name]
+    given, _, quant = args.name.partition(":")
+    if quant and given in PAIRS:
+        raise SpecEdgeError(f"'{args.name}': a pair takes no :QUANT", "name one of its models as NAME:QUANT")
+    names = [get_pair(given).target, get_pair(given).draft] if given in PAIRS else [given]
     for name in names:
-        print(f"{name}: {fetch(name)}")
+        weights = fetch(name)
+        print(f"{name}: {weights}")
+        if args.reexport:
+            from specedge.rebuild import reexport
+
+            for out in reexport(name, quant or None, weights):
+                print(f"{name}: exported again to {out}")
     return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from specedge.chat import HELP, ChatSession, terminal_lines
 
-    target, draft, single_steps = default_pair(args)
-    gen = load_generator(args, target, draft, args.ngram, build_config(args, no_draft=single_steps), single_steps)
+    way = default_pair(args)
+    config = build_config(args, no_draft=way.single_steps)
+    gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
     session = ChatSession(gen, system=args.system, max_new_tokens=args.max_new_tokens,
                           show_draft=args.show_draft)
     if args.prompt is not None:
         session.run([args.prompt])
     elif sys.stdin.isatty():
-        print(f"specedge chat: {target.name}" + (f" + {Path(draft).name}" if draft else "") + f". {HELP}")
+        print(f"specedge chat: {way.target.name}" + (f" + {Path(way.draft).name}" if way.draft else "") + f". {HELP}")
         session.run(terminal_lines())
     else:
         session.run(sys.stdin)
@@ -242,7 +250,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_profile_measure(args: argparse.Namespace) -> int:
-    from specedge.choose import default_choice, verdict
+    from specedge.choose import verdict
+    from specedge.defaults import default_choice
     from specedge.profiling import THIS_DEVICE, measure_device
 
     target = artifact_arg(args.target) if args.target else None
@@ -291,7 +300,8 @@ def add_profile(sub: argparse._SubParsersAction) -> None:
                                         "exports again; write a device profile")
     m.add_argument("--target", help="target artifact folder or registry model")
     m.add_argument("--draft", help="draft artifact folder or registry model")
-    m.add_argument("--name", default="this-device", help="profile name (default this-device)")
+    m.add_argument("--name", default="this-device",
+                   help="profile name: letters, digits, '-', '_', '.' (default this-device)")
     m.set_defaults(func=cmd_profile_measure)
     q = psub.add_parser("predict", help="tokens/s of plain and speculative decoding at each γ on a device")
     q.add_argument("--device", required=True, help="a device profile name, e.g. snapdragon-x-elite")
@@ -310,10 +320,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if draft is None:
         raise SpecEdgeError("bench compares speculation with plain decoding: it needs a draft", "pass --draft")
     gammas = tuple(int(g) for g in args.gammas.split(","))
+    only = args.modes.split(",") if args.modes else None
+    default = None
+    if only and "default" in only:  # decode as chat does here, and say how
+        from specedge.defaults import pair_decoding
+
+        default = pair_decoding(args.pair)
+        print(f"specedge bench: mode 'default': {default.line}", file=sys.stderr)
     report = run_bench(target, draft, Path(args.prompts), Path(args.out), max_new_tokens=args.max_new_tokens,
                        gammas=gammas, limit=args.limit, command="specedge " + " ".join(sys.argv[1:]),
-                       only=args.modes.split(",") if args.modes else None,
-                       baseline_dir=artifact_arg(args.baseline) if args.baseline else None)
+                       only=only, baseline_dir=artifact_arg(args.baseline) if args.baseline else None,
+                       default=default)
     print(report.read_text())
     return 0
 
@@ -326,7 +343,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=positive_int, default=128)
     p.add_argument("--gammas", default="1,2,3,4,5,6,7,8", help="fixed γ values to run the draft model at")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts")
-    p.add_argument("--modes", default=None, help="only these modes besides plain, e.g. draft-auto,ngram")
+    p.add_argument("--modes", default=None, help="only these modes besides plain, e.g. draft-auto,ngram; 'default': "
+                                                 "decode as `specedge chat` does on this machine (the --pair's choice)")
     p.add_argument("--baseline", default=None,
                    help="another export of the target (folder or NAME:QUANT, e.g. qwen2.5-coder-1.5b:int4) whose "
                         "plain decoding runs too, as the speed to beat")
@@ -346,7 +364,10 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list the registry's models and pairs, and what is cached")
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("fetch", help="download and verify a registry model's weights (or a pair's)")
-    p.add_argument("name", help="a model or pair name from `specedge models`")
+    p.add_argument("name", help="a model or pair name from `specedge models` (NAME:QUANT: one export, for --reexport)")
+    p.add_argument("--reexport", action="store_true",
+                   help="also export it into the cache again, replacing the cached export (NAME:QUANT: that one; "
+                        "NAME: each one cached), e.g. one an error calls damaged")
     p.set_defaults(func=cmd_fetch)
 
 
@@ -414,10 +435,11 @@ def add_export(sub: argparse._SubParsersAction) -> None:
                         "the HTP runs it with fp16 activations -, fp32 for dml; qdq: uint8 weights, uint16 "
                         "activations for qnn)")
     p.add_argument("--block-size", type=int, default=32, choices=[16, 32, 64, 128, 256],
-                   help="int4/int8 block: 32 keeps every row of a wide pass equal to a 1-token step; "
-                        "larger blocks make a 1-token step faster (a draft, or a target verifying in row pairs)")
+                   help="int4/int8 block: 32 is row-exact as built (load probes whether this CPU keeps "
+                        "it); larger blocks make a 1-token step faster (a draft, or a target verifying in "
+                        "row pairs)")
     p.add_argument("--attention", default="exact", choices=["exact", "fused"],
-                   help="exact: rows of a wide pass equal 1-token steps (a target); fused: ONNX Runtime's "
+                   help="exact: rows of a wide pass equal 1-token steps as built (a target); fused: ONNX Runtime's "
                         "GroupQueryAttention, cache updated in place, faster steps, rows equal only in whole "
                         "groups (a draft, or a target verifying in row pairs)")
     p.add_argument("--head-vocab", type=int, default=0, metavar="N",
@@ -526,6 +548,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def as_user_error(e: Exception) -> tuple[SpecEdgeError | str, int]:
     """(the line to print, exit code) for any exception a command raised."""
+    if isinstance(e, DamagedArtifactError):  # for a registry model's cached export: the command that rebuilds it
+        from specedge.rebuild import rebuild_advice
+
+        return rebuild_advice(e), 2
     if isinstance(e, SpecEdgeError):
         return e, 2
     if isinstance(e, OSError):
