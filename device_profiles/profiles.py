@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 BUILTIN_DIR = Path(__file__).parent / "devices"
 FIGURES = ("memory_bandwidth_gb_per_s", "compute_int8_tops", "compute_fp16_tops", "memory_gb", "cpu_cores")
+NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")  # a plain file name: no folder, nothing hidden
 
 
 class ProfileError(ValueError):
@@ -124,6 +126,19 @@ def save_profile(profile: DeviceProfile, path: Path) -> None:
         raise
 
 
+def check_profile_name(name: str) -> str:
+    """A profile's name is the stem of its file in a profiles folder: a plain name, never a path."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ProfileError(f"'{str(name)[:80]}' is not a device profile name",
+                           "use up to 64 letters, digits, '-', '_' and '.' (not first), e.g. my-laptop")
+    return name
+
+
+def profile_file(folder: Path, name: str) -> Path:
+    """The file of profile `name` in `folder`; a name that is not a plain name is a ProfileError."""
+    return Path(folder) / f"{check_profile_name(name)}.json"
+
+
 def builtin_profiles() -> dict[str, DeviceProfile]:
     return {p.stem: load_profile(p) for p in sorted(BUILTIN_DIR.glob("*.json"))}
 
@@ -131,10 +146,10 @@ def builtin_profiles() -> dict[str, DeviceProfile]:
 def find_profile(name: str, extra_dirs: tuple[Path, ...] = ()) -> DeviceProfile:
     """A profile by name: measured ones in extra_dirs first, then the built-in files."""
     for folder in extra_dirs:
-        path = Path(folder) / f"{name}.json"
+        path = profile_file(folder, name)
         if path.is_file():
             return load_profile(path)
-    path = BUILTIN_DIR / f"{name}.json"
+    path = profile_file(BUILTIN_DIR, name)
     if path.is_file():
         return load_profile(path)
     known = sorted({p.stem for d in (*extra_dirs, BUILTIN_DIR) for p in Path(d).glob("*.json")})

@@ -252,8 +252,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_profile_measure(args: argparse.Namespace) -> int:
     from specedge.choose import verdict
     from specedge.defaults import default_choice
-    from specedge.profiling import THIS_DEVICE, measure_device
+    from specedge.profiling import THIS_DEVICE, measure_device, profile_path
 
+    profile_path(args.name)  # a name that is no plain file name stops before anything is exported or measured
     target = artifact_arg(args.target) if args.target else None
     draft = artifact_arg(args.draft) if args.draft else None
     profile, path = measure_device(target, draft, name=args.name)

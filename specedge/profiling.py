@@ -20,6 +20,7 @@ from specedge.device_profiles.profiles import (
     find_profile,
     load_profile,
     parse_profile,
+    profile_file,
     save_profile,
 )
 from specedge.errors import SpecEdgeError
@@ -43,6 +44,14 @@ MEASURE_CONTEXT = 512  # cache length at which t(S) is measured and predicted
 
 def profiles_dir() -> Path:
     return cache_root() / "devices"
+
+
+def profile_path(name: str) -> Path:
+    """Where `specedge profile measure --name NAME` writes; a name that is not a plain name is refused."""
+    try:
+        return profile_file(profiles_dir(), name)
+    except ProfileError as e:
+        raise SpecEdgeError(str(e), e.fix) from None
 
 
 def device_profile(name: str) -> DeviceProfile:
@@ -145,6 +154,7 @@ def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 96, gamm
 def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEVICE) -> tuple[DeviceProfile, Path]:
     """Measure bandwidth (and t(S), acceptance of the pair when given) and write a profile. The
     default exports chosen on this CPU (specedge/choose.py) are kept."""
+    path = profile_path(name)
     latencies, acceptance = [], {}
     for folder in (p for p in (target, draft) if p is not None):
         model = OnnxModel(folder)
@@ -155,7 +165,6 @@ def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEV
                                  time_widths(model, widths, rows=rows)))
     if target is not None and draft is not None:
         acceptance[f"{Path(target).name}+{Path(draft).name}"] = measure_acceptance(target, draft)
-    path = profiles_dir() / f"{name}.json"
     profile = replace(new_profile(name), latencies=tuple(latencies), acceptance=acceptance,
                       choices=kept_choices(path))
     save_profile(profile, path)

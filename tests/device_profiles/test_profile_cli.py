@@ -61,3 +61,37 @@ def test_unknown_device_is_a_one_line_error(tiny_llama: tuple[Path, Path, Path],
                                "--draft", str(draft), cache=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
     assert code != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "pocket-calculator" in err and "apple-m2" in err
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/tmp/escaped", "sub/escaped", ".hidden", "a\\b", "", "x" * 65])
+def test_measure_refuses_a_name_that_is_a_path(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    mine = tmp_path / "escaped.json"
+    mine.write_text("the user's file")
+    code, _, err = run_profile("measure", "--name", name, cache=tmp_path / "cache", monkeypatch=monkeypatch,
+                               capsys=capsys)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "is not a device profile name" in err
+    assert mine.read_text() == "the user's file"
+    assert not (tmp_path / "cache" / "devices").exists() or not list((tmp_path / "cache" / "devices").iterdir())
+
+
+def test_predict_refuses_a_device_that_is_a_path(tiny_llama: tuple[Path, Path, Path], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from specedge.device_profiles.profiles import BUILTIN_DIR
+
+    _, target, draft = tiny_llama
+    (tmp_path / "elsewhere.json").write_text((BUILTIN_DIR / "apple-m2.json").read_text())  # a valid profile
+    code, _, err = run_profile("predict", "--device", "../../elsewhere", "--target", str(target),
+                               "--draft", str(draft), cache=tmp_path / "cache", monkeypatch=monkeypatch,
+                               capsys=capsys)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "'../../elsewhere' is not a device profile name" in err
+
+
+@pytest.mark.parametrize("name", ["this-device", "my_laptop.v2", "Pixel-9", "a"])
+def test_plain_names_are_profile_names(name: str) -> None:
+    from specedge.device_profiles.profiles import check_profile_name
+
+    assert check_profile_name(name) == name
