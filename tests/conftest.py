@@ -1,9 +1,11 @@
-"""Shared fixtures: tiny random models exported once per session, and the packaged real model."""
+"""Shared fixtures: tiny random models exported once per session, and the packaged real model;
+`--file-times N`: the N slowest test files at the end of a run (0: every file)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,33 @@ import pytest
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
 from tests.tiny_models import make_tiny_model
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--file-times", type=int, default=None, metavar="N",
+                     help="list the N slowest test files (setup, call and teardown) at the end; 0: every file")
+
+
+def file_times(reports: list[pytest.TestReport]) -> dict[str, float]:
+    """Seconds per test file, summed over its tests' setup, call and teardown."""
+    times: dict[str, float] = defaultdict(float)
+    for report in reports:
+        times[report.nodeid.split("::")[0]] += report.duration
+    return dict(times)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+    count = config.getoption("--file-times")
+    if count is None:
+        return
+    reports = [r for key in ("passed", "failed", "skipped", "error", "xfailed", "xpassed", "")
+               for r in terminalreporter.stats.get(key, []) if isinstance(r, pytest.TestReport)]
+    times = sorted(file_times(reports).items(), key=lambda kv: -kv[1])
+    terminalreporter.write_sep("=", f"time per test file ({'all' if not count else f'slowest {count}'})")
+    for name, seconds in times[:count or None]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {name}")
+    terminalreporter.write_line(f"{sum(t for _, t in times):8.1f}s in all")
+
 
 TINY_CONTEXT = 64
 TINY_WIDTHS = (1, 2, 3, 5, 8)  # gamma 1, 2, 4, 7; prefill chunks of 8 tokens
