@@ -131,7 +131,7 @@ class DecoderBuilder:
         exact everywhere. The same bits either way: (w + 128) - 128 = w."""
         if self.quant.int8_weights:
             return self.g.weight(f"{name}.qweight", weight), self.g.const(0, np.int8)
-        shifted = (weight.astype(np.int16) + 128).astype(np.uint8)
+        shifted = weight.view(np.uint8) ^ np.uint8(0x80)  # w + 128 as a byte: one copy, not three
         return self.g.weight(f"{name}.qweight", shifted), self.g.const(128, np.uint8)
 
     def rms_norm(self, x: str, name: str, weight: np.ndarray) -> str:
@@ -266,19 +266,25 @@ class DecoderBuilder:
         act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
         return self.linear(act, f"{p}.down_proj", w.pop(f"{p}.down_proj.weight"))
 
-    def embed(self) -> tuple[str, np.ndarray]:
-        """h [1,S,D] of input_ids, and the output head's weight (the embedding when tied)."""
-        cfg, w = self.cfg, self.src.weights
-        embed = w.pop("model.embed_tokens.weight")  # [V, D]
+    def embed(self) -> str:
+        """h [1,S,D] of input_ids."""
+        embed = self.src.weights.pop("model.embed_tokens.weight")  # [V, D]
         self.float_tensors.append("model.embed_tokens.weight")
         self.count(gather_row_bytes=embed.shape[1] * embed.itemsize)
-        h = self.g.op("Gather", self.g.weight("model.embed_tokens.weight", embed), "input_ids")  # [1,S,D]
-        return h, embed if cfg.tie_word_embeddings else w.pop("lm_head.weight", embed)
+        return self.g.op("Gather", self.g.weight("model.embed_tokens.weight", embed), "input_ids")  # [1,S,D]
 
-    def head(self, h: str, weight: np.ndarray) -> None:
+    def head_weight(self) -> np.ndarray:
+        """The output head's weight, read when the head is built: the embedding again when tied (or
+        when the checkpoint has no head of its own), so neither stays in memory across the layers."""
+        w = self.src.weights
+        if not self.cfg.tie_word_embeddings and "lm_head.weight" in w:
+            return w.pop("lm_head.weight")
+        return w.read("model.embed_tokens.weight")
+
+    def head(self, h: str) -> None:
         last = self.g.op("Gather", h, "logits_index", axis=1)  # [1,R,D]
         last = self.rms_norm(last, "model.norm", self.src.weights.pop("model.norm.weight"))
-        self.linear(last, "lm_head", weight[:self.logits_vocab], out="logits")
+        self.linear(last, "lm_head", self.head_weight()[:self.logits_vocab], out="logits")
         if self.next_ids:  # ties to the lowest id, as numpy's argmax
             self.g.op("ArgMax", "logits", axis=-1, keepdims=0, select_last_index=0, out="next_ids")  # [1,R]
 
@@ -311,7 +317,7 @@ class DecoderBuilder:
         g.input("logits_index", I64, ["R"])
         self.declare_cache_io(("present", "T"))
         rope = self.rope_caches()
-        h, head = self.embed()
+        h = self.embed()
         x = self.rms_norm(h, "model.layers.0.input_layernorm", w.pop("model.layers.0.input_layernorm.weight"))
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}"
@@ -326,7 +332,7 @@ class DecoderBuilder:
                 h = g.op("Add", h, mlp)
             if on_layer is not None:
                 on_layer(i)
-        self.head(h, head)
+        self.head(h)
 
     def build_exact(self, on_layer: Callable[[int], object] | None = None) -> None:
         cfg, g, w = self.cfg, self.g, self.src.weights
@@ -343,7 +349,7 @@ class DecoderBuilder:
                            g.const([1, cfg.num_kv_heads, 1, cfg.head_dim]))  # [1,KV,S,d]
         rope = self.rope_caches() if self.fused else self.rope_tables(position_ids)
 
-        h, head = self.embed()
+        h = self.embed()
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}"
             x = self.rms_norm(h, f"{p}.input_layernorm", w.pop(f"{p}.input_layernorm.weight"))
@@ -353,4 +359,4 @@ class DecoderBuilder:
             h = g.op("Add", h, self.mlp(i, x))
             if on_layer is not None:
                 on_layer(i)
-        self.head(h, head)
+        self.head(h)

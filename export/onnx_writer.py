@@ -1,7 +1,7 @@
 """A minimal ONNX graph builder whose weights stream to one external data file.
 
 Weights are written to disk as each initializer is made, so the model proto never holds them:
-the peak memory of an export is the source weights plus one quantized tensor, and graphs of any
+the peak memory of an export is the tensors in flight (export/lazy_weights.py), and graphs of any
 size stay under protobuf's 2 GB limit.
 """
 
@@ -44,7 +44,7 @@ class GraphWriter:
         if pad:
             self._data.write(b"\0" * pad)
             offset += pad
-        self._data.write(array.tobytes())
+        self._data.write(memoryview(array).cast("B"))  # no copy of the tensor
         t = TensorProto(name=name, dims=list(array.shape),
                         data_type=helper.np_dtype_to_tensor_dtype(array.dtype))
         t.data_location = TensorProto.EXTERNAL

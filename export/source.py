@@ -1,21 +1,26 @@
-"""Read a source checkpoint (a Hugging Face folder or a GGUF file) into float32 numpy weights."""
+"""Read a source checkpoint (a Hugging Face folder or a GGUF file): config, tokenizer, and float32 numpy
+weights one tensor at a time - with gguf, tokenizers and numpy, never torch or transformers."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from specedge.errors import SpecEdgeError
+from specedge.export.lazy_weights import LazyWeights
 from specedge.export.source_check import SourceSummary, check_gguf, check_hf_folder
+from specedge.export.source_tokenizer import SourceTokenizer, gguf_tokenizer, hf_tokenizer
 from specedge.runtime.manifest import sha256_file
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "mistral")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt")
+DEFAULT_RMS_EPS = 1e-6  # transformers' config classes' defaults for llama, qwen2 and mistral
+DEFAULT_ROPE_THETA = 10000.0
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class DecoderConfig:
 @dataclass
 class SourceModel:
     config: DecoderConfig
-    weights: dict[str, np.ndarray]  # HF names, float32, Linear weights as [out, in]
+    weights: LazyWeights  # HF names -> float32 read on `pop`, Linear weights as [out, in]
     tokenizer_json: str
     chat_template: str | None
     bos_token_id: int | None
@@ -78,47 +83,70 @@ def source_digest(src: Path) -> str:
     return h.hexdigest()
 
 
-def _decoder_config(hf_config, kind: str) -> DecoderConfig:
-    arch = hf_config.model_type
+def _rope_type(values: dict) -> object:
+    for key in ("rope_scaling", "rope_parameters"):
+        scaling = values.get(key)
+        if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
+            return scaling
+    return None
+
+
+def decoder_config(values: dict) -> DecoderConfig:
+    """The graph builder's config from a config dict (config.json, or what a GGUF header says) over
+    the transformers config class's defaults."""
+    arch = values.get("model_type")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise SpecEdgeError(f"architecture '{arch}' is not supported",
                             f"specedge exports {', '.join(SUPPORTED_ARCHITECTURES)} models")
-    scaling = getattr(hf_config, "rope_scaling", None)
-    if scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
+    scaling = _rope_type(values)
+    if scaling:
         raise SpecEdgeError(f"rope scaling {scaling} is not supported yet",
                             "export a model with plain rotary embeddings")
-    params = getattr(hf_config, "rope_parameters", None) or {}
-    theta = params.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
-    heads = hf_config.num_attention_heads
-    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads
-    return DecoderConfig(
-        architecture=arch,
-        vocab_size=hf_config.vocab_size,
-        hidden_size=hf_config.hidden_size,
-        intermediate_size=hf_config.intermediate_size,
-        num_layers=hf_config.num_hidden_layers,
-        num_heads=heads,
-        num_kv_heads=getattr(hf_config, "num_key_value_heads", None) or heads,
-        head_dim=head_dim,
-        rms_norm_eps=float(hf_config.rms_norm_eps),
-        rope_theta=float(theta),
-        attention_bias=arch == "qwen2" or bool(getattr(hf_config, "attention_bias", False)),
-        tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
-    )
+    params = values.get("rope_parameters") if isinstance(values.get("rope_parameters"), dict) else {}
+    theta = params.get("rope_theta", values.get("rope_theta", DEFAULT_ROPE_THETA))  # type: ignore[union-attr]
+    try:
+        heads = int(values["num_attention_heads"])
+        hidden = int(values["hidden_size"])
+        return DecoderConfig(
+            architecture=arch,
+            vocab_size=int(values["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(values["intermediate_size"]),
+            num_layers=int(values["num_hidden_layers"]),
+            num_heads=heads,
+            num_kv_heads=int(values.get("num_key_value_heads") or heads),
+            head_dim=int(values.get("head_dim") or hidden // heads),
+            rms_norm_eps=float(values.get("rms_norm_eps", DEFAULT_RMS_EPS)),
+            rope_theta=float(theta),
+            attention_bias=arch == "qwen2" or bool(values.get("attention_bias", False)),
+            tie_word_embeddings=bool(values.get("tie_word_embeddings", False)),
+        )
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        raise SpecEdgeError(f"the model's config has a missing or bad value ({type(e).__name__}: {e})",
+                            "check that the checkpoint is complete") from None
 
 
-def _eos_ids(tokenizer, model) -> tuple[int, ...]:
+def eos_ids(tokenizer_eos: int | None, generation_eos: object) -> tuple[int, ...]:
+    """The tokenizer's eos id, then the generation config's (one id or a list), once each."""
     ids: list[int] = []
-    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+    for value in (tokenizer_eos, generation_eos):
         for v in value if isinstance(value, list) else [value]:
-            if v is not None and v not in ids:
+            if v is not None and int(v) not in ids:
                 ids.append(int(v))
     return tuple(ids)
 
 
-def _float32_weights(model) -> Iterator[tuple[str, np.ndarray]]:
-    for name, tensor in model.state_dict().items():
-        yield name, tensor.detach().float().numpy()
+def read_order(cfg: DecoderConfig) -> list[str]:
+    """The order the graph builder takes the weights in (what the reader reads ahead)."""
+    names = ["model.embed_tokens.weight"]
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}"
+        names.append(f"{p}.input_layernorm.weight")
+        for n in ("q", "k", "v"):
+            names += [f"{p}.self_attn.{n}_proj.weight", f"{p}.self_attn.{n}_proj.bias"]
+        names += [f"{p}.self_attn.o_proj.weight", f"{p}.post_attention_layernorm.weight",
+                  f"{p}.mlp.gate_proj.weight", f"{p}.mlp.up_proj.weight", f"{p}.mlp.down_proj.weight"]
+    return [*names, "model.norm.weight", "lm_head.weight"]
 
 
 def inspect_source(src: Path) -> SourceSummary:
@@ -138,9 +166,10 @@ def inspect_source(src: Path) -> SourceSummary:
 
 def load_source(src: Path, expected_sha256: str | None = None,
                 checked: SourceSummary | None = None) -> SourceModel:
-    """Load a checkpoint with transformers (GGUF files are dequantized to float32), never running
-    code from it. expected_sha256: the digest the source must have (a registry model's);
-    checked: what `inspect_source` already returned for it (else it runs here)."""
+    """Open a checkpoint for export, as data: its config and tokenizer now, its weights one tensor at
+    a time as the graph builder takes them (GGUF tensors dequantized to float32 by gguf's numpy code,
+    safetensors upcast to float32). Nothing from the checkpoint runs. expected_sha256: the digest the
+    source must have (a registry model's); checked: what `inspect_source` already returned for it."""
     kind, folder, gguf = describe_source(src)
     if checked is None:
         inspect_source(src)
@@ -148,36 +177,44 @@ def load_source(src: Path, expected_sha256: str | None = None,
     if expected_sha256 is not None and digest != expected_sha256:
         raise SpecEdgeError(f"{src} has sha256 {digest[:16]}…, expected {expected_sha256[:16]}…",
                             "the file was damaged or replaced; fetch it again (specedge fetch NAME)")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    extra = {"gguf_file": gguf} if gguf else {"use_safetensors": True}
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False,
-                                                  **({"gguf_file": gguf} if gguf else {}))
-        with torch.no_grad():
-            model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False,
-                                                         **extra)
-    except Exception as e:  # transformers and gguf raise many types for damaged or odd checkpoints
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise SpecEdgeError(f"transformers could not load {src}: {first[:300]}",
-                            "check that the checkpoint is complete and of a supported architecture") from None
-    config = _decoder_config(model.config, kind)
-    eos_ids = _eos_ids(tokenizer, model)
-    weights = dict(_float32_weights(model))
-    del model
-    if not tokenizer.is_fast:
-        raise SpecEdgeError(f"{src} has no fast tokenizer (tokenizer.json)",
-                            "add tokenizer.json to the checkpoint folder")
+    if kind == "gguf":
+        values, tokenizer, names, load = _open_gguf(folder / gguf)  # type: ignore[operator]
+    else:
+        values, tokenizer, names, load = _open_hf(folder)
+    config = decoder_config(values)
     return SourceModel(
         config=config,
-        weights=weights,
-        tokenizer_json=tokenizer.backend_tokenizer.to_str(),
-        chat_template=tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None,
+        weights=LazyWeights(names, load, order=read_order(config), where=str(src)),
+        tokenizer_json=tokenizer.json,
+        chat_template=tokenizer.chat_template,
         bos_token_id=tokenizer.bos_token_id,
-        eos_token_ids=eos_ids,
+        eos_token_ids=eos_ids(tokenizer.eos_token_id, values.get("eos_token_id")),
         kind=kind,
         path=Path(src).resolve(),
         sha256=digest,
     )
 
+
+def _open_gguf(path: Path) -> tuple[dict, SourceTokenizer, list[str], Callable[[str], np.ndarray]]:
+    from specedge.export import gguf_source
+    from specedge.export.gguf_file import read_header
+
+    g = read_header(path)
+    kind = gguf_source.model_type(g)
+    if kind not in SUPPORTED_ARCHITECTURES:
+        raise SpecEdgeError(f"architecture '{kind}' is not supported",
+                            f"specedge exports {', '.join(SUPPORTED_ARCHITECTURES)} models")
+    values = {**gguf_source.config_values(g), "model_type": kind}
+    gguf_source.check_tensors(g)
+    tokenizer = gguf_tokenizer(g.fields, path)
+    weights = gguf_source.GgufWeights(g, values)
+    return values, tokenizer, list(weights.by_hf), weights.load
+
+
+def _open_hf(folder: Path) -> tuple[dict, SourceTokenizer, list[str], Callable[[str], np.ndarray]]:
+    from specedge.export import hf_source
+
+    values = hf_source.config_values(folder)
+    tokenizer = hf_tokenizer(folder)
+    index = hf_source.tensor_index(folder)
+    return values, tokenizer, list(index), lambda name: hf_source.read_tensor(index[name], name)

@@ -1,0 +1,144 @@
+"""A GGUF source as transformers 5's GGUF loader reads it, without transformers or torch.
+
+What it does that must be reproduced exactly (modeling_gguf_pytorch_utils.load_gguf_checkpoint and
+the config classes' defaults): the config from `{arch}.*` metadata (`general.architecture` llama
+named exactly "mistral" is mistral), a tied output head where the file has no `output.weight`, the
+eos ids from `tokenizer.ggml.eos_token_id`, tensors renamed to Hugging Face names, and the Q and K
+projections of llama-architecture files un-permuted (llama.cpp's converter interleaves the rotary
+halves; LlamaTensorProcessor._reverse_permute_weights undoes it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specedge.errors import SpecEdgeError
+from specedge.export.gguf_file import GgufFile, TensorInfo, dequantize, read_raw
+
+# what transformers' config classes default to when the file does not say
+CLASS_DEFAULTS = {
+    "llama": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": None, "eos_token_id": 2},
+    "mistral": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "eos_token_id": 2},
+    "qwen2": {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": None, "eos_token_id": None},
+}
+DEFAULT_RMS_EPS = 1e-6
+DEFAULT_ROPE_THETA = 10000.0
+KEYS = {  # {arch}.<key> -> config name (GGUF_CONFIG_MAPPING for llama, mistral and qwen2)
+    "block_count": "num_hidden_layers",
+    "feed_forward_length": "intermediate_size",
+    "embedding_length": "hidden_size",
+    "rope.freq_base": "rope_theta",
+    "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "num_key_value_heads",
+    "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+    "vocab_size": "vocab_size",
+}
+LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name>
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+ROWS_PER_READ = 8192  # rows read and dequantized at once: bounds the temporaries of gguf's numpy code
+
+
+def model_type(g: GgufFile) -> str:
+    arch = str(g.fields.get("general.architecture", ""))
+    return "mistral" if "llama" in arch and g.fields.get("general.name") == "mistral" else arch
+
+
+def config_values(g: GgufFile) -> dict[str, object]:
+    """The config transformers would build: file values, then the config class's defaults."""
+    arch = str(g.fields["general.architecture"])
+    kind = model_type(g)
+    found: dict[str, object] = {name: g.fields[f"{arch}.{key}"] for key, name in KEYS.items()
+                                if f"{arch}.{key}" in g.fields}
+    if kind in ("llama", "mistral") and f"{arch}.rope.dimension_count" in g.fields:
+        found["head_dim"] = g.fields[f"{arch}.rope.dimension_count"]
+    if "vocab_size" not in found and "tokenizer.ggml.tokens" in g.fields:
+        found["vocab_size"] = len(g.fields["tokenizer.ggml.tokens"])  # type: ignore[arg-type]
+    if "tokenizer.ggml.eos_token_id" in g.fields:
+        found["eos_token_id"] = g.fields["tokenizer.ggml.eos_token_id"]
+    values = {**CLASS_DEFAULTS.get(kind, {}), **found}
+    values["permute"] = arch == "llama" and "num_attention_heads" in found and "num_key_value_heads" in found
+    values["tie_word_embeddings"] = "output.weight" not in g.tensors
+    return values
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """Hugging Face name of a GGUF tensor of a llama / qwen2 / mistral file, None for others (rope_freqs...)."""
+    base, _, suffix = gguf_name.rpartition(".")
+    if suffix not in ("weight", "bias"):
+        return None
+    if base in TOP_NAMES:
+        return f"{TOP_NAMES[base]}.{suffix}"
+    parts = base.split(".")
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in LAYER_NAMES:
+        return f"model.layers.{parts[1]}.{LAYER_NAMES[parts[2]]}.{suffix}"
+    return None
+
+
+def unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's rotary interleave of a Q or K weight undone (transformers' _reverse_permute_weights)."""
+    dim = weight.shape[0] // heads // 2
+    w = weight.reshape(heads, dim, 2, *weight.shape[1:])
+    return np.ascontiguousarray(w.swapaxes(2, 1).reshape(weight.shape))
+
+
+def read_tensor(g: GgufFile, info: TensorInfo) -> np.ndarray:
+    """A tensor dequantized to float32, in slices of rows (the same values as all at once: every
+    GGML block lies within one row)."""
+    shape = info.shape
+    rows = shape[0] if len(shape) == 2 else 0
+    if rows <= ROWS_PER_READ:
+        return dequantize(read_raw(g.path, info), info)
+    out = np.empty(shape, dtype=np.float32)
+    row_bytes = info.nbytes // rows
+    for r in range(0, rows, ROWS_PER_READ):
+        n = min(ROWS_PER_READ, rows - r)
+        part = TensorInfo(info.name, (info.dims[0], n), info.qtype, info.offset + r * row_bytes, n * row_bytes)
+        out[r:r + n] = dequantize(read_raw(g.path, part), part)
+    return out
+
+
+class GgufWeights:
+    """Loads one tensor by its Hugging Face name: read, dequantized, un-permuted where needed."""
+
+    def __init__(self, g: GgufFile, values: dict[str, object]) -> None:
+        self.g = g
+        self.by_hf = {}
+        for name in g.tensors:
+            hf = hf_name(name)
+            if hf is not None:
+                self.by_hf[hf] = name
+        self.permute = bool(values["permute"])
+        self.heads = values["num_attention_heads"]
+        self.kv_heads = values["num_key_value_heads"]
+
+    def load(self, name: str) -> np.ndarray:
+        gguf_name = self.by_hf[name]
+        weight = read_tensor(self.g, self.g.tensors[gguf_name])
+        if self.permute and (".self_attn.q_proj." in name or ".self_attn.k_proj." in name):  # weights and biases
+            weight = unpermute(weight, int(self.heads if ".q_proj." in name else self.kv_heads))  # type: ignore[arg-type]
+        return weight
+
+
+def check_tensors(g: GgufFile) -> None:
+    """Every tensor gguf can dequantize (F32, F16, BF16 and the GGML block types)."""
+    from gguf import GGMLQuantizationType as T
+    from gguf.quants import _type_traits
+
+    readable = {T.F32, T.F16, *_type_traits}
+    for info in g.tensors.values():
+        if hf_name(info.name) is not None and T(info.qtype) not in readable:
+            raise SpecEdgeError(f"{g.path} stores {info.name} as {T(info.qtype).name}, which gguf cannot dequantize",
+                                "use a GGUF of common quantization types (F16, Q8_0, Q4_K_M, ...)")

@@ -1,0 +1,96 @@
+"""A Hugging Face checkpoint folder read as data: config.json, and safetensors tensors one at a time.
+
+A tensor is located from its file's header and read with one positioned read into its own buffer,
+then upcast to float32 as torch's `.float()` does (float16 and bfloat16 exactly: bfloat16 is the
+top half of a float32). safetensors' own numpy reader has no bfloat16, so the header is read here.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specedge.errors import SpecEdgeError
+
+DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
+# what transformers' config classes default to when config.json does not say
+CLASS_DEFAULTS = {
+    "llama": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": None, "eos_token_id": 2},
+    "mistral": {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "num_key_value_heads": 8, "eos_token_id": 2},
+    "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": None, "eos_token_id": None},
+}
+
+
+@dataclass(frozen=True)
+class StoredTensor:
+    file: Path
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int  # from the start of the file
+    end: int
+
+
+def config_values(folder: Path) -> dict[str, object]:
+    """config.json over the config class's defaults, and the eos ids of generation_config.json."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    values = {**CLASS_DEFAULTS.get(config.get("model_type"), {}), **config}
+    gen = folder / "generation_config.json"
+    if gen.is_file():
+        try:
+            generation = json.loads(gen.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SpecEdgeError(f"{gen} is not valid JSON ({e})",
+                                "the checkpoint is damaged; download it again") from None
+        if isinstance(generation, dict) and "eos_token_id" in generation:
+            values["eos_token_id"] = generation["eos_token_id"]
+    return values
+
+
+def tensor_index(folder: Path) -> dict[str, StoredTensor]:
+    """Every tensor of the folder's *.safetensors files (headers checked by source_check first)."""
+    index = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            length = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(length))
+        start = 8 + length
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = (start + int(o) for o in meta["data_offsets"])
+            stored = StoredTensor(path, str(meta["dtype"]), tuple(int(d) for d in meta["shape"]), begin, end)
+            count = int(np.prod(stored.shape, dtype=np.int64))
+            itemsize = np.dtype(DTYPES[stored.dtype]).itemsize if stored.dtype in DTYPES else 0
+            if not begin <= end <= size or (itemsize and end - begin != count * itemsize):
+                raise SpecEdgeError(f"{path} has a damaged safetensors header (tensor {name[:80]})",
+                                    "download the weights again")
+            index[name] = stored
+    return index
+
+
+def read_tensor(t: StoredTensor, name: str) -> np.ndarray:
+    """A stored tensor as float32."""
+    if t.dtype not in DTYPES:
+        raise SpecEdgeError(f"{t.file} stores {name} as {t.dtype}",
+                            "specedge reads float32, float16 and bfloat16 weights")
+    raw = np.empty(t.end - t.begin, dtype=np.uint8)
+    with open(t.file, "rb", buffering=0) as f:
+        f.seek(t.begin)
+        view, done = memoryview(raw), 0
+        while done < len(raw):
+            n = f.readinto(view[done:])
+            if not n:
+                raise SpecEdgeError(f"{t.file} ended inside tensor {name}", "download the weights again")
+            done += n
+    values = raw.view(DTYPES[t.dtype]).reshape(t.shape)
+    if t.dtype == "BF16":
+        return (values.astype(np.uint32) << 16).view(np.float32)
+    return values if t.dtype == "F32" else values.astype(np.float32)

@@ -1,0 +1,120 @@
+"""Tiny random GGUF files (llama, qwen2, mistral) written with gguf's writer, with a byte-level BPE
+(gpt2) or a sentencepiece (llama) vocabulary: what transformers' GGUF loader and specedge's streaming
+reader must read alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tests.tiny_models import CHAT_TEMPLATE
+
+HIDDEN, INTER, LAYERS, HEADS, KV_HEADS = 64, 128, 2, 4, 2
+HEAD_DIM = HIDDEN // HEADS
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def byte_level_vocab() -> tuple[list[str], list[int], list[str]]:
+    """(tokens, token types, merges): the 256 byte characters, a few merges, 3 control tokens, one user-defined."""
+    from tokenizers import pre_tokenizers
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    merges = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a"]
+    tokens = SPECIALS + alphabet + [m.replace(" ", "") for m in merges] + ["<think>"]
+    types = [3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS) - 1) + [4]
+    return tokens, types, merges
+
+
+def sentencepiece_vocab() -> tuple[list[str], list[int], list[float]]:
+    """(tokens, token types, scores): <unk> <s> </s>, 256 byte-fallback tokens, a few pieces."""
+    pieces = ["▁", "t", "h", "e", "a", "n", "i", "▁t", "he", "▁the", "in", "▁a", "an"]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
+    scores = [0.0] * 259 + [-float(i) for i in range(len(pieces))]
+    return tokens, types, scores
+
+
+def _tensor(writer, name: str, value: np.ndarray, qtype) -> None:
+    from gguf import GGMLQuantizationType as T
+    from gguf.quants import quantize
+
+    if value.ndim == 1 or qtype == T.F32:
+        writer.add_tensor(name, value.astype(np.float32))
+    else:
+        writer.add_tensor(name, quantize(value, qtype), raw_dtype=qtype)
+
+
+def make_tiny_gguf(path: Path, arch: str = "llama", tokenizer: str = "gpt2", name: str = "tiny",
+                   tied: bool = False, seed: int = 0) -> Path:
+    """A random 2-layer model as a GGUF file: Q8_0, Q5_0, BF16 and F16 matrices, F32 norms (and biases)."""
+    from gguf import GGMLQuantizationType as T
+    from gguf import GGUFWriter
+
+    gguf_arch = "llama" if arch == "mistral" else arch
+    if tokenizer == "gpt2":
+        tokens, types, merges = byte_level_vocab()
+        scores = None
+    else:
+        tokens, types, scores = sentencepiece_vocab()
+        merges = None
+    vocab = len(tokens) + (32 - len(tokens) % 32) % 32  # rows of 32: any block type fits
+    tokens = tokens + [f"[PAD{i}]" for i in range(vocab - len(tokens))]
+    types = types + [5] * (vocab - len(types))  # 5: unused
+    if scores is not None:
+        scores = scores + [-1000.0] * (vocab - len(scores))
+    rng = np.random.default_rng(seed)
+    w = lambda *shape: rng.normal(0.0, 0.15, shape).astype(np.float32)  # noqa: E731
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = GGUFWriter(str(path), gguf_arch)
+    writer.add_name(name)
+    writer.add_block_count(LAYERS)
+    writer.add_context_length(512)
+    writer.add_embedding_length(HIDDEN)
+    writer.add_feed_forward_length(INTER)
+    writer.add_head_count(HEADS)
+    writer.add_head_count_kv(KV_HEADS)
+    writer.add_rope_freq_base(50000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    if gguf_arch == "llama":
+        writer.add_rope_dimension_count(HEAD_DIM)
+    writer.add_tokenizer_model(tokenizer)
+    writer.add_tokenizer_pre("qwen2" if arch == "qwen2" else "default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    if merges is not None:
+        writer.add_token_merges(merges)
+        writer.add_bos_token_id(1)
+        writer.add_eos_token_id(2)
+        writer.add_pad_token_id(0)
+        writer.add_add_bos_token(False)
+    else:
+        writer.add_token_scores(scores)
+        writer.add_bos_token_id(1)
+        writer.add_eos_token_id(2)
+        writer.add_unk_token_id(0)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+    _tensor(writer, "token_embd.weight", w(vocab, HIDDEN), T.Q8_0)
+    if not tied:
+        _tensor(writer, "output.weight", w(vocab, HIDDEN), T.F16)
+    _tensor(writer, "output_norm.weight", 1 + w(HIDDEN), T.F32)
+    kinds = {"attn_q": T.Q8_0, "attn_k": T.Q5_0, "attn_v": T.BF16, "attn_output": T.Q8_0,
+             "ffn_gate": T.Q8_0, "ffn_up": T.F16, "ffn_down": T.Q5_0}
+    shapes = {"attn_q": (HIDDEN, HIDDEN), "attn_k": (KV_HEADS * HEAD_DIM, HIDDEN),
+              "attn_v": (KV_HEADS * HEAD_DIM, HIDDEN), "attn_output": (HIDDEN, HIDDEN),
+              "ffn_gate": (INTER, HIDDEN), "ffn_up": (INTER, HIDDEN), "ffn_down": (HIDDEN, INTER)}
+    for i in range(LAYERS):
+        _tensor(writer, f"blk.{i}.attn_norm.weight", 1 + w(HIDDEN), T.F32)
+        _tensor(writer, f"blk.{i}.ffn_norm.weight", 1 + w(HIDDEN), T.F32)
+        for kind, qtype in kinds.items():
+            _tensor(writer, f"blk.{i}.{kind}.weight", w(*shapes[kind]), qtype)
+        if arch == "qwen2":
+            for kind in ("attn_q", "attn_k", "attn_v"):
+                _tensor(writer, f"blk.{i}.{kind}.bias", w(shapes[kind][0]), T.F32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
