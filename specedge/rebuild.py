@@ -1,0 +1,89 @@
+"""A registry model's export in specedge's cache is specedge's to replace. When one is damaged (a
+file that no longer matches its manifest, a manifest that contradicts its graph or tokenizer), the
+error names `specedge fetch NAME:QUANT --reexport`, which checks the weights (fetching them again
+if they changed) and exports them into the cache anew. A folder of the user's own is never rebuilt
+by specedge: its error names `specedge export` (specedge/errors.py DamagedArtifactError)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from specedge.contract import MANIFEST_NAME, QUANT_BITS
+from specedge.errors import DamagedArtifactError, SpecEdgeError
+from specedge.models.fetch import fetch
+from specedge.models.paths import artifacts_dir
+from specedge.models.registry import MODELS, ModelEntry, get_model
+from specedge.resolve import cached_artifact, export_settings
+
+
+def export_quants(entry: ModelEntry) -> tuple[str, ...]:
+    """The quants NAME:QUANT may name: the registry's exports first, then any other."""
+    return tuple(dict.fromkeys([entry.export.quant, *(v.quant for v in entry.variants), *QUANT_BITS]))
+
+
+def cached_export_of(folder: Path) -> str | None:
+    """NAME:QUANT of the registry export whose place in the cache `folder` is; None for any other
+    folder (the user's own, or an export of a former specedge keyed otherwise)."""
+    try:
+        folder = Path(folder).resolve()
+        if folder.parent != artifacts_dir().resolve():
+            return None
+        for entry in MODELS.values():  # the folder is named NAME-QUANT-KEY (export/cache.py)
+            if not folder.name.startswith(f"{entry.name}-"):
+                continue
+            quant = folder.name[len(entry.name) + 1:].split("-", 1)[0]
+            if quant in QUANT_BITS and cached_artifact(entry.name, quant).resolve() == folder:
+                return f"{entry.name}:{quant}"
+    except (OSError, SpecEdgeError):  # advice only: without it, the error keeps its own
+        return None
+    return None
+
+
+def rebuild_advice(error: DamagedArtifactError) -> DamagedArtifactError:
+    """`error` naming the command that rebuilds its artifact where it is a registry export in the
+    cache; unchanged for any other folder."""
+    spec = cached_export_of(error.folder)
+    if spec is None:
+        return error
+    return error.rebuilt_by(f"it is specedge's cached export of {spec}: rebuild it with "
+                            f"`specedge fetch {spec} --reexport`")
+
+
+def cached_quants(entry: ModelEntry) -> list[str]:
+    """The quants of `entry` with a folder in the cache (loadable or not)."""
+    return [q for q in export_quants(entry) if cached_artifact(entry.name, q).exists()]
+
+
+def clear_unloadable(out: Path) -> None:
+    """A cached export folder without its manifest can neither be loaded nor replaced by an export
+    (which replaces only a folder that has one): it is specedge's own, so it is removed."""
+    if out.is_dir() and not out.is_symlink() and not (out / MANIFEST_NAME).is_file():
+        print(f"specedge: removing {out}, which has lost its {MANIFEST_NAME}", file=sys.stderr)
+        shutil.rmtree(out)
+
+
+def reexport(name: str, quant: str | None = None, weights: Path | None = None) -> list[Path]:
+    """Export registry model `name` into the cache again, replacing what is there: its export in
+    `quant`, or without one each export of it the cache holds (the registry's first if none).
+    weights: its verified weights file, if just fetched; else fetched (and hashed) here."""
+    entry = get_model(name)
+    if quant is not None and quant not in QUANT_BITS:
+        raise SpecEdgeError(f"unknown quant '{quant}' in {name}:{quant}", f"use one of {', '.join(QUANT_BITS)}")
+    try:
+        from specedge.export.artifact import export_model
+    except ImportError as e:
+        raise SpecEdgeError(f"exporting {name} again needs packages this installation lacks ({e.name})",
+                            "pip install 'specedge[export]' torch==2.13.0, or export on another machine") from None
+    quants = [quant] if quant else (cached_quants(entry) or [entry.export.quant])
+    weights = weights or fetch(name)
+    outs = []
+    for q in quants:
+        settings = export_settings(entry, q)
+        out = cached_artifact(name, q)
+        clear_unloadable(out)
+        print(f"exporting {name}:{q} to {out} again", file=sys.stderr)
+        export_model(weights, out, settings, overwrite=True, expected_sha256=entry.sha256)
+        outs.append(out)
+    return outs
