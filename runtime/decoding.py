@@ -80,7 +80,7 @@ def fit_width(k: int, widths: Sequence[int]) -> int:
     return max(w for w in widths if w <= k + 1) - 1
 
 
-PAD_LOOKUP = NgramDrafter(vocab_size=0)  # its lookup reads only the token ids
+PAD_LOOKUP = NgramDrafter()
 
 
 def pad_guesses(context: Sequence[int], drafts: Sequence[int], group: int, room: int) -> list[int]:

@@ -52,8 +52,7 @@ class Drafter(Protocol):
 class NgramDrafter:
     name = "ngram"
 
-    def __init__(self, vocab_size: int, max_ngram: int = 8, min_ngram: int = 1) -> None:
-        self.vocab_size = vocab_size
+    def __init__(self, *, max_ngram: int = 8, min_ngram: int = 1) -> None:
         self.max_ngram = max_ngram  # a long suffix finds the right place to copy from in code
         self.min_ngram = min_ngram
 
@@ -161,10 +160,10 @@ class HybridDrafter:
         return self.model.propose(context, k, params, draws)
 
 
-def build_drafter(vocab_size: int, draft: OnnxModel | None, ngram: bool) -> Drafter | None:
+def build_drafter(draft: OnnxModel | None, ngram: bool) -> Drafter | None:
     """The drafter of a draft model and/or the n-gram lookup: hybrid with both, None with neither."""
     model = DraftModelDrafter(draft) if draft is not None else None
-    lookup = NgramDrafter(vocab_size) if ngram else None
+    lookup = NgramDrafter() if ngram else None
     if model is not None and lookup is not None:
         return HybridDrafter(lookup, model)
     return model or lookup

@@ -185,7 +185,7 @@ class Generator:
         if draft is not None:
             model = OnnxModel(draft, provider=draft_provider, threads=threads)
             check_pair(target_model, model)  # before the draft's cache is made
-        return cls(target_model, build_drafter(target_model.manifest.vocab_size, model, ngram), config,
+        return cls(target_model, build_drafter(model, ngram), config,
                    single_steps=single_steps)
 
     def encode(self, prompt: Prompt, chat: bool = False) -> list[int]:

@@ -9,6 +9,10 @@ would otherwise get. Where the baseline can verify losslessly (runtime/row_group
 plain decoding in row groups ('baseline-rows') and speculation over it with the same draft
 ('baseline-draft-auto', 'baseline-hybrid', which must reproduce baseline-rows' tokens) run too.
 
+The mode 'default' decodes as `specedge chat` does on this machine (defaults.py: the export chosen
+here, with its draft, draft and n-gram, or plainly in 1-token steps); its tokens are compared with
+plain decoding of the same export where the run has it (the target's, or the baseline's).
+
 Each target's row policy is probed once and passed to every job over it. Plain decoding runs on
 a session of its own that may spin between passes (as a user's plain decoding does); the modes
 that alternate with a draft run on one that does not.
@@ -77,14 +81,13 @@ def modes(target: OnnxModel, draft: OnnxModel, gammas: Sequence[int], plain_targ
           rows: RowPolicy) -> list[Job]:
     """Plain decoding (by `plain_target`, the target's session that runs alone) first, then the
     draft model at each γ and at γ auto, n-gram and hybrid over `target`, all under `rows`."""
-    vocab = target.manifest.vocab_size
-    model = build_drafter(vocab, draft, ngram=False)
+    model = build_drafter(draft, ngram=False)
     auto = SpecConfig(gamma=4, auto_gamma=True)
     return [Job("plain", plain_target, None, SpecConfig(gamma=0), rows=rows),
             *(Job(f"draft-g{g}", target, model, SpecConfig(gamma=g), rows=rows) for g in gammas),
             Job("draft-auto", target, model, auto, rows=rows),
-            Job("ngram", target, build_drafter(vocab, None, ngram=True), auto, rows=rows),
-            Job("hybrid", target, build_drafter(vocab, draft, ngram=True), auto, rows=rows)]
+            Job("ngram", target, build_drafter(None, ngram=True), auto, rows=rows),
+            Job("hybrid", target, build_drafter(draft, ngram=True), auto, rows=rows)]
 
 
 BASELINE = "baseline-plain"
@@ -103,14 +106,29 @@ def baseline_jobs(folder: Path, draft: OnnxModel, only: Sequence[str] | None) ->
     # 1-token steps against the decoding in pairs: how often do their tokens part at a near-tie?
     jobs = [Job("baseline-rows", baseline, None, SpecConfig(gamma=0), reference="baseline-rows", rows=rows),
             Job(BASELINE, single, None, SpecConfig(gamma=0), reference="baseline-rows", single_steps=True)]
-    vocab = baseline.manifest.vocab_size
-    spec = {"baseline-draft-auto": build_drafter(vocab, draft, ngram=False),
-            "baseline-hybrid": build_drafter(vocab, draft, ngram=True)}
+    spec = {"baseline-draft-auto": build_drafter(draft, ngram=False),
+            "baseline-hybrid": build_drafter(draft, ngram=True)}
     for mode, drafter in spec.items():
         if only is None or mode in only:
             jobs.append(Job(mode, baseline, drafter, SpecConfig(gamma=4, auto_gamma=True), reference="baseline-rows",
                             rows=rows))
     return jobs
+
+
+def default_job(way, target_dir: Path, baseline_dir: Path | None, draft: OnnxModel) -> Job:
+    """The job that decodes as chat does here (`way`: a defaults.Decoding), and the mode whose
+    tokens it must reproduce: plain decoding of the same export, in the same passes."""
+    same_target = Path(way.target).resolve() == Path(target_dir).resolve()
+    same_baseline = baseline_dir is not None and Path(way.target).resolve() == Path(baseline_dir).resolve()
+    if way.single_steps:
+        reference = BASELINE if same_baseline else "default"
+        return Job("default", OnnxModel(way.target, spin=True), None, SpecConfig(gamma=0), reference=reference,
+                   single_steps=True)
+    model = OnnxModel(way.target)
+    reference = "plain" if same_target else "baseline-rows" if same_baseline else "default"
+    drafter = build_drafter(draft, ngram=way.ngram)
+    return Job("default", model, drafter, SpecConfig(gamma=4, auto_gamma=True), reference=reference,
+               rows=probe_rows(model))
 
 
 def run_prompt(index: int, row: dict[str, str], jobs: Sequence[Job], max_new_tokens: int) -> list[Run]:
@@ -227,7 +245,8 @@ def plot(summary: dict, gammas: Sequence[int], path: Path) -> bool:
 
 def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, max_new_tokens: int = 128,
               gammas: Sequence[int] = tuple(range(1, 9)), limit: int | None = None, command: str = "",
-              only: Sequence[str] | None = None, baseline_dir: Path | None = None) -> Path:
+              only: Sequence[str] | None = None, baseline_dir: Path | None = None, default=None) -> Path:
+    """default: how chat decodes here (a defaults.Decoding), run as the mode 'default' when `only` names it."""
     rows = load_prompts(prompts_file)[:limit]
     target, draft = OnnxModel(target_dir), OnnxModel(draft_dir)
     plain_target = OnnxModel(target_dir, spin=True)  # plain decoding as a user gets it: the session alone
@@ -237,9 +256,15 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
         jobs = [j for j in jobs if j.mode == "plain" or j.mode in only]
     extra = baseline_jobs(baseline_dir, draft, only) if baseline_dir else []
     jobs[1:1] = extra  # the baseline's modes right after plain decoding
+    if default is not None:
+        jobs.append(default_job(default, target_dir, baseline_dir, draft))
     single = next((j.model for j in extra if j.single_steps), None)
     for model in (target, plain_target):
         Generator(model, None, SpecConfig(gamma=0, max_new_tokens=8), rows=policy).generate("warm up")
+    for job in jobs[-1:] if default is not None else []:
+        Generator(job.model, job.drafter, SpecConfig(gamma=job.config.gamma, auto_gamma=job.config.auto_gamma,
+                                                     max_new_tokens=8), single_steps=job.single_steps,
+                  rows=None if job.single_steps else job.rows).generate("warm up")
     if single is not None:
         Generator(single, None, SpecConfig(gamma=0, max_new_tokens=8), single_steps=True).generate("warm up")
     runs: list[Run] = []
@@ -253,6 +278,7 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
         curves["baseline"] = time_curve(single, range(1, 10))
     summary = summarize(runs)
     meta = {"target": target_dir.name, "draft": draft_dir.name, "prompts": len(rows), "command": command,
+            "default": default.line if default is not None else None,
             "baseline": baseline_dir.name if baseline_dir else None,
             "max_new_tokens": max_new_tokens, "date": time.strftime("%Y-%m-%d"), "cpu": cpu_info().to_dict(),
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}

@@ -14,7 +14,7 @@ FRESH = [5, 6, 7, 8, 9]
 
 
 def test_sources_follow_the_context(tiny_llama: tuple[Path, Path, Path]) -> None:
-    ngram = NgramDrafter(vocab_size=300)
+    ngram = NgramDrafter()
     model = DraftModelDrafter(OnnxModel(tiny_llama[2]))
     hybrid = HybridDrafter(ngram, model)
     assert ngram.sources(REPEATING) == ("ngram",) and ngram.sources(FRESH) == ()
@@ -25,12 +25,12 @@ def test_sources_follow_the_context(tiny_llama: tuple[Path, Path, Path]) -> None
 
 def test_lookup_copies_from_the_longest_match_not_the_latest() -> None:
     context = [1, 2, 3, 4, 50, 9, 3, 4, 60, 1, 2, 3, 4]  # "3 4" last seen before 60, "1 2 3 4" before 50
-    assert NgramDrafter(vocab_size=100).match(context, 2) == ([50, 9], 4)
-    assert NgramDrafter(vocab_size=100, max_ngram=2).match(context, 2) == ([60, 1], 2)
+    assert NgramDrafter().match(context, 2) == ([50, 9], 4)
+    assert NgramDrafter(max_ngram=2).match(context, 2) == ([60, 1], 2)
 
 
 def test_hybrid_takes_drafts_from_the_source_asked_for(tiny_llama: tuple[Path, Path, Path]) -> None:
-    ngram = NgramDrafter(vocab_size=300)
+    ngram = NgramDrafter()
     model = DraftModelDrafter(OnnxModel(tiny_llama[2]))
     hybrid = HybridDrafter(ngram, model)
     draws, greedy = Draws(0, 300), SamplingParams()

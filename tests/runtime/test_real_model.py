@@ -62,9 +62,8 @@ def test_speculative_equals_plain_on_real_model(smollm2: dict[str, Path], quant:
     target = OnnxModel(smollm2[quant])
     config = SpecConfig(gamma=0, max_new_tokens=48, ignore_eos=True)
     plain = Generator(target, None, config)
-    vocab = target.manifest.vocab_size
-    drafters = {"draft": build_drafter(vocab, OnnxModel(smollm2["int4"]), ngram=False),
-                "ngram": build_drafter(vocab, None, ngram=True)}
+    drafters = {"draft": build_drafter(OnnxModel(smollm2["int4"]), ngram=False),
+                "ngram": build_drafter(None, ngram=True)}
     spec = {name: Generator(target, drafter, dataclasses.replace(config, gamma=2), rows=plain.rows)
             for name, drafter in drafters.items()}
     for prompt in PROMPTS:

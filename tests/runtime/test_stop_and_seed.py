@@ -34,10 +34,10 @@ def smol(smollm2: dict[str, Path]) -> dict[str, Generator]:
     config = SpecConfig(gamma=0, max_new_tokens=28, ignore_eos=True)
     target, draft = OnnxModel(smollm2["fp32"]), OnnxModel(smollm2["int4"])
     plain = Generator(target, None, config)
-    vocab, spec = target.manifest.vocab_size, dataclasses.replace(config, gamma=4)
-    drafters = {"draft-model": build_drafter(vocab, draft, ngram=False),
-                "ngram": build_drafter(vocab, None, ngram=True),
-                "hybrid": build_drafter(vocab, draft, ngram=True)}
+    spec = dataclasses.replace(config, gamma=4)
+    drafters = {"draft-model": build_drafter(draft, ngram=False),
+                "ngram": build_drafter(None, ngram=True),
+                "hybrid": build_drafter(draft, ngram=True)}
     return {"plain": plain, **{name: Generator(target, drafter, spec, rows=plain.rows)
                                for name, drafter in drafters.items()}}
 
