@@ -14,6 +14,7 @@ from specedge.contract import MAX_VERIFY_WIDTH
 from specedge.errors import SpecEdgeError
 from specedge.kernels.sampling import argmax
 from specedge.runtime.feeds import FEEDS, attention_bias
+from specedge.runtime.graph_facts import check_graphs
 from specedge.runtime.graphs import open_graphs
 from specedge.runtime.kernel_probe import u8s8_exact
 from specedge.runtime.kv_cache import KVCache
@@ -74,6 +75,7 @@ class OnnxModel:
         spin between passes; never for a target and a draft that take turns on the cores."""
         self.folder = Path(folder)
         self.manifest: Manifest = load_manifest(self.folder, verify=verify)
+        check_graphs(self.folder, self.manifest)  # its vocabulary and context: before a pass trips on them
         self.provider = provider
         self.threads = threads
         self.spin = spin

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import shutil
 import time
 from pathlib import Path
 
@@ -12,9 +10,11 @@ import numpy as np
 import pytest
 
 from specedge.errors import SpecEdgeError
+from specedge.export.artifact import export_model
+from specedge.export.settings import ExportSettings
 from specedge.runtime import Generator, SpecConfig
 from specedge.runtime import text as text_module
-from specedge.runtime.manifest import MANIFEST_NAME, load_manifest
+from specedge.runtime.manifest import load_manifest
 from specedge.runtime.text import TextCodec
 
 HI = [{"role": "user", "content": "hi"}]
@@ -49,12 +49,8 @@ def test_good_token_ids_of_any_integer_type_pass(plain: Generator) -> None:
 
 def test_a_draft_with_a_smaller_context_is_refused_at_load(tiny_llama: tuple[Path, Path, Path],
                                                            tmp_path: Path) -> None:
-    _, target, draft = tiny_llama
-    short = tmp_path / "short-draft"
-    shutil.copytree(draft, short)
-    manifest = json.loads((short / MANIFEST_NAME).read_text())
-    manifest["context"] = 32
-    (short / MANIFEST_NAME).write_text(json.dumps(manifest))
+    src, target, _ = tiny_llama
+    short = export_model(src, tmp_path / "short-draft", ExportSettings(quant="fp32", context=32, widths=(1, 5))).path
     with pytest.raises(SpecEdgeError) as e:
         Generator.load(target, draft=short)
     assert all(w in str(e.value) for w in ("32", "64", "--context 64")), str(e.value)
