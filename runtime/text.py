@@ -14,8 +14,9 @@ from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from tokenizers import Tokenizer
 
-from specedge.errors import SpecEdgeError
+from specedge.errors import DamagedArtifactError, SpecEdgeError
 from specedge.runtime.manifest import TOKENIZER_NAME, Manifest
+from specedge.runtime.text_checks import check_ids, check_messages, check_text, check_vocabulary
 
 Message = dict[str, str]
 
@@ -155,16 +156,22 @@ def result_size(operator: str, left: object, right: object) -> int:
 class TextCodec:
     def __init__(self, folder: Path, manifest: Manifest) -> None:
         self.manifest = manifest
-        path = Path(folder) / TOKENIZER_NAME
+        self.folder = Path(folder)
+        path = self.folder / TOKENIZER_NAME
         try:
             self.tokenizer = Tokenizer.from_file(str(path))
         except Exception as e:  # the tokenizers library raises its own exception types
-            raise SpecEdgeError(f"{path} is not a readable tokenizer ({e})", "re-export the model") from None
+            raise DamagedArtifactError(folder, f"{path} is not a readable tokenizer ({e})") from None
+        check_vocabulary(self.tokenizer, manifest, self.folder)
         self._env: BoundedSandbox | None = None
         self._template: Template | None = None
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+    def encode(self, text: str, add_special_tokens: bool = True, what: str = "the prompt") -> list[int]:
+        """Token ids of `text`; InvalidTextError (naming it as `what`) if it is not valid UTF-8."""
+        check_text(text, what)
+        ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        check_ids(ids, self.manifest, self.folder)
+        return ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -209,7 +216,8 @@ class TextCodec:
                                 "drop --chat and pass the raw prompt") from None
 
     def encode_chat(self, messages: Sequence[Message]) -> list[int]:
-        return self.encode(self.render_chat(messages), add_special_tokens=False)
+        check_messages(messages)
+        return self.encode(self.render_chat(messages), add_special_tokens=False, what="the rendered chat")
 
 
 class StreamDecoder:

@@ -15,14 +15,16 @@ CHAT_TEMPLATE = (
 )
 
 
-def byte_tokenizer() -> Tokenizer:
-    """Every byte one token, plus a few special tokens."""
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+def byte_tokenizer(size: int | None = None) -> Tokenizer:
+    """Every byte one token, plus a few special tokens; with `size`, only the first `size` byte
+    tokens and no special tokens (the tokenizer of a model with a vocabulary that small)."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())[:size]
+    vocab = {ch: i for i, ch in enumerate(alphabet)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(SPECIALS)
+    if size is None:
+        tok.add_special_tokens(SPECIALS)
     return tok
 
 

@@ -52,9 +52,11 @@ def small_vocab_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pa
 
 
 def small_vocab_specials(src: Path) -> None:
-    """BOS and EOS inside the 12 ids the model scores (ids 0 and 1), not the byte tokenizer's 256, 257."""
+    """A tokenizer of the 12 ids the model scores, BOS and EOS among them (ids 0 and 1): a tokenizer
+    with more ids than the model is refused at load."""
     path = src / "tokenizer_config.json"
-    tok = byte_tokenizer()
+    tok = byte_tokenizer(VOCAB)
+    tok.save(str(src / "tokenizer.json"))
     config = json.loads(path.read_text())
     path.write_text(json.dumps({**config, "bos_token": tok.id_to_token(0), "eos_token": tok.id_to_token(1)}))
 

@@ -1,0 +1,108 @@
+"""Text that is not valid UTF-8 is the caller's error, named in one line; a tokenizer whose ids the
+model does not have (swapped in, its checksum and fingerprint forged) is refused at load."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+from specedge.errors import DamagedArtifactError, InvalidTextError, SpecEdgeError
+from specedge.runtime import Generator, SpecConfig
+from specedge.runtime.manifest import MANIFEST_NAME, sha256_file, tokenizer_fingerprint
+from tests.tiny_models import SPECIALS, byte_tokenizer
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_llama: tuple[Path, Path, Path]) -> Generator:
+    return Generator.load(tiny_llama[1], config=SpecConfig(gamma=0, max_new_tokens=2))
+
+
+BAD_TEXT = {  # prompt -> words of the error
+    "an undecodable byte of a command line": ("ab\udcffcd", ("the prompt", "U+DCFF", "byte 0xff", "character 3")),
+    "half of a surrogate pair": ("\ud83d!", ("the prompt", "U+D83D", "character 1")),
+    "in a chat message": ([{"role": "user", "content": "hi \udc80"}], ("the content of message 1", "character 4")),
+    "in a system message": ([{"role": "system", "content": "\udfff"}, {"role": "user", "content": "hi"}],
+                            ("the content of message 1", "U+DFFF")),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TEXT))
+def test_text_that_is_not_utf8_is_one_clear_error(plain: Generator, case: str) -> None:
+    prompt, words = BAD_TEXT[case]
+    with pytest.raises(InvalidTextError) as e:
+        plain.generate(prompt)
+    assert isinstance(e.value, SpecEdgeError) and isinstance(e.value, ValueError)  # a server's 400
+    assert all(w in str(e.value) for w in (*words, "not valid UTF-8")), str(e.value)
+    str(e.value).encode("utf-8")  # the message itself prints anywhere
+
+
+def test_a_chat_prompt_that_is_not_utf8_is_refused(plain: Generator) -> None:
+    with pytest.raises(InvalidTextError, match="the content of message 1 is not valid UTF-8"):
+        plain.generate("ab\udcffcd", chat=True)
+
+
+def test_valid_text_still_encodes(plain: Generator) -> None:
+    text = "héllo 世界 🙂"
+    ids = plain.encode(text)
+    assert len(ids) == len(text.encode()) and plain.codec.decode(ids) == text  # a token a byte
+
+
+def forge(art: Path, tok: Tokenizer) -> None:
+    """Swap in `tok` and record its checksum and fingerprint in the manifest, as a forger would."""
+    tok.save(str(art / "tokenizer.json"))
+    manifest = json.loads((art / MANIFEST_NAME).read_text())
+    manifest["files"]["tokenizer.json"] = {"size": (art / "tokenizer.json").stat().st_size,
+                                           "sha256": sha256_file(art / "tokenizer.json")}
+    manifest["tokenizer_fingerprint"] = tokenizer_fingerprint((art / "tokenizer.json").read_text())
+    (art / MANIFEST_NAME).write_text(json.dumps(manifest))
+
+
+def larger() -> Tokenizer:
+    tok = byte_tokenizer()
+    tok.add_tokens([f"word{i}" for i in range(100)])  # another model's: 360 ids for a model of 260
+    return tok
+
+
+def without_specials() -> Tokenizer:
+    return byte_tokenizer(256)  # no BOS (256) nor EOS (257)
+
+
+def sparse() -> Tokenizer:
+    """As many ids as the model has, but 'a' at id 1000: only what it encodes shows it."""
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {ch: (1000 if ch == "a" else i) for i, ch in enumerate(alphabet)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIALS)
+    return tok
+
+
+@pytest.fixture
+def artifact(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> Path:
+    art = tmp_path / "art"
+    shutil.copytree(tiny_llama[1], art)
+    return art
+
+
+@pytest.mark.parametrize(("make", "words"), [
+    (larger, ("tokenizer.json has 360 tokens", "vocabulary of 260")),
+    (without_specials, ("tokenizer.json has no token 256", "beginning-of-sequence")),
+])
+def test_a_swapped_tokenizer_with_forged_fingerprint_is_refused_at_load(artifact: Path, make, words) -> None:
+    forge(artifact, make())
+    with pytest.raises(DamagedArtifactError) as e:
+        Generator.load(artifact)
+    assert all(w in str(e.value) for w in (*words, "another model", "re-export")), str(e.value)
+
+
+def test_a_tokenizer_that_gives_an_id_beyond_the_model_is_refused(artifact: Path) -> None:
+    forge(artifact, sparse())
+    gen = Generator.load(artifact, config=SpecConfig(gamma=0, max_new_tokens=2))
+    assert gen.encode("bc")  # ids the model has
+    with pytest.raises(DamagedArtifactError, match="gave the token id 1000, outside the model's vocabulary of 260"):
+        gen.generate("abc")
