@@ -207,3 +207,49 @@ def test_system_errors_are_one_line_with_exit_2(monkeypatch: pytest.MonkeyPatch,
 def test_bad_numbers_are_refused_by_the_parser(flags: list[str]) -> None:
     proc = run_cli("generate", "--target", "x", "--prompt", "hi", *flags)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and flags[0] in proc.stderr
+
+
+def test_a_prompt_that_is_not_utf8_is_one_line(tiny_llama: tuple[Path, Path, Path], cli_here: Run) -> None:
+    """`--prompt $'ab\\xffcd'`: Python hands the byte 0xff over as the lone surrogate U+DCFF."""
+    _, target, _ = tiny_llama
+    proc = cli_here("generate", "--target", str(target), "--no-draft", "--prompt", "ab\udcffcd")
+    assert_one_line_error(proc, "the prompt is not valid UTF-8 text", "byte 0xff", "character 3")
+    assert proc.returncode == 2
+    chat = cli_here("chat", "--target", str(target), "--prompt", "ab\udcffcd", "--max-new-tokens", "2")
+    assert chat.returncode == 0 and "internal error" not in chat.stderr, chat.stderr
+    assert "[the content of message 1 is not valid UTF-8 text" in chat.stdout
+
+
+def forged(art: Path, **manifest_values: object) -> None:
+    """Set manifest fields, and seal a swapped tokenizer's checksum and fingerprint, as a forger would."""
+    from specedge.runtime.manifest import sha256_file, tokenizer_fingerprint
+
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest.update(manifest_values)
+    manifest["files"]["tokenizer.json"] = {"size": (art / "tokenizer.json").stat().st_size,
+                                           "sha256": sha256_file(art / "tokenizer.json")}
+    manifest["tokenizer_fingerprint"] = tokenizer_fingerprint((art / "tokenizer.json").read_text())
+    (art / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("damage", ["vocab_size", "context", "tokenizer"])
+def test_a_manifest_that_contradicts_its_graph_or_tokenizer_is_one_line(
+        tiny_llama: tuple[Path, Path, Path], tmp_path: Path, damage: str, cli_here: Run) -> None:
+    _, target, _ = tiny_llama
+    art = tmp_path / "art"
+    shutil.copytree(target, art)
+    if damage == "vocab_size":
+        forged(art, vocab_size=1000)
+        words = ("logits score 260 tokens", "vocab_size")
+    elif damage == "context":
+        forged(art, context=1024)
+        words = ("rotary tables cover 64 positions", "context 1024")
+    else:
+        tok = byte_tokenizer()
+        tok.add_tokens(["世界", "你好", *(f"w{i}" for i in range(98))])  # another model's: 360 ids
+        tok.save(str(art / "tokenizer.json"))
+        forged(art)
+        words = ("tokenizer.json has 360 tokens", "vocabulary of 260")
+    proc = cli_here("generate", "--target", str(art), "--no-draft", "--prompt", "你好世界" * 20)
+    assert_one_line_error(proc, *words, "re-export", f"--out {art} --force")
+    assert proc.returncode == 2
