@@ -98,9 +98,6 @@ class OnnxModel:
         return KVCache(m.num_layers, m.num_kv_heads, m.head_dim, m.context, bucket=bucket,
                        static=m.static or self.provider != "cpu", in_place=self.in_place)
 
-    def session_for(self, width: int) -> object:
-        return self.graphs.session_for(width)
-
     def forward(self, tokens: Sequence[int], cache: KVCache, all_logits: bool = True,
                 rows: RowPolicy = ONE_ROW) -> ForwardOutput:
         """Run tokens at positions [cache.length, +S). Does not commit: the caller decides how many
