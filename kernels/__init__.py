@@ -1,7 +1,7 @@
 """Pure numpy math of speculative decoding: sampling transforms and acceptance rules."""
 
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_sampled
-from specedge.kernels.sampling import SamplingParams, argmax, probabilities, sample
+from specedge.kernels.sampling import SamplingParams, argmax, probabilities
 
 __all__ = [
     "AcceptResult",
@@ -10,5 +10,4 @@ __all__ = [
     "accept_sampled",
     "argmax",
     "probabilities",
-    "sample",
 ]

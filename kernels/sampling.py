@@ -126,11 +126,6 @@ def race(probs: np.ndarray, noise: np.ndarray) -> int:
         return int(np.argmin(np.where(probs > 0, noise / probs, np.inf)))
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one index from a probability vector [V], racing V fresh Exp(1) values from rng."""
-    return race(probs, rng.standard_exponential(probs.shape[-1]))
-
-
 def keyed_exponentials(seed: int, position: int, size: int, purpose: int = TOKEN_NOISE) -> np.ndarray:
     """[size] i.i.d. Exp(1) of their own for (seed, position, purpose), whatever was drawn before:
     -log(1 - u) of the 53-bit uniforms u of a Philox stream keyed by them. Raw bit streams and
