@@ -133,12 +133,17 @@ class GgufWeights:
 
 
 def check_tensors(g: GgufFile) -> None:
-    """Every tensor gguf can dequantize (F32, F16, BF16 and the GGML block types)."""
-    from gguf import GGMLQuantizationType as T
-    from gguf.quants import _type_traits
+    """Every tensor of a GGML type gguf's numpy code dequantizes (F32, F16, BF16, the block types),
+    checked on one zero block per type before the export starts."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import dequantize as gguf_dequantize
 
-    readable = {T.F32, T.F16, *_type_traits}
-    for info in g.tensors.values():
-        if hf_name(info.name) is not None and T(info.qtype) not in readable:
-            raise SpecEdgeError(f"{g.path} stores {info.name} as {T(info.qtype).name}, which gguf cannot dequantize",
-                                "use a GGUF of common quantization types (F16, Q8_0, Q4_K_M, ...)")
+    for qtype in sorted({t.qtype for t in g.tensors.values() if hf_name(t.name) is not None}):
+        kind = GGMLQuantizationType(qtype)
+        type_size = GGML_QUANT_SIZES[kind][1]
+        try:
+            gguf_dequantize(np.zeros((1, type_size), dtype=np.uint8), kind)
+        except NotImplementedError:
+            name = next(t.name for t in g.tensors.values() if t.qtype == qtype)
+            raise SpecEdgeError(f"{g.path} stores {name} as {kind.name}, which gguf cannot dequantize",
+                                "use a GGUF of common quantization types (F16, Q8_0, Q4_K_M, ...)") from None
