@@ -61,7 +61,9 @@ def model_id(args: argparse.Namespace) -> str:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A listening socket, or a one-line error (address in use, no such address)."""
+    """A listening socket, or a one-line error (a port out of range, address in use, no such address)."""
+    if not 0 <= port <= 65535:
+        raise SpecEdgeError(f"--port {port} is not a port number", "pass a port from 1 to 65535 (0: any free port)")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, kind, proto, _, address = infos[0]

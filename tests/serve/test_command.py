@@ -38,3 +38,11 @@ def test_port_in_use_is_one_line() -> None:
                       f"sys.exit(main(['serve', '--target', 'x', '--port', '{port}']))")
     assert proc.returncode == 2
     assert_one_line_error(proc, f"cannot listen on 127.0.0.1:{port}", "--port")
+
+
+def test_port_out_of_range_is_one_line() -> None:
+    for port in ("70000", "65536"):
+        proc = python(f"import sys; from specedge.cli import main; "
+                      f"sys.exit(main(['serve', '--target', 'x', '--port', '{port}']))")
+        assert proc.returncode == 2
+        assert_one_line_error(proc, f"--port {port}", "65535")
