@@ -18,6 +18,8 @@ from specedge.errors import SpecEdgeError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+REQUEST_TIMEOUT_S = 30.0  # for a request to arrive whole (a local client sends it at once)
+KEEP_ALIVE_S = 5  # an idle kept-alive connection is closed after this
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +36,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                                                         "machine only; the server has no authentication)")
     p.add_argument("--port", type=nonnegative_int, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}; 0: any free port)")
+    p.add_argument("--request-timeout", type=positive_float, default=REQUEST_TIMEOUT_S, metavar="SECONDS",
+                   help=f"a connection whose request has not arrived whole after this is closed "
+                        f"(default {REQUEST_TIMEOUT_S:g})")
     p.add_argument("--queue", type=nonnegative_int, default=8,
                    help="requests that may wait while one is decoded (default 8); more get 503 and Retry-After")
     p.add_argument("--model-name", default=None,
@@ -58,6 +63,15 @@ def model_id(args: argparse.Namespace) -> str:
         return str(args.pair)
     name, _, _ = str(args.target).partition(":")
     return name if not Path(args.target).exists() else Path(args.target).name
+
+
+def positive_float(text: str) -> float:
+    from specedge.cli import nonnegative_float
+
+    value = nonnegative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a number > 0, got 0")
+    return value
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -90,6 +104,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from specedge.serve.app import ServeSettings, create_app
+        from specedge.serve.connections import deadline_protocol
     except ImportError as e:
         raise SpecEdgeError(f"specedge serve needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[serve]'") from None
@@ -120,7 +135,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"specedge serve: warning: listening on {args.host}, reachable from other machines, and with no "
               "authentication", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn.Config(create_app(gen, settings), log_level="warning", access_log=False,
-                                           timeout_graceful_shutdown=5))
+                                           timeout_graceful_shutdown=5, http=deadline_protocol(args.request_timeout),
+                                           timeout_keep_alive=KEEP_ALIVE_S))
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has shut down cleanly
         server.run(sockets=[sock])
     return 0

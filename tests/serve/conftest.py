@@ -41,6 +41,14 @@ class ServerProcess:
         raise AssertionError(f"no log line with {needle!r} in:\n" + "\n".join(self.log))
 
 
+def closed_by_server(s: socket.socket) -> bool:
+    """Waits (up to the socket's timeout) for the server to close the connection, with no answer."""
+    try:
+        return s.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+
+
 def start_server(target: Path, draft: Path, *extra: str) -> ServerProcess:
     port = free_port()
     cmd = [sys.executable, "-m", "specedge", "serve", "--target", str(target), "--draft", str(draft),
