@@ -2,7 +2,10 @@
 
 POST /v1/chat/completions and /v1/completions (stream true: server-sent events ending in
 `data: [DONE]`), GET /v1/models, GET /health. Every error is the OpenAI error object with a
-one-line message; the traceback of a server fault goes to the log, never to the client.
+one-line message; the traceback of a server fault goes to the log, never to the client. Requests
+pass `guard.RequestGuard` first (host names, origins, JSON bodies). A prompt is measured before it
+is queued (more characters than the context could hold: 413 at once) and tokenized by the worker
+in its turn, so prompts that arrive together are never tokenized together.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -19,13 +23,15 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime.generator import Generator, draft_model
+from specedge.serve.guard import LOCAL, Origins, RequestGuard
 from specedge.serve.protocol import (
     MAX_BODY_BYTES,
     APIError,
@@ -40,6 +46,7 @@ from specedge.serve.responses import DONE, Shaper, finish_reason, specedge_stats
 from specedge.serve.worker import Failed, Finished, GenerationWorker, Job, Piece, QueueFull
 
 log = logging.getLogger("specedge.serve")
+FOLDED_CHARS = 4  # characters a tokenizer's normalizer (NFC) may fold into one, at most
 EVENT_STREAM_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                         (b"x-accel-buffering", b"no")]
 
@@ -53,6 +60,12 @@ class ServeSettings:
     temperature: float = 1.0  # the API's defaults
     top_p: float = 1.0
     top_k: int = 0
+    origins: Origins = LOCAL  # the names and port requests must be addressed to
+
+
+def longest_token(generator: Generator) -> int:
+    """Characters of the longest token's text: no token spells more of a prompt."""
+    return max(map(len, generator.codec.tokenizer.get_vocab(with_added_tokens=True)), default=1)
 
 
 def error_response(err: APIError) -> JSONResponse:
@@ -81,11 +94,15 @@ async def read_body(request: Request) -> bytes:
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise body_too_large()
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise body_too_large()
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise body_too_large()
+            chunks.append(chunk)
+    except ClientDisconnect:  # or closed by the server: the body did not arrive in time
+        raise APIError(400, "the connection closed before the request body arrived whole",
+                       code="incomplete_body") from None
     return b"".join(chunks)
 
 
@@ -142,11 +159,11 @@ class EventStream:
             elif isinstance(event, Finished):
                 if first and shaper.kind == "chat":
                     yield shaper.chunk("", first=True)
-                result, n_prompt = event.result, len(self.job.prompt)
+                result = event.result
                 yield shaper.final_chunk(finish_reason(result.stats.stop_reason),
                                          specedge_stats(result.stats, event.reused, event.timing))
                 if self.include_usage:
-                    yield shaper.usage_chunk(usage(n_prompt, result.stats.n_tokens, event.reused))
+                    yield shaper.usage_chunk(usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused))
                 return
             else:
                 yield sse(error_for(event.error).body())
@@ -165,6 +182,7 @@ class Server:
         self.worker = GenerationWorker(generator, settings.queue_size)
         self.created = int(time.time())
         self.context = generator.target.manifest.context
+        self.max_prompt_chars = self.context * longest_token(generator) * FOLDED_CHARS
 
     def model_card(self) -> dict[str, object]:
         gen = self.generator
@@ -198,8 +216,21 @@ class Server:
             raise APIError(404, f"the model '{model[:100]}' does not exist; this server serves "
                                 f"'{self.settings.model_id}'", param="model", code="model_not_found")
 
+    def check_prompt_size(self, req: GenerationRequest) -> None:
+        """Refuse a prompt too long for the context before it is queued and tokenized: more token ids
+        than the context holds, or more characters than that many of the longest tokens spell."""
+        param = "messages" if req.kind == "chat" else "prompt"
+        if isinstance(req.prompt, tuple) and len(req.prompt) >= self.context:
+            raise APIError(413, f"the prompt has {len(req.prompt)} tokens but the model's context holds "
+                                f"{self.context}; shorten the prompt", param=param, code="context_length_exceeded")
+        chars = sum(len(m["content"]) for m in req.messages) if req.kind == "chat" else len(req.prompt)
+        if chars > self.max_prompt_chars:
+            raise APIError(413, f"the prompt has {chars} characters, more than the model's context of {self.context} "
+                                f"tokens can hold (at most {self.max_prompt_chars}); shorten the prompt",
+                           param=param, code="context_length_exceeded")
+
     def encode(self, req: GenerationRequest) -> list[int]:
-        """The prompt's token ids, checked to fit the context."""
+        """The prompt's token ids, checked to fit the context (on the worker thread, in the job's turn)."""
         param = "messages" if req.kind == "chat" else "prompt"
         prompt = list(req.messages) if req.kind == "chat" else req.prompt
         ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt))
@@ -224,9 +255,10 @@ class Server:
 
     async def complete(self, request: Request, req: GenerationRequest) -> Response | EventStream:
         self.check_model(req.model)
-        prompt = await run_in_threadpool(self.encode, req)
+        self.check_prompt_size(req)
         shaper = Shaper(req.kind, self.settings.model_id)
-        job = Job(shaper.id, prompt, self.overrides(req), asyncio.get_running_loop(), stream=req.stream)
+        job = Job(shaper.id, functools.partial(self.encode, req), self.overrides(req), asyncio.get_running_loop(),
+                  stream=req.stream)
         try:
             self.worker.submit(job)
         except QueueFull as e:
@@ -244,7 +276,7 @@ class Server:
         assert isinstance(event, Finished)
         result = event.result
         return JSONResponse(shaper.whole(result.text, finish_reason(result.stats.stop_reason),
-                                         usage(len(prompt), result.stats.n_tokens, event.reused),
+                                         usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused),
                                          specedge_stats(result.stats, event.reused, event.timing)))
 
 
@@ -271,6 +303,7 @@ def create_app(generator: Generator, settings: ServeSettings) -> Starlette:
         Route("/v1/chat/completions", api(server.chat), methods=["POST"]),
         Route("/v1/completions", api(server.completions), methods=["POST"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found})
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found},
+                    middleware=[Middleware(RequestGuard, origins=settings.origins)])
     app.state.server = server
     return app

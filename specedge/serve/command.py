@@ -105,6 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         from specedge.serve.app import ServeSettings, create_app
         from specedge.serve.connections import deadline_protocol
+        from specedge.serve.guard import Origins
     except ImportError as e:
         raise SpecEdgeError(f"specedge serve needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[serve]'") from None
@@ -124,9 +125,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          fallback=args.fallback, single_steps=single_steps)
     gen.bandwidth_gb_per_s = machine_bandwidth()
     name = model_id(args)
-    settings = ServeSettings(model_id=name, aliases=(Path(target).name,), queue_size=args.queue,
-                             max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k)
     host, port = sock.getsockname()[:2]
+    settings = ServeSettings(model_id=name, aliases=(Path(target).name,), queue_size=args.queue,
+                             max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
+                             origins=Origins.of_listener(args.host, port))
     setup_logging()
     print(f"specedge serve: model '{name}' ({Path(target).name}" + (f" + {Path(draft).name}" if draft else "")
           + f"{' + n-gram' if args.ngram else ''}) at http://{host}:{port}/v1; one request decodes at a time, "

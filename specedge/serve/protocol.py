@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -20,6 +21,8 @@ from specedge.errors import SpecEdgeError
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
 MAX_STOP_STRINGS = 4  # as the OpenAI API documents
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the escapes \\ud800 to \\udfff in a JSON text
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # after parsing: pairs became one character
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 Kind = Literal["chat", "completion"]
@@ -80,7 +83,34 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise APIError(400, f"the request body must be a JSON object, not {type(body).__name__}",
                        code="invalid_json")
+    if SURROGATE_ESCAPE.search(raw):  # else no string can hold one: UTF-8 bytes cannot
+        check_unicode(body)
     return body
+
+
+def check_unicode(body: dict[str, Any]) -> None:
+    """Refuse a lone UTF-16 surrogate (a JSON escape such as \\udcff without its pair) in any key or
+    string of the body: it is no Unicode text, and neither a tokenizer nor a response can take it."""
+    stack: list[tuple[str, object]] = [("", body)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            check_surrogates(value, where)
+        elif isinstance(value, dict):
+            for key in value:
+                check_surrogates(key, where, key=True)
+            stack.extend((f"{where}.{key}" if where else key, v) for key, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(value))
+
+
+def check_surrogates(text: str, where: str, key: bool = False) -> None:
+    if (found := LONE_SURROGATE.search(text)) is None:
+        return
+    what = f"a key of '{where[:100]}'" if key and where else "a key" if key else f"'{where[:100]}'"
+    raise APIError(400, f"{what} holds a lone surrogate \\u{ord(found.group()):04x} at character "
+                        f"{found.start() + 1}, which is no Unicode text; send surrogates only in pairs",
+                   param=where[:100] or None, code="invalid_value")
 
 
 def body_too_large() -> APIError:

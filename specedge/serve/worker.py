@@ -4,7 +4,9 @@ bounded queue, and each one's text goes back to the event loop as it is decoded.
 A device decodes one stream at its best speed, so a second stream would only slow the first.
 onnxruntime releases the GIL during a pass, so the event loop stays responsive meanwhile. A job
 whose client is gone is cancelled: waiting, it is skipped; decoding, its TextStream is closed at
-the next text it yields (the next round), which frees the thread for the next job.
+the next text it yields (the next round), which frees the thread for the next job. A job's prompt
+is tokenized here too, in its turn: however many large prompts arrive at once, one is tokenized at
+a time, and only those that found a place in the queue.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specedge.errors import SpecEdgeError
 from specedge.runtime.generator import GenerationResult, Generator
+from specedge.serve.protocol import APIError
 from specedge.serve.responses import Timing
 
 log = logging.getLogger("specedge.serve")
@@ -57,7 +60,7 @@ class Job:
     """One request for the worker. Made on the event loop, which reads `events`."""
 
     name: str
-    prompt: list[int]
+    encode: Callable[[], list[int]]  # the prompt's token ids (an APIError or SpecEdgeError: the request's fault)
     overrides: dict[str, object]
     loop: asyncio.AbstractEventLoop
     stream: bool  # False: only the Finished (or Failed) event is sent
@@ -139,7 +142,7 @@ class GenerationWorker:
             try:
                 if not job.cancelled.is_set():
                     self._serve(job)
-            except SpecEdgeError as e:  # the request's fault: a one-line answer
+            except (APIError, SpecEdgeError) as e:  # the request's fault: a one-line answer
                 log.info("%s: %s", job.name, e)
                 job.emit(Failed(e))
             except BaseException as e:  # never lose the thread: the next job is served
@@ -154,9 +157,10 @@ class GenerationWorker:
     def _serve(self, job: Job) -> None:
         gen = self.generator
         queued = time.perf_counter() - job.arrived
-        reused = cached_prefix(gen.cache.tokens, job.prompt)
+        prompt = job.encode()
+        reused = cached_prefix(gen.cache.tokens, prompt)
         first: float | None = None
-        stream = gen.stream(job.prompt, **job.overrides)
+        stream = gen.stream(prompt, **job.overrides)
         try:
             for piece in stream:
                 if first is None:
@@ -172,7 +176,7 @@ class GenerationWorker:
         self.served += 1
         s = result.stats
         log.info("%s: %d prompt tokens (%d reused), %d tokens, %.1f tok/s, acceptance %.0f%%, "
-                 "%.2f tokens/target pass, stop: %s%s", job.name, len(job.prompt), reused, s.n_tokens,
+                 "%.2f tokens/target pass, stop: %s%s", job.name, len(prompt), reused, s.n_tokens,
                  s.tokens_per_s, 100 * s.acceptance_rate, s.mean_accepted_per_target_call,
                  s.stop_reason or "interrupted", " (client gone)" if job.cancelled.is_set() else "")
         if not job.cancelled.is_set():

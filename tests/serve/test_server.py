@@ -223,7 +223,8 @@ LONG = "word " * 600
 ])
 def test_bad_requests_get_error_objects(server: ServerProcess, path: str, body: object, status: int,
                                         code: str | None) -> None:
-    kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+    raw = {"content": body, "headers": {"Content-Type": "application/json"}}
+    kwargs = raw if isinstance(body, bytes) else {"json": body}
     r = httpx.post(f"{server.url}{path}", timeout=30, **kwargs)  # type: ignore[arg-type]
     assert r.status_code == status, r.text
     error = r.json()["error"]

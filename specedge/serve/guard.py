@@ -1,0 +1,123 @@
+"""Who may drive the server: requests for its own host names only, from its own origins only, with
+JSON bodies only.
+
+A web page the user visits can send requests to 127.0.0.1 too: under its own name, once its DNS
+name resolves to 127.0.0.1 (DNS rebinding: the Host header still names the page's site), or as a
+cross-site "simple" request (a form's text/plain POST, which a browser sends without asking, with
+the page's Origin). So a Host that is none of the server's names gets 421, an Origin that is not
+the server's own 403, and a POST whose body is not declared JSON 415 (a browser must ask before it
+sends a cross-site application/json request, and this server grants no such request).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from specedge.serve.protocol import APIError
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+JSON_TYPE = "application/json"
+
+
+@dataclass(frozen=True)
+class Origins:
+    """The names the server answers for, and its port (None: any)."""
+
+    names: frozenset[str]
+    port: int | None = None
+    any_address: bool = False  # listening on every interface: a Host that is an IP address is its own
+
+    @classmethod
+    def of_listener(cls, host: str, port: int | None) -> Origins:
+        """The loopback names and `host` (when it is every interface: this machine's name)."""
+        names = {*LOOPBACK_NAMES, normal_name(host)}
+        wildcard = host in WILDCARD_HOSTS
+        if wildcard:
+            names.add(normal_name(socket.gethostname()))
+        return cls(frozenset(names - {""}), port, wildcard)
+
+    def listing(self) -> str:
+        return ", ".join(sorted(f"[{n}]" if ":" in n else n for n in self.names))
+
+    def has_name(self, name: str | None) -> bool:
+        name = normal_name(name or "")
+        return name in self.names or (self.any_address and is_ip_address(name))
+
+    def has_port(self, port: int | None, default: int) -> bool:
+        return self.port is None or (default if port is None else port) == self.port
+
+    def has_host(self, host: str) -> bool:
+        """A Host header, `name` or `name:port`."""
+        try:
+            parts = urlsplit(f"//{host}")
+            return self.has_name(parts.hostname) and self.has_port(parts.port, self.port or 80)
+        except ValueError:  # a port that is not a number, an unclosed bracket
+            return False
+
+    def has_origin(self, origin: str) -> bool:
+        """An Origin header, `http://name[:port]` (the server has no TLS)."""
+        try:
+            parts = urlsplit(origin)
+            return (parts.scheme == "http" and not parts.path.strip("/") and self.has_name(parts.hostname)
+                    and self.has_port(parts.port, 80))
+        except ValueError:
+            return False
+
+
+LOCAL = Origins(frozenset(LOOPBACK_NAMES))  # the loopback names, any port
+
+
+def normal_name(name: str) -> str:
+    return name.strip().strip("[]").rstrip(".").lower()
+
+
+def is_ip_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def refusal(origins: Origins, method: str, headers: Headers) -> APIError | None:
+    """Why the server will not take this request, or None."""
+    host = headers.get("host")
+    if host is not None and not origins.has_host(host):
+        return APIError(421, f"the Host header names '{host[:100]}', which is not this server; address it as one of "
+                             f"{origins.listing()}", param="Host", code="misdirected_request")
+    for origin in headers.getlist("origin"):
+        if not origins.has_origin(origin):
+            return APIError(403, f"requests from the web origin '{origin[:100]}' are refused; this server takes "
+                                 "requests only from programs on its own origin", param="Origin",
+                            code="forbidden_origin")
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+    if method == "POST" and content_type != JSON_TYPE:
+        return APIError(415, f"the request body must be JSON, sent with 'Content-Type: {JSON_TYPE}', "
+                             f"not '{content_type[:100] or 'none'}'", param="Content-Type",
+                        code="unsupported_media_type")
+    return None
+
+
+class RequestGuard:
+    """ASGI middleware: a request `refusal` names gets its error object, others go on to `app`."""
+
+    def __init__(self, app: ASGIApp, origins: Origins) -> None:
+        self.app = app
+        self.origins = origins
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            err = refusal(self.origins, scope["method"], Headers(scope=scope))
+            if err is not None:
+                response = JSONResponse(err.body(), status_code=err.status, headers={"Connection": "close"})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
