@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from specedge.defaults import pair_artifacts
 from specedge.device_profiles.predict import expected_tokens
 from specedge.profiling import PROMPTS, measure_device, pass_model, predict_pair
-from specedge.resolve import resolve_pair
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.drafters import DraftModelDrafter
 
@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("--gamma", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     args = parser.parse_args()
-    target_dir, draft_dir, _ = resolve_pair(args.pair)
+    target_dir, draft_dir, _ = pair_artifacts(args.pair)
     profile, path = measure_device(target_dir, draft_dir)
     print(f"profile written to {path}")
     prediction = predict_pair(profile, target_dir, draft_dir, None)

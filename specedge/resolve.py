@@ -9,7 +9,7 @@ from specedge.errors import SpecEdgeError
 from specedge.export.cache import artifact_path, is_exported
 from specedge.export.settings import ExportSettings, int8_weights_here
 from specedge.models.fetch import fetch
-from specedge.models.registry import ModelEntry, get_model, get_pair
+from specedge.models.registry import ModelEntry, get_model
 
 
 def export_settings(entry: ModelEntry, quant: str | None = None) -> ExportSettings:
@@ -25,13 +25,10 @@ def cached_artifact(name: str, quant: str | None = None) -> Path:
 
 
 def resolve_model(name: str, quant: str | None = None) -> Path:
-    """The artifact of a registry model, fetching and exporting what is missing. Without a quant,
-    the export chosen for this machine (specedge/choose.py: measured once)."""
+    """The artifact of a registry model in `quant` (default: the registry's first export), fetching
+    and exporting what is missing. Which export decodes fastest here is policy, not mechanism:
+    specedge/defaults.py chooses it and asks for it by quant."""
     entry = get_model(name)
-    if quant is None and entry.variants:
-        from specedge.choose import default_quant
-
-        quant = default_quant(name)
     settings = export_settings(entry, quant)
     out = artifact_path(entry.name, entry.sha256, settings)
     if is_exported(out):
@@ -48,9 +45,3 @@ def resolve_model(name: str, quant: str | None = None) -> Path:
         print(f"exported in {result.seconds:.0f} s, peak memory {result.peak_rss_bytes / 2**30:.1f} GiB",
               file=sys.stderr)
     return out
-
-
-def resolve_pair(name: str) -> tuple[Path, Path, int]:
-    """(target artifact, draft artifact, default gamma) of a registry pair."""
-    pair = get_pair(name)
-    return resolve_model(pair.target), resolve_model(pair.draft), pair.gamma

@@ -67,3 +67,24 @@ def test_a_baseline_in_row_pairs_speculates_losslessly(tiny_llama: tuple[Path, P
     assert list(runs) == ["plain", "baseline-rows", "baseline-plain", "baseline-draft-auto", "baseline-hybrid"]
     assert runs["baseline-draft-auto"]["identical"] and runs["baseline-hybrid"]["identical"]
     assert runs["baseline-hybrid"]["tokens_per_pass"] > 1.0
+
+
+def test_the_default_mode_decodes_as_chat_does(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """'default' runs the way chat decodes here, and its tokens equal plain decoding of the same export."""
+    from specedge.defaults import Decoding
+
+    _, target, draft = tiny_llama
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"kind": "code", "prompt": "def f(x):"}))
+    hybrid = Decoding(target, draft, True, False, "hybrid: measured")
+    run_bench(target, draft, prompts, tmp_path / "out", max_new_tokens=10, gammas=(1,), only=["default"],
+              default=hybrid)
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    runs = {r["mode"]: r for r in data["runs"]}
+    assert list(runs) == ["plain", "default"] and data["meta"]["default"] == "hybrid: measured"
+    assert runs["default"]["identical"] and runs["default"]["tokens_per_pass"] > 1.0
+    plain_steps = Decoding(target, None, False, True, "plain: measured")
+    run_bench(target, draft, prompts, tmp_path / "plain", max_new_tokens=10, gammas=(1,), only=["default"],
+              default=plain_steps)
+    runs = {r["mode"]: r for r in json.loads((tmp_path / "plain" / "results.json").read_text())["runs"]}
+    assert runs["default"]["tokens_per_pass"] == 1.0 and runs["default"]["tokens"] == runs["plain"]["tokens"]

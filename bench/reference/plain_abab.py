@@ -64,11 +64,10 @@ def ours_generator(args: argparse.Namespace) -> tuple[Generator, str]:
     speculative = SpecConfig(auto_gamma=True, max_new_tokens=NEW_TOKENS, ignore_eos=True)
     plain = SpecConfig(gamma=0, max_new_tokens=NEW_TOKENS, ignore_eos=True)
     if args.ours == "default":  # as `specedge chat` decodes here
-        target, draft, single_steps = default_pair(argparse.Namespace(pair=DEFAULT_PAIR, target=None, draft=None,
-                                                                      gamma=None, ngram=False))
-        gen = Generator.load(target, draft=draft, config=plain if single_steps else speculative,
-                             single_steps=single_steps)
-        return gen, f"default: {target.name}" + (", 1-token steps" if single_steps else " + draft γ auto")
+        way = default_pair(argparse.Namespace(pair=DEFAULT_PAIR, target=None, draft=None, gamma=None, ngram=False))
+        gen = Generator.load(way.target, draft=way.draft, ngram=way.ngram,
+                             config=plain if way.single_steps else speculative, single_steps=way.single_steps)
+        return gen, f"default: {way.line}"
     target = artifact_arg(args.ours)
     if args.draft:
         gen = Generator.load(target, draft=artifact_arg(args.draft), ngram=args.ngram, config=speculative)

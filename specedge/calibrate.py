@@ -1,0 +1,80 @@
+"""Measure the ways a model may decode on this machine: pass timings to prune, then the decoding
+loop itself on the calibration texts (specedge/calibration.py), greedy, as chat runs it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from specedge.calibration import CALIBRATION, TOKENS
+from specedge.choose import Candidate, Way, WayRun
+from specedge.contract import MAX_VERIFY_WIDTH
+from specedge.profiling import artifact_id, time_widths
+from specedge.runtime import OnnxModel
+from specedge.runtime.decoding import SpecConfig
+from specedge.runtime.drafters import build_drafter
+from specedge.runtime.generator import Generator
+from specedge.runtime.row_groups import probe_rows
+
+TIMING_WIDTHS = (2, 4, 5, 8, 9)  # verification widths timed for pruning (γ 1 to 8), under the row policy
+
+
+def time_candidate(quant: str, folder: Path) -> Candidate:
+    """Load an export, probe its row policy on this CPU, time a 1-token step and a few verification passes."""
+    model = OnnxModel(folder)
+    rows = probe_rows(model)
+    single = time_widths(model, [1], repeats=5)[1]
+    widths = [w for w in rows.verify_widths(model.manifest.widths) if w <= MAX_VERIFY_WIDTH and w in TIMING_WIDTHS]
+    seconds = time_widths(model, widths, repeats=3, rows=rows) if rows.exact and widths else {}
+    return Candidate(quant=quant, artifact=artifact_id(model.manifest, folder), single=single, seconds=seconds,
+                     group=rows.group, exact=rows.exact)
+
+
+def time_draft(folder: Path) -> float:
+    return time_widths(OnnxModel(folder), [1], repeats=5)[1]
+
+
+def decode_rates(gen: Generator) -> tuple[float, ...]:
+    """Decode tokens/s of `gen` on each calibration text (greedy, TOKENS tokens, EOS ignored; a
+    model of a small context decodes fewer, after the end of the prompt)."""
+    half = gen.target.manifest.context // 2
+    tokens, keep = min(TOKENS, half), max(1, half - MAX_VERIFY_WIDTH)
+    prompts = [gen.encode(t.prompt, chat=True)[-keep:] for t in CALIBRATION]
+    gen.generate(prompts[0], max_new_tokens=4, ignore_eos=True)  # warm up
+    return tuple(gen.generate(p, max_new_tokens=tokens, ignore_eos=True).stats.tokens_per_s for p in prompts)
+
+
+def plain_rates(folder: Path) -> tuple[float, ...]:
+    """Plain decoding in 1-token steps, in a session of its own (as chat decodes plainly)."""
+    gen = Generator(OnnxModel(folder, spin=True), None, SpecConfig(gamma=0), single_steps=True)
+    return decode_rates(gen)
+
+
+def speculative_rates(folder: Path, draft: OnnxModel, drafters: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    """Speculation over an export with each drafter ("draft", "hybrid"), γ auto, text by text in turn."""
+    target = OnnxModel(folder)
+    rows = probe_rows(target)
+    gens = {d: Generator(target, build_drafter(draft, ngram=d == "hybrid"),
+                         SpecConfig(gamma=4, auto_gamma=True), rows=rows) for d in drafters}
+    return {d: decode_rates(gen) for d, gen in gens.items()}
+
+
+def measure_ways(ways: Sequence[Way], exports: Mapping[str, Path], draft: Path | None) -> list[WayRun]:
+    """Each way's decode speed on the calibration texts. Plain decoding runs before and after the
+    speculative ways, and the faster of the two counts: drift on a shared machine is not taken
+    for a speculative win."""
+    plain = [w for w in ways if not w.speculates]
+    first = {w: plain_rates(exports[w.quant]) for w in plain}
+    runs: list[WayRun] = []
+    draft_model = OnnxModel(draft) if draft is not None else None
+    for quant in dict.fromkeys(w.quant for w in ways if w.speculates):
+        drafters = [w.drafter for w in ways if w.speculates and w.quant == quant]
+        print(f"  decoding the calibration texts: {quant} with {' and '.join(drafters)}", file=sys.stderr, flush=True)
+        assert draft_model is not None
+        for drafter, rates in speculative_rates(exports[quant], draft_model, drafters).items():
+            runs.append(WayRun(Way(quant, drafter), rates))
+    for w in plain:
+        again = plain_rates(exports[w.quant]) if runs else first[w]
+        runs.insert(0, WayRun(w, tuple(max(a, b) for a, b in zip(first[w], again, strict=True))))
+    return runs

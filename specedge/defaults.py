@@ -1,0 +1,137 @@
+"""The default decoding of registry models on this machine: measured once (calibrate.py), decided
+(choose.py), kept in this device's profile with the CPU and ONNX Runtime release, applied here.
+
+A choice is measured again on another CPU or ONNX Runtime release, and by `specedge profile
+measure`; where the profile cannot be read, once a process.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from specedge.calibration import CALIBRATION
+from specedge.choose import Choice, pick, prune, recorded_choice, verdict
+from specedge.device_profiles.cpu import cpu_info
+from specedge.device_profiles.profiles import DeviceProfile, ProfileError, load_profile, save_profile
+from specedge.models.registry import PAIRS, get_model, get_pair
+from specedge.profiling import THIS_DEVICE, new_profile, profiles_dir
+from specedge.resolve import resolve_model
+
+UNSAVED: dict[str, Choice] = {}  # choices no profile could keep (it cannot be read): measured once a process
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How chat and serve decode a registry pair by default here."""
+
+    target: Path
+    draft: Path | None
+    ngram: bool
+    single_steps: bool  # plain decoding in 1-token steps
+    line: str  # which way, and why
+
+
+def candidate_quants(name: str) -> tuple[str, ...]:
+    """The exports of a registry model to choose between: its default and its variants."""
+    entry = get_model(name)
+    return (entry.export.quant, *(v.quant for v in entry.variants if v.quant != entry.export.quant))
+
+
+def read_profile() -> tuple[DeviceProfile | None, Path | None]:
+    """This device's profile (None if there is none yet) and its path (None: it cannot be read or kept)."""
+    path = profiles_dir() / f"{THIS_DEVICE}.json"
+    try:
+        return (load_profile(path) if path.is_file() else None), path
+    except (ProfileError, OSError) as e:
+        fix = getattr(e, "fix", "") or f"delete {path}"
+        print(f"specedge: warning: {e}; {fix} (choosing the default decoding without it)", file=sys.stderr)
+        return None, None
+
+
+def keep_choice(choice: Choice, profile: DeviceProfile | None, path: Path | None) -> None:
+    """Keep `choice` with this CPU's profile (a profile of another CPU is replaced), else for this process."""
+    if path is None:
+        UNSAVED[choice.model] = choice
+        return
+    cpu = cpu_info().to_dict()
+    if profile is None or profile.cpu != cpu:
+        profile = new_profile(THIS_DEVICE)
+    save_profile(replace(profile, choices={**profile.choices, choice.model: choice.to_dict()}), path)
+    print(f"  kept in {path}", file=sys.stderr)
+
+
+def measure_choice(name: str) -> Choice:
+    """Export the candidates (once), time their passes, decode the calibration texts the ways that
+    could win, and pick."""
+    import onnxruntime
+
+    from specedge.calibrate import measure_ways, time_candidate, time_draft
+
+    print(f"specedge: measuring how {name} decodes fastest on this CPU, once ({cpu_info().label()})",
+          file=sys.stderr, flush=True)
+    exports = {quant: resolve_model(name, quant) for quant in candidate_quants(name)}
+    pair = next((p for p in PAIRS.values() if p.target == name), None)
+    draft = resolve_model(pair.draft) if pair is not None else None
+    candidates = [time_candidate(quant, folder) for quant, folder in exports.items()]
+    t_draft = time_draft(draft) if draft is not None else None
+    runs = measure_ways(prune(candidates, t_draft), exports, draft)
+    kinds = tuple(t.kind for t in CALIBRATION)
+    way, reason = pick(runs, kinds)
+    choice = Choice(model=name, way=way, reason=reason, onnxruntime=onnxruntime.__version__, kinds=kinds,
+                    runs=tuple(runs), candidates=tuple(candidates), t_draft=t_draft)
+    for run in runs:
+        print(f"  {run.way.label()}: " + ", ".join(f"{r:.1f}" for r in run.rates) + " tokens/s", file=sys.stderr)
+    print(f"  default here: {verdict(choice)}", file=sys.stderr)
+    return choice
+
+
+def default_choice(name: str, remeasure: bool = False) -> Choice | None:
+    """How registry model `name` decodes by default on this machine (None: it has one export): the
+    choice kept for this CPU and ONNX Runtime release, else measured now and kept."""
+    import onnxruntime
+
+    if len(candidate_quants(name)) == 1:
+        return None
+    profile, path = read_profile()
+    if not remeasure:
+        kept = UNSAVED.get(name) if path is None else None if profile is None else recorded_choice(
+            profile.choices, name, cpu_info().to_dict(), profile.cpu, onnxruntime.__version__)
+        if kept is not None:
+            return kept
+    choice = measure_choice(name)
+    keep_choice(choice, profile, path)
+    return choice
+
+
+def default_quant(name: str) -> str:
+    """The export of registry model `name` to use when no quant is given."""
+    choice = default_choice(name)
+    return choice.quant if choice is not None else get_model(name).export.quant
+
+
+def default_artifact(name: str, quant: str | None = None) -> Path:
+    """The artifact of a registry model: `quant`'s export, else the one chosen for this machine."""
+    return resolve_model(name, quant or default_quant(name))
+
+
+def pair_decoding(pair_name: str) -> Decoding:
+    """How a registry pair decodes by default: its target's chosen export, with the chosen drafter
+    or plainly in 1-token steps."""
+    pair = get_pair(pair_name)
+    choice = default_choice(pair.target)
+    target = default_artifact(pair.target)
+    if choice is None:
+        return Decoding(target, resolve_model(pair.draft), False, False,
+                        f"{pair.target} with its draft, γ auto (one export: nothing to choose)")
+    line = f"decoding {verdict(choice)} (measured once here; `specedge profile measure` measures again)"
+    if not choice.speculate:
+        return Decoding(target, None, False, True, line)
+    return Decoding(target, resolve_model(pair.draft), choice.way.drafter == "hybrid", False, line)
+
+
+def pair_artifacts(name: str) -> tuple[Path, Path, int]:
+    """(target artifact, draft artifact, default gamma) of a registry pair, the target's export chosen here."""
+    pair = get_pair(name)
+    return default_artifact(pair.target), resolve_model(pair.draft), pair.gamma
