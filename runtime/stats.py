@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 
 from specedge.runtime.traffic import Traffic
 
+OLD_TOKENS_PER_PASS_KEY = "mean_accepted_per_target_call"  # tokens_per_target_pass's first name, kept in to_dict
+
 
 @dataclass
 class GenerationStats:
@@ -54,8 +56,8 @@ class GenerationStats:
         return self.accepted / self.drafted if self.drafted else 0.0
 
     @property
-    def mean_accepted_per_target_call(self) -> float:
-        """Tokens produced per target pass after prefill: accepted drafts + the target's own."""
+    def tokens_per_target_pass(self) -> float:
+        """Tokens produced per target pass after prefill: accepted drafts and guesses + the target's own."""
         return self.produced / self.target_calls if self.target_calls else 0.0
 
     @property
@@ -110,6 +112,7 @@ class GenerationStats:
         for name in ("target_traffic", "draft_traffic", "bandwidth_gb_per_s"):
             d.pop(name)
         for name in ("bytes_per_token", "time_decode_s", "time_host_s", "tokens_per_s", "acceptance_rate",
-                     "mean_accepted_per_target_call", "acceptance_by_position"):
+                     "tokens_per_target_pass", "acceptance_by_position"):
             d[name] = getattr(self, name)
+        d[OLD_TOKENS_PER_PASS_KEY] = self.tokens_per_target_pass
         return d

@@ -145,7 +145,7 @@ def run_prompt(index: int, row: dict[str, str], jobs: Sequence[Job], max_new_tok
                         e2e_tokens_per_s=s.n_tokens / s.time_total_s if s.time_total_s else 0.0,
                         ttft_s=s.time_prefill_s, ratio=s.tokens_per_s / plain_speed if plain_speed else 0.0,
                         ratio_best_plain=0.0,  # set below, once both plain decodings have run
-                        tokens_per_pass=s.mean_accepted_per_target_call, acceptance=s.acceptance_rate,
+                        tokens_per_pass=s.tokens_per_target_pass, acceptance=s.acceptance_rate,
                         identical=result.token_ids == tokens[job.reference], gamma=s.gamma,
                         host_fraction=s.time_host_s / s.time_decode_s if s.time_decode_s else 0.0))
     return with_best_plain(runs)

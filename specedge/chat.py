@@ -52,7 +52,7 @@ def stats_line(s: GenerationStats) -> str:
     """One generation's stats in one line (after a chat answer, and `specedge generate`'s)."""
     return (f"[{s.n_tokens} tokens · {s.tokens_per_s:.1f} tok/s · drafter {s.drafter}, γ {s.gamma}"
             f"{' auto' if s.gamma_auto else ''} · acceptance {s.acceptance_rate:.0%} · "
-            f"{s.mean_accepted_per_target_call:.2f} tokens/target pass{traffic_note(s)} · stop: {s.stop_reason}]")
+            f"{s.tokens_per_target_pass:.2f} tokens/target pass{traffic_note(s)} · stop: {s.stop_reason}]")
 
 
 def traffic_note(s: GenerationStats) -> str:

@@ -177,7 +177,7 @@ class GenerationWorker:
         s = result.stats
         log.info("%s: %d prompt tokens (%d reused), %d tokens, %.1f tok/s, acceptance %.0f%%, "
                  "%.2f tokens/target pass, stop: %s%s", job.name, len(prompt), reused, s.n_tokens,
-                 s.tokens_per_s, 100 * s.acceptance_rate, s.mean_accepted_per_target_call,
+                 s.tokens_per_s, 100 * s.acceptance_rate, s.tokens_per_target_pass,
                  s.stop_reason or "interrupted", " (client gone)" if job.cancelled.is_set() else "")
         if not job.cancelled.is_set():
             job.emit(Finished(result, reused, Timing(queued, first)))
