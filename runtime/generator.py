@@ -22,8 +22,8 @@ from specedge.errors import SpecEdgeError
 from specedge.runtime.decoding import SpecConfig, decode_tokens
 from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, build_drafter
 from specedge.runtime.model import OnnxModel, check_token_ids
-from specedge.runtime.row_groups import row_policy
-from specedge.runtime.rows import RowPolicy
+from specedge.runtime.row_groups import probe_rows
+from specedge.runtime.rows import SINGLE_STEPS, RowPolicy
 from specedge.runtime.session import resolve_provider
 from specedge.runtime.stats import GenerationStats
 from specedge.runtime.text import Message, StreamDecoder, TextCodec
@@ -75,12 +75,16 @@ def check_scores_all(target: OnnxModel) -> None:
             "use it as --draft, and a model exported without --head-vocab as the target")
 
 
-def check_lossless(target: OnnxModel, drafter: Drafter | None, rows: RowPolicy) -> None:
+def check_lossless(target: OnnxModel, drafter: Drafter | None, rows: RowPolicy, probed: bool) -> None:
     """Speculation is lossless only if a verification row equals the target's row for that
     position in any other pass: as built, or in whole groups of rows (plain decoding too, so both
-    agree). A target whose rows are exact neither way decodes plainly only."""
+    agree). A target whose rows are exact neither way decodes plainly only, and so does one
+    passed a row policy that is not exact (`SINGLE_STEPS`)."""
     if drafter is None or rows.exact:
         return
+    if not probed:
+        raise SpecEdgeError(f"{rows} is for plain decoding only: a drafter needs a row policy whose rows are exact",
+                            "drop the drafter, or leave rows to the probe")
     q = target.manifest.quantization
     raise SpecEdgeError(
         f"target {target.folder} ({target.manifest.attention} attention, {q.method} block {q.block_size}) computes "
@@ -151,24 +155,21 @@ def split_by_origin(text: str, start: int, end: int, ends: list[int], drafted: l
 
 class Generator:
     def __init__(self, target: OnnxModel, drafter: Drafter | None = None,
-                 config: SpecConfig | None = None, single_steps: bool = False, rows: RowPolicy | None = None) -> None:
-        """single_steps: plain decoding in 1-token passes, the fastest step of a target that
-        verifies in row pairs, whose tokens may differ at near-ties from its decoding in pairs
-        (see row_groups.py). rows: the target's row policy, if already decided (by
-        `row_policy`, for another Generator over the same model); else decided here, once."""
+                 config: SpecConfig | None = None, rows: RowPolicy | None = None) -> None:
+        """rows: the target's row policy, if already decided (by `probe_rows`, for another
+        Generator over the same model; or `SINGLE_STEPS`: plain decoding in unpadded 1-token
+        passes, see runtime/rows.py); else probed here, once."""
         if (draft := draft_model(drafter)) is not None:
             check_pair(target, draft)
         check_scores_all(target)
-        if drafter is not None and single_steps:
-            raise SpecEdgeError("single_steps is for plain decoding only", "drop the drafter or single_steps")
         self.target = target
         self.drafter = drafter
         self.config = config or SpecConfig()
         self.codec = TextCodec(target.folder, target.manifest)
         self.cache = target.new_cache()
         self.bandwidth_gb_per_s: float | None = None  # set from a measured device profile, for the roofline
-        self.rows = rows or row_policy(target, single_steps)
-        check_lossless(target, drafter, self.rows)
+        self.rows = probe_rows(target) if rows is None else rows
+        check_lossless(target, drafter, self.rows, probed=rows is None)
         check_gamma(self.config, target, drafter)
 
     @classmethod
@@ -177,7 +178,9 @@ class Generator:
              config: SpecConfig | None = None, fallback: str | None = None,
              single_steps: bool = False) -> Generator:
         """fallback: a provider to use (and say so) when `provider` is missing, e.g. "cpu".
-        single_steps: plain decoding in unpadded 1-token passes (no draft; see `__init__`)."""
+        single_steps: plain decoding in unpadded 1-token passes (`SINGLE_STEPS`, runtime/rows.py)."""
+        if single_steps and (draft is not None or ngram):
+            raise SpecEdgeError("single_steps is for plain decoding only", "drop the draft and ngram, or single_steps")
         draft_provider = resolve_provider(draft_provider or provider, fallback)
         provider = resolve_provider(provider, fallback)
         target_model = OnnxModel(target, provider=provider, threads=threads, spin=draft is None)
@@ -185,8 +188,7 @@ class Generator:
         if draft is not None:
             model = OnnxModel(draft, provider=draft_provider, threads=threads)
             check_pair(target_model, model)  # before the draft's cache is made
-        return cls(target_model, build_drafter(model, ngram), config,
-                   single_steps=single_steps)
+        return cls(target_model, build_drafter(model, ngram), config, rows=SINGLE_STEPS if single_steps else None)
 
     def encode(self, prompt: Prompt, chat: bool = False) -> list[int]:
         """Token ids of a prompt: text, chat messages, or token ids (checked against the vocabulary)."""

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from specedge.runtime.model import OnnxModel
-from specedge.runtime.rows import RowPolicy
+from specedge.runtime.rows import SINGLE_STEPS, RowPolicy
 
 GROUPS = (2, 4)  # candidate rows per group, smallest first
 SPLITS = ((8,), (1, 2, 3, 2), (3, 1, 4))  # passes over the probe's 8 tokens: odd and even starts
@@ -64,12 +64,4 @@ def probe_rows(model: OnnxModel) -> RowPolicy:
     for group in (1, *GROUPS):
         if rows_agree(model, RowPolicy(group)):
             return RowPolicy(group)
-    return RowPolicy(exact=False)
-
-
-def row_policy(model: OnnxModel, single_steps: bool = False) -> RowPolicy:
-    """The row policy a target is loaded with: the probed one, or with `single_steps` unpadded
-    1-token passes for plain decoding only (no drafter may use them, so nothing to probe)."""
-    if single_steps:
-        return RowPolicy(exact=False)
-    return probe_rows(model)
+    return SINGLE_STEPS

@@ -24,6 +24,8 @@ class RowPolicy:
 
 
 ONE_ROW = RowPolicy()  # passes of any width, unpadded (a row-exact graph, a draft, 1-token steps)
+SINGLE_STEPS = RowPolicy(exact=False)  # unpadded 1-token steps, plain decoding only: the fastest step of a
+# target that verifies in row groups (its tokens may part from its decoding in groups at near-ties)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from specedge.errors import SpecEdgeError
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.drafters import Drafter, build_drafter
 from specedge.runtime.row_groups import probe_rows
-from specedge.runtime.rows import ONE_ROW, RowPolicy
+from specedge.runtime.rows import ONE_ROW, SINGLE_STEPS, RowPolicy
 
 
 @dataclass(frozen=True)
@@ -73,8 +73,7 @@ class Job:
     drafter: Drafter | None
     config: SpecConfig
     reference: str = "plain"  # the mode whose tokens this one must reproduce
-    rows: RowPolicy = ONE_ROW  # the target's row policy, probed once
-    single_steps: bool = False
+    rows: RowPolicy = ONE_ROW  # the target's row policy, probed once (or SINGLE_STEPS)
 
 
 def modes(target: OnnxModel, draft: OnnxModel, gammas: Sequence[int], plain_target: OnnxModel,
@@ -102,10 +101,10 @@ def baseline_jobs(folder: Path, draft: OnnxModel, only: Sequence[str] | None) ->
     baseline = OnnxModel(folder)
     rows = probe_rows(baseline)
     if not rows.exact:
-        return [Job(BASELINE, single, None, SpecConfig(gamma=0), reference=BASELINE, single_steps=True)]
+        return [Job(BASELINE, single, None, SpecConfig(gamma=0), reference=BASELINE, rows=SINGLE_STEPS)]
     # 1-token steps against the decoding in pairs: how often do their tokens part at a near-tie?
     jobs = [Job("baseline-rows", baseline, None, SpecConfig(gamma=0), reference="baseline-rows", rows=rows),
-            Job(BASELINE, single, None, SpecConfig(gamma=0), reference="baseline-rows", single_steps=True)]
+            Job(BASELINE, single, None, SpecConfig(gamma=0), reference="baseline-rows", rows=SINGLE_STEPS)]
     spec = {"baseline-draft-auto": build_drafter(draft, ngram=False),
             "baseline-hybrid": build_drafter(draft, ngram=True)}
     for mode, drafter in spec.items():
@@ -123,7 +122,7 @@ def default_job(way, target_dir: Path, baseline_dir: Path | None, draft: OnnxMod
     if way.single_steps:
         reference = BASELINE if same_baseline else "default"
         return Job("default", OnnxModel(way.target, spin=True), None, SpecConfig(gamma=0), reference=reference,
-                   single_steps=True)
+                   rows=SINGLE_STEPS)
     model = OnnxModel(way.target)
     reference = "plain" if same_target else "baseline-rows" if same_baseline else "default"
     drafter = build_drafter(draft, ngram=way.ngram)
@@ -136,7 +135,7 @@ def run_prompt(index: int, row: dict[str, str], jobs: Sequence[Job], max_new_tok
     runs, tokens, plain_speed = [], {}, 0.0
     for job in jobs:
         gen = Generator(job.model, job.drafter, dataclasses.replace(job.config, max_new_tokens=max_new_tokens),
-                        single_steps=job.single_steps, rows=None if job.single_steps else job.rows)
+                        rows=job.rows)
         result = gen.generate(row["prompt"], chat=True)
         s = result.stats
         tokens.setdefault(job.reference, result.token_ids)
@@ -258,15 +257,14 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
     jobs[1:1] = extra  # the baseline's modes right after plain decoding
     if default is not None:
         jobs.append(default_job(default, target_dir, baseline_dir, draft))
-    single = next((j.model for j in extra if j.single_steps), None)
+    single = next((j.model for j in extra if j.rows == SINGLE_STEPS), None)
     for model in (target, plain_target):
         Generator(model, None, SpecConfig(gamma=0, max_new_tokens=8), rows=policy).generate("warm up")
     for job in jobs[-1:] if default is not None else []:
         Generator(job.model, job.drafter, SpecConfig(gamma=job.config.gamma, auto_gamma=job.config.auto_gamma,
-                                                     max_new_tokens=8), single_steps=job.single_steps,
-                  rows=None if job.single_steps else job.rows).generate("warm up")
+                                                     max_new_tokens=8), rows=job.rows).generate("warm up")
     if single is not None:
-        Generator(single, None, SpecConfig(gamma=0, max_new_tokens=8), single_steps=True).generate("warm up")
+        Generator(single, None, SpecConfig(gamma=0, max_new_tokens=8), rows=SINGLE_STEPS).generate("warm up")
     runs: list[Run] = []
     for i, row in enumerate(rows):
         runs += run_prompt(i, row, jobs, max_new_tokens)

@@ -16,6 +16,7 @@ from specedge.runtime.decoding import SpecConfig
 from specedge.runtime.drafters import build_drafter
 from specedge.runtime.generator import Generator
 from specedge.runtime.row_groups import probe_rows
+from specedge.runtime.rows import SINGLE_STEPS
 
 TIMING_WIDTHS = (2, 4, 5, 8, 9)  # verification widths timed for pruning (γ 1 to 8), under the row policy
 
@@ -47,7 +48,7 @@ def decode_rates(gen: Generator) -> tuple[float, ...]:
 
 def plain_rates(folder: Path) -> tuple[float, ...]:
     """Plain decoding in 1-token steps, in a session of its own (as chat decodes plainly)."""
-    gen = Generator(OnnxModel(folder, spin=True), None, SpecConfig(gamma=0), single_steps=True)
+    gen = Generator(OnnxModel(folder, spin=True), None, SpecConfig(gamma=0), rows=SINGLE_STEPS)
     return decode_rates(gen)
 
 

@@ -14,7 +14,7 @@ from specedge.runtime import Generator, OnnxModel, SpecConfig, row_groups
 from specedge.runtime.decoding import pad_guesses
 from specedge.runtime.drafters import DraftModelDrafter
 from specedge.runtime.row_groups import probe_rows, rows_by_split
-from specedge.runtime.rows import RowPolicy
+from specedge.runtime.rows import SINGLE_STEPS, RowPolicy
 from tests.conftest import TINY_CONTEXT
 
 IDS = [5, 17, 42, 8, 99, 3, 61, 27, 14, 77, 31, 2, 58, 90, 11, 46, 23, 70, 36, 9]
@@ -112,16 +112,29 @@ def test_rows_that_never_agree_refuse_speculation(tiny_pair: tuple[Path, Path, P
     assert probes == [1, 2, 4, 1, 2, 4]
 
 
+def test_single_steps_are_plain_decoding_without_a_probe(tiny_pair: tuple[Path, Path, Path],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    probes = []
+    monkeypatch.setattr(row_groups, "rows_agree", lambda model, rows: probes.append(rows.group) or True)
+    _, exact, fused = tiny_pair
+    assert Generator.load(fused, single_steps=True).rows == SINGLE_STEPS and probes == []
+    with pytest.raises(SpecEdgeError, match="single_steps is for plain decoding only"):
+        Generator.load(fused, draft=exact, single_steps=True)
+    with pytest.raises(SpecEdgeError, match="plain decoding only: a drafter needs a row policy whose rows are exact"):
+        Generator(OnnxModel(fused), DraftModelDrafter(OnnxModel(exact)), rows=SINGLE_STEPS)
+    assert probes == []
+
+
 def test_single_steps_and_row_pairs_share_one_session(tiny_pair: tuple[Path, Path, Path]) -> None:
     """The row policy is a value of each Generator, not state of the model: 1-token steps and
     decoding in row pairs run on the same model, in either order, each as it would alone."""
     model = OnnxModel(tiny_pair[2])
     config = SpecConfig(gamma=0, max_new_tokens=40, ignore_eos=True)
     paired = Generator(model, None, config)
-    single = Generator(model, None, config, single_steps=True)
-    assert paired.rows.group > 1 and single.rows == RowPolicy(group=1, exact=False)
+    single = Generator(model, None, config, rows=SINGLE_STEPS)
+    assert paired.rows.group > 1
     fresh = OnnxModel(tiny_pair[2])
-    alone_single = Generator(fresh, None, config, single_steps=True)
+    alone_single = Generator(fresh, None, config, rows=SINGLE_STEPS)
     alone_paired = Generator(fresh, None, config, rows=paired.rows)
     for prompt in ("def fib(n):", "abcabcab"):
         assert single.generate(prompt).token_ids == alone_single.generate(prompt).token_ids
