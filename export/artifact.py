@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specedge import __version__
+from specedge.contract import TOKENIZER_NAME
 from specedge.errors import SpecEdgeError
 from specedge.export.decoder_graph import DecoderBuilder
 from specedge.export.onnx_writer import GraphWriter
@@ -34,7 +35,6 @@ from specedge.runtime.manifest import (
 
 GRAPH_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
-TOKENIZER_FILE = "tokenizer.json"
 PARTIAL_MARK = ".partial-"
 
 
@@ -159,7 +159,7 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         costs = dataclasses.replace(costs, matmul_bytes=costs.matmul_params, head_bytes=costs.head_bytes // 4)
     spec = QuantSpec("fp32" if settings.quant == "qdq" else settings.quant, settings.block_size,
                      settings.accuracy_level)
-    (folder / TOKENIZER_FILE).write_text(source.tokenizer_json)
+    (folder / TOKENIZER_NAME).write_text(source.tokenizer_json)
     cfg = source.config
     manifest = Manifest(
         schema_version=SCHEMA_VERSION,
@@ -194,7 +194,7 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         head_vocab=settings.head_vocab,
         next_ids=builder.next_ids,
         files={name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
-               for name in (*(graphs.values() if graphs else [GRAPH_FILE]), DATA_FILE, TOKENIZER_FILE)},
+               for name in (*(graphs.values() if graphs else [GRAPH_FILE]), DATA_FILE, TOKENIZER_NAME)},
     )
     (folder / MANIFEST_NAME).write_text(manifest.to_json())
     return manifest

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specedge.contract import TOKENIZER_NAME
 from specedge.errors import SpecEdgeError
 from specedge.export import artifact
-from specedge.export.artifact import DATA_FILE, GRAPH_FILE, TOKENIZER_FILE, export_model
+from specedge.export.artifact import DATA_FILE, GRAPH_FILE, export_model
 from specedge.export.lazy_weights import LazyWeights
 from specedge.export.settings import ExportSettings
 from specedge.export.source import SourceModel, load_source
@@ -117,7 +118,7 @@ def test_export_equals_the_old_loaders_export(ggufs: dict[str, Path], tmp_path: 
     new = export_model(src, tmp_path / "new", settings).path
     monkeypatch.setattr(artifact, "load_source", lambda s, *a, **k: reference_load(s))
     old = export_model(src, tmp_path / "old", settings).path
-    for name in (DATA_FILE, GRAPH_FILE, TOKENIZER_FILE, "manifest.json"):
+    for name in (DATA_FILE, GRAPH_FILE, TOKENIZER_NAME, "manifest.json"):
         assert (new / name).read_bytes() == (old / name).read_bytes(), name
 
 
