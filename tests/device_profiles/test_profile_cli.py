@@ -33,14 +33,18 @@ def test_measure_then_predict(tiny_llama: tuple[Path, Path, Path], tmp_path: Pat
     assert profile["memory_bandwidth_gb_per_s"]["kind"] == "measured"
     assert profile["cpu"]["model"] and "flags" in profile["cpu"]  # which CPU, and its kernel flags
     assert len(profile["latencies"]) == 2 and set(profile["latencies"][0]["seconds"]) == {"1", "2", "3", "5", "8"}
-    assert 0.0 <= next(iter(profile["acceptance"].values())) <= 1.0
+    alpha = profile["acceptance"][f"{target.name}+{draft.name}"]  # the pair's, by its folders' names
+    assert len(profile["acceptance"]) == 1 and 0.0 < alpha <= 1.0  # the tiny pair's drafts are accepted
 
     code, out, err = run_profile("predict", "--device", "bench-box", "--target", str(target), "--draft", str(draft),
                                  "--json", cache=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
     assert code == 0, err
     data = json.loads(out)
+    assert (data["device"], data["alpha"]) == ("bench-box", alpha)  # the acceptance measured above
     assert [p["gamma"] for p in data["points"]] == [1, 2, 4, 7]
-    assert data["recommended_gamma"] in (0, 1, 2, 4, 7)
+    assert all(p["speedup"] == pytest.approx(p["tokens_per_s"] / data["plain_tokens_per_s"]) for p in data["points"])
+    fastest = max(data["points"], key=lambda p: p["tokens_per_s"])
+    assert data["recommended_gamma"] == (fastest["gamma"] if fastest["speedup"] > 1 else 0)
 
 
 @pytest.mark.parametrize("device", ["snapdragon-8-gen-3", "raspberry-pi-5"])
