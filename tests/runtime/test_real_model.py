@@ -68,11 +68,13 @@ def test_speculative_equals_plain_on_real_model(smollm2: dict[str, Path], quant:
             for name, drafter in drafters.items()}
     for prompt in PROMPTS:
         expected = plain.generate(prompt, chat=True).token_ids
+        assert len(expected) == config.max_new_tokens
         for name, gen in spec.items():
             for gamma in (2, 4):
-                result = gen.generate(prompt, chat=True, gamma=gamma)
-                assert result.token_ids == expected, (name, gamma)
-    assert result.stats.target_calls < result.stats.n_tokens
+                stats = (result := gen.generate(prompt, chat=True, gamma=gamma)).stats
+                assert result.token_ids == expected, (prompt, name, gamma)
+                # fewer target passes than tokens after the first: some drafts or pad guesses were accepted
+                assert stats.target_calls < stats.n_tokens - 1, (prompt, name, gamma, stats.target_calls)
 
 
 def test_chat_answer_is_sensible(smollm2: dict[str, Path]) -> None:
