@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from specedge.errors import SpecEdgeError
 from specedge.runtime import Generator, SpecConfig
 
 
@@ -62,3 +65,33 @@ def test_closing_a_stream_early_keeps_what_was_decoded(tiny_llama: tuple[Path, P
     stream.close()
     assert stream.result is not None and stream.result.stats.stop_reason == "interrupted"
     assert stream.result.text.startswith(first)
+
+
+def test_an_empty_prompt_is_refused_and_the_generator_goes_on(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """No text, no ids: nothing to continue (no BOS is made up), one SpecEdgeError, plain and
+    speculative alike; the next prompt decodes as on a fresh Generator."""
+    _, target, draft = tiny_llama
+    config = SpecConfig(gamma=4, max_new_tokens=6, ignore_eos=True)
+    fresh = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=6, ignore_eos=True)).generate("hi")
+    for gen in (Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=6, ignore_eos=True)),
+                Generator.load(target, draft=draft, ngram=True, config=config)):
+        for prompt in ("", []):
+            with pytest.raises(SpecEdgeError, match="the prompt is empty"):
+                gen.generate(prompt)
+        assert gen.generate("hi").token_ids == fresh.token_ids
+        assert len(gen.generate("", chat=True).token_ids) == 6  # the chat template's tokens are a prompt
+
+
+@pytest.mark.parametrize("drafter", ["none", "draft", "ngram", "hybrid"])
+def test_one_new_token_is_the_first_token_of_plain_decoding(tiny_llama: tuple[Path, Path, Path], drafter: str) -> None:
+    """max_new_tokens=1: exactly one token, the prefill's, and no target pass after it."""
+    _, target, draft = tiny_llama
+    plain = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=8, ignore_eos=True))
+    gen = Generator.load(target, draft=draft if drafter in ("draft", "hybrid") else None,
+                         ngram=drafter in ("ngram", "hybrid"),
+                         config=SpecConfig(gamma=0 if drafter == "none" else 4, max_new_tokens=1, ignore_eos=True))
+    for prompt in ("hello", "abcabcabc"):
+        result = gen.generate(prompt)
+        assert result.token_ids == plain.generate(prompt).token_ids[:1]
+        assert (result.stats.n_tokens, result.stats.stop_reason) == (1, "max_new_tokens")
+        assert result.stats.target_calls == result.stats.draft_calls == 0
