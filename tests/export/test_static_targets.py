@@ -3,6 +3,7 @@ NPU, runnable on the CPU provider here with greedy speculation still token-ident
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from specedge.eval_text import EVAL_TEXT
 from specedge.export.artifact import export_model
 from specedge.export.checker import check_graph
 from specedge.export.settings import ExportSettings
+from specedge.kernels.sampling import SamplingParams
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.manifest import load_manifest
 from tests.tiny_models import make_tiny_model
@@ -69,6 +71,27 @@ def test_static_variants_run_on_cpu_and_stay_lossless(static_artifacts: dict[str
     if target == "dml":  # float graphs: the same tokens as the CPU graph
         cpu = Generator.load(static_artifacts["cpu"], config=SpecConfig(gamma=0, max_new_tokens=24, ignore_eos=True))
         assert cpu.generate("def fib(n):\n    return").token_ids == expected
+
+
+@pytest.mark.parametrize("target", ["dml", "qnn"])
+def test_static_variants_sample_the_tokens_of_plain_sampling(static_artifacts: dict[str, Path], target: str) -> None:
+    """Sampling over static graphs, on the CPU provider: with one seed, speculation (the lookup at
+    every γ, the export as its own draft) draws the very tokens plain sampling draws; another seed
+    draws others."""
+    folder, prompt = static_artifacts[target], "def fib(n):\n    return"
+    config = SpecConfig(gamma=0, max_new_tokens=24, ignore_eos=True)
+    run = {"sampling": SamplingParams(temperature=0.8, top_p=0.95), "seed": 7}
+    plain = Generator.load(folder, config=config)
+    expected = plain.generate(prompt, **run).token_ids
+    assert expected != plain.generate(prompt).token_ids  # sampled, not greedy
+    for gamma in (1, 2, 4, 7):
+        gen = Generator.load(folder, ngram=True, config=dataclasses.replace(config, gamma=gamma))
+        result = gen.generate(prompt, **run)
+        assert result.token_ids == expected and result.stats.drafted > 0, gamma  # drafts rejected, resampled
+    gen = Generator.load(folder, draft=folder, config=dataclasses.replace(config, gamma=4))
+    result = gen.generate(prompt, **run)
+    assert result.token_ids == expected and result.stats.acceptance_rate == 1.0  # itself, on the same noise
+    assert plain.generate(prompt, **{**run, "seed": 8}).token_ids != expected
 
 
 def test_checker_names_dynamic_dims_and_unsupported_ops() -> None:
