@@ -1,13 +1,13 @@
 """onnxruntime-genai reference benchmark: plain, draft-model speculative and n-gram decoding.
 
-Runs in its own environment (/work/genai/venv), against int4 CPU models built with the
-onnxruntime-genai model builder from the same GGUF checkpoints specedge uses:
+Runs in its own environment ($GENAI/venv, bench/reference/README.md: $GENAI is any folder outside
+this checkout), against int4 CPU models built with the onnxruntime-genai model builder from the
+same GGUF checkpoints specedge uses; from the checkout's root:
 
-    /work/genai/venv/bin/python /work/main/bench/reference/genai_bench.py \
-        --target /work/genai/models/qwen2.5-coder-1.5b-instruct-int4 \
-        --draft  /work/genai/models/qwen2.5-coder-0.5b-instruct-int4 \
-        --prompts /work/main/bench/prompts.jsonl --out genai_results.json \
-        --max-new-tokens 128 --modes plain,draft,ngram
+    $GENAI/venv/bin/python bench/reference/genai_bench.py \
+        --target $GENAI/models/qwen2.5-coder-1.5b-instruct-int4 \
+        --draft  $GENAI/models/qwen2.5-coder-0.5b-instruct-int4 \
+        --out genai_results.json --max-new-tokens 128 --modes plain,draft,ngram
 
 Modes (onnxruntime-genai >= 0.18 Generator API, batch 1, greedy):
   plain  target alone.
@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime_genai as og
 
+PROMPTS = Path(__file__).resolve().parents[1] / "prompts.jsonl"  # the checkout's bench/prompts.jsonl
 QWEN_CHATML = (
     "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
     "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
@@ -55,7 +56,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", required=True, help="genai model folder of the target (genai_config.json)")
     p.add_argument("--draft", help="genai model folder of the draft (needed for mode 'draft')")
-    p.add_argument("--prompts", default="/work/main/bench/prompts.jsonl")
+    p.add_argument("--prompts", default=str(PROMPTS), help="JSONL of {kind, prompt} (default: bench/prompts.jsonl)")
     p.add_argument("--out", required=True)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--modes", default="plain,draft,ngram")

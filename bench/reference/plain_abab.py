@@ -8,9 +8,11 @@ int4 builds stop at different places, and a shorter answer is decoded over a sho
 stopping at EOS would compare different work). Per prompt kind: median decode tokens/s, end-to-end
 tokens/s (prefill included) and time to first token over every pass, and ours over genai's best mode.
 
-    python bench/reference/plain_abab.py --ours default --genai-python /work/genai/venv/bin/python \
-        --genai-model /work/genai/models/qwen2.5-coder-1.5b-instruct-int4 \
-        --genai-draft /work/genai/models/qwen2.5-coder-0.5b-instruct-int4 --genai-modes plain,draft,ngram
+    python bench/reference/plain_abab.py --ours default --genai-python $GENAI/venv/bin/python \
+        --genai-model $GENAI/models/qwen2.5-coder-1.5b-instruct-int4 \
+        --genai-draft $GENAI/models/qwen2.5-coder-0.5b-instruct-int4 --genai-modes plain,draft,ngram
+
+($GENAI: onnxruntime-genai's folder of its own, bench/reference/README.md.)
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def main() -> None:
     p.add_argument("--genai-model", required=True)
     p.add_argument("--genai-draft", help="genai model folder of the draft (for genai mode 'draft')")
     p.add_argument("--genai-modes", default="plain")
-    p.add_argument("--prompts", type=Path, default=Path("bench/prompts.jsonl"))
+    p.add_argument("--prompts", type=Path, default=HERE.parent / "prompts.jsonl")  # the checkout's bench/prompts.jsonl
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", type=Path, help="also write the samples (JSON) and the tables (Markdown) here")
     args = p.parse_args()
