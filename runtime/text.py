@@ -16,13 +16,15 @@ from tokenizers import Tokenizer
 
 from specedge.errors import DamagedArtifactError, SpecEdgeError
 from specedge.runtime.manifest import TOKENIZER_NAME, Manifest
+from specedge.runtime.template_bounds import FILTER_SIZES, GLOBAL_SIZES, call_size, method_size, percent_size, text_size
 from specedge.runtime.text_checks import check_ids, check_messages, check_text, check_vocabulary
 
 Message = dict[str, str]
 
 # A chat template is code from the model's publisher: it runs sandboxed (no attribute starting
 # with _, no mutation of lists or dicts) and bounded, checked at every call, attribute, loop item,
-# operator and piece of output it makes.
+# operator and piece of output it makes; what a call, filter or operator would make is sized
+# before it runs (runtime/template_bounds.py), so a huge string is refused, never built.
 RENDER_SECONDS = 2.0  # a chat template renders in milliseconds
 MAX_ITEMS = 100_000  # items of one range() or one loop
 MAX_CHARS = 1 << 24  # characters of the rendered text, or of one string or list the template builds
@@ -36,17 +38,23 @@ class TemplateLimit(SecurityError):
 
 
 class BoundedCodeGenerator(CodeGenerator):
-    """Compiles every {% for %} to iterate through environment.bounded_iter, and every ~ to pass
-    its result through environment.bounded_text."""
+    """Compiles every {% for %} to iterate through environment.bounded_iter, and every ~ to size
+    its operands through environment.bounded_pieces before it joins them."""
 
     def visit_For(self, node: nodes.For, frame: Frame) -> None:
         node.iter = nodes.Call(nodes.EnvironmentAttribute("bounded_iter"), [node.iter], [], None, None)
         super().visit_For(node, frame)
 
-    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
-        self.write("environment.bounded_text(")
-        super().visit_Concat(node, frame)
-        self.write(")")
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:  # jinja2's, the operands sized first
+        if frame.eval_ctx.volatile:
+            join = "(markup_join if context.eval_ctx.volatile else str_join)"
+        else:
+            join = "markup_join" if frame.eval_ctx.autoescape else "str_join"
+        self.write(f"{join}(environment.bounded_pieces((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write(")))")
 
 
 class BoundedSandbox(ImmutableSandboxedEnvironment):
@@ -54,10 +62,10 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     builds a huge string, is stopped with TemplateLimit instead of hanging or exhausting memory."""
 
     code_generator_class = BoundedCodeGenerator
-    intercepted_binops = frozenset({"*", "**", "+"})
+    intercepted_binops = frozenset({"*", "**", "+", "%"})  # also keeps them from being folded at compile time
 
     def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+        super().__init__(finalize=self.bounded_output, **options)
         self.deadline = time.monotonic() + RENDER_SECONDS
         self.globals["range"] = self.bounded_range
         self.filters = {name: self.bounded_filter(name, f) for name, f in self.filters.items()}
@@ -84,11 +92,45 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             self.tick()
             yield item
 
-    def bounded_text(self, text: str) -> str:
-        if len(text) > MAX_CHARS:
-            raise TemplateLimit(f"~ made {len(text)} characters")
+    def refuse_over(self, size: int | None, what: str) -> None:
+        """Stop the template before it makes `size` characters (or items), if that is too many."""
+        if size is not None and size > MAX_CHARS:
+            raise TemplateLimit(f"{what} would make {size} characters, more than {MAX_CHARS}")
+
+    def bounded_pieces(self, pieces: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The operands of ~, once their text is known to fit."""
         self.tick()
-        return text
+        total = 0
+        for piece in pieces:
+            total += text_size(piece, MAX_CHARS - total)
+            self.refuse_over(total, "~")
+        return pieces
+
+    def bounded_output(self, value: Any) -> Any:
+        """Every {{ value }}, before it is made text: a list holding one long string 1,000 times is 16 GB of it."""
+        self.refuse_over(text_size(value, MAX_CHARS), "printing a value")
+        return value
+
+    def concat(self, pieces: Iterable[str]) -> str:  # type: ignore[override]
+        """The join of a block's output ({% set %}...{% endset %}, a macro, {% filter %}), sized first."""
+        parts, total = [], 0
+        for piece in pieces:
+            total += len(piece)
+            self.refuse_over(total, "a block")
+            parts.append(piece)
+        return "".join(parts)
+
+    def bounded_join(self, items: Iterable[Any], separator: object, escaped: bool = False) -> Iterator[Any]:
+        """The items of a join, their text counted as they come (escaped: as a Markup join
+        escapes them): join takes them all, then allocates the result, so a sum past the bound
+        stops it before the allocation."""
+        step = text_size(separator, MAX_CHARS)
+        total = 0
+        for item in items:
+            total += text_size(item, MAX_CHARS - total, "escaped" if escaped else "str") + step
+            self.refuse_over(total, "join")
+            self.tick()
+            yield item
 
     def bounded_range(self, *args: int) -> range:
         items = range(*args)
@@ -108,6 +150,9 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         def bounded(*args: Any, **kwargs: Any) -> Any:
             self.tick()
             self.check_numbers(f"filter {name}", [*args[1:], *kwargs.values()])  # args[0]: the value or context
+            self.refuse_over(call_size(FILTER_SIZES, name, f, args, kwargs, MAX_CHARS), f"filter {name}")
+            if name == "join":
+                args, kwargs = self.counted_join(f, args, kwargs)
             out = f(*args, **kwargs)
             if isinstance(out, SEQUENCES) and len(out) > MAX_CHARS:
                 raise TemplateLimit(f"filter {name} made {len(out)} items")
@@ -115,10 +160,44 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
         return bounded
 
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        """jinja2's sandboxed str.format and str.format_map (jinja2 >= 3.1.5 wraps them when the
+        attribute is read, so `call` never sees them), sized before they run."""
+        wrapped = super().wrap_str_format(value)
+        if wrapped is None:
+            return None
+        text, name = value.__self__, value.__name__
+
+        @wraps(wrapped)
+        def bounded(*args: Any, **kwargs: Any) -> str:
+            self.refuse_over(method_size(text, name, args, kwargs, MAX_CHARS), f"str.{name}")
+            return wrapped(*args, **kwargs)
+
+        return bounded
+
+    def counted_join(self, f: Callable[..., Any], args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The join filter's arguments, its items passed through bounded_join."""
+        lead = 1 if hasattr(f, "jinja_pass_arg") else 0  # the eval context before the value
+        if len(args) <= lead:
+            return args, kwargs
+        separator = args[lead + 1] if len(args) > lead + 1 else kwargs.get("d", "")
+        escaped = bool(lead and getattr(args[0], "autoescape", False))  # in {% autoescape %}: items escaped
+        return (*args[:lead], self.bounded_join(args[lead], separator, escaped), *args[lead + 1:]), kwargs
+
     def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         __self.tick()
         if __obj is not __self.globals["range"]:  # range bounds its own items
             __self.check_numbers(getattr(__obj, "__name__", "a call"), [*args, *kwargs.values()])
+        name = getattr(__obj, "__name__", "")
+        text = getattr(__obj, "__self__", None)
+        if isinstance(text, str) and getattr(str, name, None) is not None:  # a str method: 'x'.center(9)
+            __self.refuse_over(method_size(text, name, args, kwargs, MAX_CHARS), f"str.{name}")
+            if name == "join" and args:
+                args = (__self.bounded_join(args[0], text, escaped=hasattr(text, "__html__")), *args[1:])
+        for key in GLOBAL_SIZES:
+            if __obj is __self.globals.get(key):
+                __self.refuse_over(call_size(GLOBAL_SIZES, key, __obj, args, kwargs, MAX_CHARS), key)
         out = super().call(__context, __obj, *args, **kwargs)
         if isinstance(out, SEQUENCES) and len(out) > MAX_CHARS:
             raise TemplateLimit(f"a call made {len(out)} items")
@@ -136,6 +215,8 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         self.tick()
         if (size := result_size(operator, left, right)) > MAX_CHARS:
             raise TemplateLimit(f"{operator} would make {size} items")
+        if operator == "%" and isinstance(left, str):
+            self.refuse_over(percent_size(left, right, MAX_CHARS), "%")
         if operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0 \
                 and left.bit_length() * right > MAX_POWER_BITS:
             raise TemplateLimit(f"{left} ** {right} is too large")
