@@ -115,12 +115,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from specedge.runtime.generator import Generator
 
     sock = listen(args.host, args.port)  # before the models load: a port in use fails at once
-    target, draft, single_steps = default_pair(args)
+    way = default_pair(args)
+    target, draft, single_steps, ngram = way.target, way.draft, way.single_steps, way.ngram
     auto = args.gamma in (None, "auto") and not single_steps  # requests override the length and sampling fields
     gamma = 0 if single_steps else 4 if auto else int(args.gamma)
     config = SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_tokens, seed=args.seed,
                         sampling=SamplingParams(temperature=args.temperature, top_k=args.top_k))
-    gen = Generator.load(target, draft=draft or None, ngram=args.ngram, provider=args.provider,
+    gen = Generator.load(target, draft=draft or None, ngram=ngram, provider=args.provider,
                          draft_provider=args.draft_provider, threads=args.threads, config=config,
                          fallback=args.fallback, single_steps=single_steps)
     gen.bandwidth_gb_per_s = machine_bandwidth()
@@ -131,7 +132,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                              origins=Origins.of_listener(args.host, port))
     setup_logging()
     print(f"specedge serve: model '{name}' ({Path(target).name}" + (f" + {Path(draft).name}" if draft else "")
-          + f"{' + n-gram' if args.ngram else ''}) at http://{host}:{port}/v1; one request decodes at a time, "
+          + f"{' + n-gram' if ngram else ''}) at http://{host}:{port}/v1; one request decodes at a time, "
           f"{args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
     if not is_loopback(args.host):
         print(f"specedge serve: warning: listening on {args.host}, reachable from other machines, and with no "
