@@ -19,8 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from specedge.cli import artifact_arg
 from specedge.device_profiles.cpu import cpu_info
+from specedge.options import artifact_arg
 from specedge.runtime import OnnxModel
 from specedge.runtime.row_groups import probe_rows
 from specedge.runtime.rows import ONE_ROW, RowPolicy

@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import onnxruntime as ort
 
-from specedge.cli import artifact_arg
 from specedge.device_profiles.cpu import cpu_info
+from specedge.options import artifact_arg
 from specedge.profiling import time_widths
 from specedge.runtime import OnnxModel, session
 from specedge.runtime.manifest import load_manifest

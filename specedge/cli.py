@@ -1,4 +1,8 @@
-"""The `specedge` command: each subcommand parses its flags and calls the library."""
+"""The `specedge` command: each subcommand parses its flags and calls the library.
+
+The flags several commands share, and what they load, are in options.py. Each command imports the
+library it runs inside itself, so `specedge --help` and a mistyped flag load no more than the parser.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import argparse
 import contextlib
 import errno
 import json
-import math
 import os
 import signal
 import sys
@@ -17,55 +20,23 @@ from pathlib import Path
 from specedge import __version__
 from specedge.errors import DamagedArtifactError, SpecEdgeError
 from specedge.models.locks import is_disk_full
+from specedge.models.registry import DEFAULT_PAIR, MODELS, PAIRS, get_pair
+from specedge.options import (
+    add_gamma_flags,
+    add_pair_flags,
+    add_provider_flags,
+    add_sampling_flags,
+    artifact_arg,
+    build_config,
+    default_pair,
+    load_generator,
+    pair_paths,
+    parse_widths,
+    positive_int,
+)
+from specedge.serve.command import add_serve_parser
 
 DEFAULT_QUANT = {"cpu": "int4", "qnn": "int4", "dml": "fp32"}
-
-
-def gamma_arg(text: str) -> str:
-    if text != "auto":
-        try:
-            int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"gamma must be an integer or auto, got '{text}'") from None
-    return text
-
-
-def _number(text: str, kind: type[int] | type[float]) -> float:
-    try:
-        return kind(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got '{text}'") from None
-
-
-def nonnegative_int(text: str) -> int:
-    value = int(_number(text, int))
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
-
-
-def nonnegative_float(text: str) -> float:
-    value = _number(text, float)
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    value = nonnegative_int(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("expected a number >= 1, got 0")
-    return value
-
-
-def parse_widths(text: str) -> tuple[int, ...]:
-    try:
-        widths = tuple(sorted({int(w) for w in text.split(",") if w.strip()}))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"widths must be comma-separated integers, got '{text}'") from None
-    if not widths:
-        raise argparse.ArgumentTypeError("widths must list at least one integer")
-    return widths
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -98,79 +69,6 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequence[str] | None = None,
-                 ignore_eos: bool = False):
-    """The SpecConfig of the flags `add_gamma_flags` and `add_sampling_flags` declare (--gamma,
-    --max-new-tokens, --temperature, --top-k, --top-p, --seed); the rest as arguments."""
-    from specedge.kernels.sampling import SamplingParams
-    from specedge.runtime.decoding import SpecConfig
-
-    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
-    auto = args.gamma in (None, "auto") and not no_draft  # None: not given, auto
-    gamma = 0 if no_draft else (4 if auto else int(args.gamma))
-    return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens, sampling=sampling,
-                      stop_strings=tuple(stop or ()), seed=args.seed, ignore_eos=ignore_eos)
-
-
-def machine_bandwidth() -> float | None:
-    from specedge.profiling import measured_bandwidth
-
-    return measured_bandwidth()
-
-
-def artifact_arg(value: str) -> Path:
-    """An artifact folder, or the name of a registry model, optionally NAME:QUANT (fetched and
-    exported on first use; without a quant, the export chosen for this machine)."""
-    from specedge.export.settings import QUANT_BITS
-    from specedge.models.registry import MODELS
-
-    path = Path(value)
-    name, _, quant = value.partition(":")
-    if path.exists() or name not in MODELS or (quant and quant not in QUANT_BITS):
-        return path
-    from specedge.defaults import default_artifact
-
-    return default_artifact(name, quant or None)
-
-
-def pair_paths(args: argparse.Namespace) -> tuple[Path, Path | None]:
-    """(target, draft) of the flags `add_pair_flags` declares: --target (and --draft), else --pair."""
-    if args.target:
-        return artifact_arg(args.target), args.draft and artifact_arg(args.draft)
-    from specedge.defaults import pair_artifacts
-
-    target, draft, _ = pair_artifacts(args.pair)
-    return target, draft
-
-
-def default_pair(args: argparse.Namespace):
-    """How chat and serve decode (a `defaults.Decoding`): the registry pair's measured default way
-    (its target's export, with its draft, draft and n-gram, or plainly in 1-token steps), unless
-    --target, --gamma or --ngram say otherwise; prints which way, and why, in one line."""
-    from specedge.defaults import Decoding, pair_decoding
-
-    if args.target or args.gamma is not None or args.ngram:
-        target, draft = pair_paths(args)
-        decoding = Decoding(target, draft, args.ngram, False, "as the flags say")
-    else:
-        decoding = pair_decoding(args.pair)
-    print(f"specedge: {decoding.line}", file=sys.stderr)
-    return decoding
-
-
-def load_generator(args: argparse.Namespace, target: Path, draft: Path | None, ngram: bool, config: object,
-                   single_steps: bool = False):
-    """A Generator on the providers the flags of `add_provider_flags` name, with this machine's
-    measured bandwidth for the stats."""
-    from specedge.runtime.generator import Generator
-
-    gen = Generator.load(target, draft=draft, ngram=ngram, provider=args.provider, draft_provider=args.draft_provider,
-                         threads=args.threads, config=config, fallback=args.fallback,  # type: ignore[arg-type]
-                         single_steps=single_steps)
-    gen.bandwidth_gb_per_s = machine_bandwidth()
-    return gen
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
     from specedge.chat import stats_line
 
@@ -192,7 +90,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from specedge.models.fetch import is_fetched
-    from specedge.models.registry import DEFAULT_PAIR, MODELS, PAIRS
     from specedge.resolve import cached_artifact
 
     print("models:")
@@ -214,7 +111,6 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     from specedge.models.fetch import fetch
-    from specedge.models.registry import PAIRS, get_pair
 
     given, _, quant = args.name.partition(":")
     if quant and given in PAIRS:
@@ -234,7 +130,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     from specedge.chat import HELP, ChatSession, terminal_lines
 
-    way = default_pair(args)
+    way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram)
     config = build_config(args, no_draft=way.single_steps)
     gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
     session = ChatSession(gen, system=args.system, max_new_tokens=args.max_new_tokens,
@@ -317,7 +213,7 @@ def add_profile(sub: argparse._SubParsersAction) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from specedge.bench import run_bench
 
-    target, draft = pair_paths(args)
+    target, draft = pair_paths(args.pair, args.target, args.draft)
     if draft is None:
         raise SpecEdgeError("bench compares speculation with plain decoding: it needs a draft", "pass --draft")
     gammas = tuple(int(g) for g in args.gammas.split(","))
@@ -370,47 +266,6 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
                    help="also export it into the cache again, replacing the cached export (NAME:QUANT: that one; "
                         "NAME: each one cached), e.g. one an error calls damaged")
     p.set_defaults(func=cmd_fetch)
-
-
-def add_pair_flags(p: argparse.ArgumentParser) -> None:
-    """--pair, or --target and --draft (read by `pair_paths`)."""
-    from specedge.models.registry import DEFAULT_PAIR
-
-    p.add_argument("--pair", default=DEFAULT_PAIR, help=f"a registry pair (default {DEFAULT_PAIR})")
-    p.add_argument("--target", help="target artifact folder or registry model (instead of --pair)")
-    p.add_argument("--draft", help="draft artifact folder or registry model (with --target)")
-
-
-def add_gamma_flags(p: argparse.ArgumentParser) -> None:
-    """--ngram and --gamma: how drafts are made, and how many per round."""
-    p.add_argument("--ngram", action="store_true",
-                   help="draft by n-gram lookup in the context; with a draft model: hybrid (lookup where it matches)")
-    p.add_argument("--gamma", type=gamma_arg, default=None,
-                   help="draft tokens per target pass, or auto (default): chosen each round from measured "
-                        "acceptance and pass times, plain decoding where speculation does not pay")
-
-
-def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
-    """--max-new-tokens, --temperature, --top-k, --top-p, --seed (read by `build_config`)."""
-    p.add_argument("--max-new-tokens", type=positive_int, default=max_new_tokens)
-    p.add_argument("--temperature", type=nonnegative_float, default=0.0, help="0 (default) is greedy")
-    p.add_argument("--top-k", type=nonnegative_int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=nonnegative_int, default=None)
-
-
-def add_provider_flags(p: argparse.ArgumentParser) -> None:
-    """--provider, --draft-provider, --fallback, --threads, --soc (read by `load_generator`)."""
-    from specedge.runtime import qnn
-
-    p.add_argument("--provider", default="cpu", help="execution provider: cpu, dml or qnn")
-    p.add_argument("--draft-provider", default=None, help="provider of the draft (default: --provider)")
-    p.add_argument("--fallback", choices=["cpu"], default=None,
-                   help="run on this provider (and say so) when the asked one is missing")
-    p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--soc", action=qnn.SocArgument, default=None, metavar="SOC",
-                   help="qnn: the Snapdragon to compile for: a QNN soc_model number, a SoC name (SM8650) or a "
-                        "device profile (snapdragon-8-gen-3); default: the one the artifact was exported for, else 60")
 
 
 def add_chat(sub: argparse._SubParsersAction) -> None:
@@ -494,8 +349,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_commands(sub)
     add_profile(sub)
     add_bench(sub)
-    from specedge.serve.command import add_serve_parser
-
     add_serve_parser(sub)
     return parser
 

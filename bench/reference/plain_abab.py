@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 from specedge.bench import load_prompts
+from specedge.models.registry import DEFAULT_PAIR
+from specedge.options import artifact_arg, default_pair
 from specedge.runtime import Generator, SpecConfig
 
 HERE = Path(__file__).parent
@@ -60,13 +62,10 @@ def medians(samples: list[dict], metric: str) -> dict[str, dict[str, float]]:
 
 
 def ours_generator(args: argparse.Namespace) -> tuple[Generator, str]:
-    from specedge.cli import artifact_arg, default_pair
-    from specedge.models.registry import DEFAULT_PAIR
-
     speculative = SpecConfig(auto_gamma=True, max_new_tokens=NEW_TOKENS, ignore_eos=True)
     plain = SpecConfig(gamma=0, max_new_tokens=NEW_TOKENS, ignore_eos=True)
     if args.ours == "default":  # as `specedge chat` decodes here
-        way = default_pair(argparse.Namespace(pair=DEFAULT_PAIR, target=None, draft=None, gamma=None, ngram=False))
+        way = default_pair(DEFAULT_PAIR)
         gen = Generator.load(way.target, draft=way.draft, ngram=way.ngram,
                              config=plain if way.single_steps else speculative, single_steps=way.single_steps)
         return gen, f"default: {way.line}"

@@ -1,7 +1,9 @@
 """`specedge serve`: its flags, and the command that loads one model pair and runs the server.
 
-Imports nothing of the server stack until the command runs, so `specedge --help` works without
-the `serve` extra, and a missing extra is one line saying how to install it.
+Its pair, drafting, sampling and provider flags are the shared groups of options.py (the sampling
+ones are the values for a request that sets none). Imports nothing of the server stack until the
+command runs, so `specedge --help` works without the `serve` extra, and a missing extra is one line
+saying how to install it.
 """
 
 from __future__ import annotations
@@ -13,8 +15,23 @@ import logging
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specedge.errors import SpecEdgeError
+from specedge.options import (
+    add_gamma_flags,
+    add_pair_flags,
+    add_provider_flags,
+    add_sampling_flags,
+    build_config,
+    default_pair,
+    load_generator,
+    nonnegative_int,
+    positive_float,
+)
+
+if TYPE_CHECKING:
+    from specedge.serve.app import ServeSettings
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -23,15 +40,9 @@ KEEP_ALIVE_S = 5  # an idle kept-alive connection is closed after this
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
-    from specedge.cli import gamma_arg, nonnegative_float, nonnegative_int, positive_int
-    from specedge.models.registry import DEFAULT_PAIR
-
     p = sub.add_parser("serve", help="an OpenAI-compatible local HTTP server (chat/completions, completions, models)")
-    p.add_argument("--pair", default=DEFAULT_PAIR, help=f"a registry pair (default {DEFAULT_PAIR})")
-    p.add_argument("--target", help="target artifact folder or registry model (instead of --pair)")
-    p.add_argument("--draft", help="draft artifact folder or registry model (with --target)")
-    p.add_argument("--ngram", action="store_true", help="n-gram lookup; with a draft model: hybrid drafting")
-    p.add_argument("--gamma", type=gamma_arg, default=None, help="draft tokens per target pass, or auto (default)")
+    add_pair_flags(p)
+    add_gamma_flags(p)
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}, this "
                                                         "machine only; the server has no authentication)")
     p.add_argument("--port", type=nonnegative_int, default=DEFAULT_PORT,
@@ -43,16 +54,8 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="requests that may wait while one is decoded (default 8); more get 503 and Retry-After")
     p.add_argument("--model-name", default=None,
                    help="the model id clients pass (default: the pair, or the target's registry name or folder)")
-    p.add_argument("--max-tokens", type=positive_int, default=512,
-                   help="tokens to generate when a request sets no max_tokens (default 512)")
-    p.add_argument("--temperature", type=nonnegative_float, default=1.0,
-                   help="when a request sets none (default 1, as the OpenAI API; 0 is greedy)")
-    p.add_argument("--top-k", type=nonnegative_int, default=0, help="when a request sets none (default 0: off)")
-    p.add_argument("--seed", type=nonnegative_int, default=None, help="when a request sets none")
-    p.add_argument("--provider", default="cpu")
-    p.add_argument("--draft-provider", default=None)
-    p.add_argument("--fallback", choices=["cpu"], default=None)
-    p.add_argument("--threads", type=positive_int, default=None, help="onnxruntime threads per model")
+    add_sampling_flags(p, max_new_tokens=512, temperature=1.0, per_request=True)  # temperature 1: the API's default
+    add_provider_flags(p)
     p.set_defaults(func=cmd_serve)
 
 
@@ -63,15 +66,6 @@ def model_id(args: argparse.Namespace) -> str:
         return str(args.pair)
     name, _, _ = str(args.target).partition(":")
     return name if not Path(args.target).exists() else Path(args.target).name
-
-
-def positive_float(text: str) -> float:
-    from specedge.cli import nonnegative_float
-
-    value = nonnegative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("expected a number > 0, got 0")
-    return value
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -103,33 +97,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from specedge.serve.app import ServeSettings, create_app
+        from specedge.serve.app import create_app
         from specedge.serve.connections import deadline_protocol
-        from specedge.serve.guard import Origins
     except ImportError as e:
         raise SpecEdgeError(f"specedge serve needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[serve]'") from None
-    from specedge.cli import default_pair, machine_bandwidth
-    from specedge.kernels.sampling import SamplingParams
-    from specedge.runtime.decoding import SpecConfig
-    from specedge.runtime.generator import Generator
 
     sock = listen(args.host, args.port)  # before the models load: a port in use fails at once
-    way = default_pair(args)
-    target, draft, single_steps, ngram = way.target, way.draft, way.single_steps, way.ngram
-    auto = args.gamma in (None, "auto") and not single_steps  # requests override the length and sampling fields
-    gamma = 0 if single_steps else 4 if auto else int(args.gamma)
-    config = SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_tokens, seed=args.seed,
-                        sampling=SamplingParams(temperature=args.temperature, top_k=args.top_k))
-    gen = Generator.load(target, draft=draft or None, ngram=ngram, provider=args.provider,
-                         draft_provider=args.draft_provider, threads=args.threads, config=config,
-                         fallback=args.fallback, single_steps=single_steps)
-    gen.bandwidth_gb_per_s = machine_bandwidth()
-    name = model_id(args)
+    way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram)
+    target, draft, ngram = way.target, way.draft, way.ngram
+    config = build_config(args, no_draft=way.single_steps)  # requests override its length, sampling and seed
+    gen = load_generator(args, target, draft, ngram, config, way.single_steps)
     host, port = sock.getsockname()[:2]
-    settings = ServeSettings(model_id=name, aliases=(Path(target).name,), queue_size=args.queue,
-                             max_tokens=args.max_tokens, temperature=args.temperature, top_k=args.top_k,
-                             origins=Origins.of_listener(args.host, port))
+    settings = serve_settings(args, target, port)
+    name = settings.model_id
     setup_logging()
     print(f"specedge serve: model '{name}' ({Path(target).name}" + (f" + {Path(draft).name}" if draft else "")
           + f"{' + n-gram' if ngram else ''}) at http://{host}:{port}/v1; one request decodes at a time, "
@@ -143,6 +124,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has shut down cleanly
         server.run(sockets=[sock])
     return 0
+
+
+def serve_settings(args: argparse.Namespace, target: Path, port: int) -> ServeSettings:
+    """The server's settings of its flags: the model's names, the queue, the origins requests must
+    be addressed to, and the sampling flags as the values for a request that sets none."""
+    from specedge.serve.app import ServeSettings  # the serve extra (starlette): cmd_serve has checked it
+    from specedge.serve.guard import Origins  # the serve extra (starlette)
+
+    return ServeSettings(model_id=model_id(args), aliases=(Path(target).name,), queue_size=args.queue,
+                         max_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                         top_p=args.top_p, origins=Origins.of_listener(args.host, port))
 
 
 def setup_logging() -> None:

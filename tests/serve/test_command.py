@@ -1,11 +1,15 @@
 """`specedge serve` on the command line, without a model: the server stack stays out of the core,
-a missing extra and a port in use are one-line errors."""
+a missing extra and a port in use are one-line errors, the shared sampling flags are the defaults
+of requests."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from tests.test_cli import assert_one_line_error
 
@@ -46,3 +50,25 @@ def test_port_out_of_range_is_one_line() -> None:
                       f"sys.exit(main(['serve', '--target', 'x', '--port', '{port}']))")
         assert proc.returncode == 2
         assert_one_line_error(proc, f"--port {port}", "65535")
+
+
+def test_sampling_flags_are_the_defaults_of_requests() -> None:
+    from specedge.cli import build_parser
+    from specedge.serve.command import serve_settings
+
+    for tokens in ("--max-tokens", "--max-new-tokens"):
+        args = build_parser().parse_args(["serve", "--target", "x", tokens, "7", "--temperature", "0.3",
+                                          "--top-k", "9", "--top-p", "0.5", "--model-name", "m"])
+        settings = serve_settings(args, Path("x"), 8080)
+        assert (settings.model_id, settings.max_tokens, settings.temperature, settings.top_k, settings.top_p) == (
+            "m", 7, 0.3, 9, 0.5)
+    unset = serve_settings(build_parser().parse_args(["serve", "--target", "x"]), Path("x"), 8080)
+    assert (unset.max_tokens, unset.temperature, unset.top_k, unset.top_p) == (512, 1.0, 0, 1.0)
+
+
+def test_soc_is_checked_as_for_chat(capsys: pytest.CaptureFixture[str]) -> None:
+    from specedge.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--target", "x", "--soc", "nonsense"])
+    assert "unknown QNN SoC 'nonsense'" in capsys.readouterr().err

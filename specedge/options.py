@@ -1,0 +1,203 @@
+"""The options the commands share, and what their values load: argument types, the flag groups
+(`add_pair_flags`, `add_gamma_flags`, `add_sampling_flags`, `add_provider_flags`), and the builders
+that read them (`build_config`, `artifact_arg`, `pair_paths`, `default_pair`, `load_generator`).
+
+Used by `specedge` (cli.py), `specedge serve` (serve/command.py), bench/ and scripts/. Imports only
+the standard library and the registry at module level, so building a parser loads no runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specedge.models.registry import DEFAULT_PAIR, MODELS
+
+if TYPE_CHECKING:
+    from specedge.defaults import Decoding
+    from specedge.runtime.decoding import SpecConfig
+    from specedge.runtime.generator import Generator
+
+
+# -- argument types ----------------------------------------------------------------------------
+def gamma_arg(text: str) -> str:
+    if text != "auto":
+        try:
+            int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"gamma must be an integer or auto, got '{text}'") from None
+    return text
+
+
+def _number(text: str, kind: type[int] | type[float]) -> float:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number, got '{text}'") from None
+
+
+def nonnegative_int(text: str) -> int:
+    value = int(_number(text, int))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    value = _number(text, float)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = nonnegative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a number >= 1, got 0")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = nonnegative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a number > 0, got 0")
+    return value
+
+
+def parse_widths(text: str) -> tuple[int, ...]:
+    try:
+        widths = tuple(sorted({int(w) for w in text.split(",") if w.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"widths must be comma-separated integers, got '{text}'") from None
+    if not widths:
+        raise argparse.ArgumentTypeError("widths must list at least one integer")
+    return widths
+
+
+# -- flag groups -------------------------------------------------------------------------------
+def add_pair_flags(p: argparse.ArgumentParser) -> None:
+    """--pair, or --target and --draft (read by `pair_paths` and `default_pair`)."""
+    p.add_argument("--pair", default=DEFAULT_PAIR, help=f"a registry pair (default {DEFAULT_PAIR})")
+    p.add_argument("--target", help="target artifact folder or registry model (instead of --pair)")
+    p.add_argument("--draft", help="draft artifact folder or registry model (with --target)")
+
+
+def add_gamma_flags(p: argparse.ArgumentParser) -> None:
+    """--ngram and --gamma: how drafts are made, and how many per round."""
+    p.add_argument("--ngram", action="store_true",
+                   help="draft by n-gram lookup in the context; with a draft model: hybrid (lookup where it matches)")
+    p.add_argument("--gamma", type=gamma_arg, default=None,
+                   help="draft tokens per target pass, or auto (default): chosen each round from measured "
+                        "acceptance and pass times, plain decoding where speculation does not pay")
+
+
+def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int, temperature: float = 0.0,
+                       per_request: bool = False) -> None:
+    """--max-new-tokens, --temperature, --top-k, --top-p, --seed (read by `build_config`). per_request:
+    they are a server's values for a request that sets none, and --max-tokens (the API's name)
+    names --max-new-tokens too."""
+    when = " when a request sets none" if per_request else ""
+    tokens = ("--max-tokens", "--max-new-tokens") if per_request else ("--max-new-tokens",)
+    p.add_argument(*tokens, dest="max_new_tokens", type=positive_int, default=max_new_tokens, metavar="N",
+                   help=f"tokens to generate{when} (default {max_new_tokens})")
+    p.add_argument("--temperature", type=nonnegative_float, default=temperature,
+                   help=f"sampling temperature{when} (default {temperature:g}; 0 is greedy)")
+    p.add_argument("--top-k", type=nonnegative_int, default=0,
+                   help=f"sample from the k likeliest tokens{when} (default 0: all)")
+    p.add_argument("--top-p", type=float, default=1.0,
+                   help=f"sample from the likeliest tokens of this probability mass{when} (default 1: all)")
+    p.add_argument("--seed", type=nonnegative_int, default=None,
+                   help=f"the same seed draws the same tokens{when} (default: a fresh seed)")
+
+
+def add_provider_flags(p: argparse.ArgumentParser) -> None:
+    """--provider, --draft-provider, --fallback, --threads, --soc (read by `load_generator`)."""
+    from specedge.runtime import qnn  # loads the runtime (onnxruntime): when a parser is built, not on import
+
+    p.add_argument("--provider", default="cpu", help="execution provider: cpu, dml or qnn")
+    p.add_argument("--draft-provider", default=None, help="provider of the draft (default: --provider)")
+    p.add_argument("--fallback", choices=["cpu"], default=None,
+                   help="run on this provider (and say so) when the asked one is missing")
+    p.add_argument("--threads", type=positive_int, default=None, help="onnxruntime threads per model")
+    p.add_argument("--soc", action=qnn.SocArgument, default=None, metavar="SOC",
+                   help="qnn: the Snapdragon to compile for: a QNN soc_model number, a SoC name (SM8650) or a "
+                        "device profile (snapdragon-8-gen-3); default: the one the artifact was exported for, else 60")
+
+
+# -- what the flags load -----------------------------------------------------------------------
+def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequence[str] | None = None,
+                 ignore_eos: bool = False) -> SpecConfig:
+    """The SpecConfig of the flags `add_gamma_flags` and `add_sampling_flags` declare (--gamma,
+    --max-new-tokens, --temperature, --top-k, --top-p, --seed); the rest as arguments."""
+    from specedge.kernels.sampling import SamplingParams  # numpy: loaded when a command runs
+    from specedge.runtime.decoding import SpecConfig  # onnxruntime: loaded when a command runs
+
+    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    auto = args.gamma in (None, "auto") and not no_draft  # None: not given, auto
+    gamma = 0 if no_draft else (4 if auto else int(args.gamma))
+    return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens, sampling=sampling,
+                      stop_strings=tuple(stop or ()), seed=args.seed, ignore_eos=ignore_eos)
+
+
+def machine_bandwidth() -> float | None:
+    from specedge.profiling import measured_bandwidth  # the runtime (onnxruntime): loaded when a command runs
+
+    return measured_bandwidth()
+
+
+def artifact_arg(value: str) -> Path:
+    """An artifact folder, or the name of a registry model, optionally NAME:QUANT (fetched and
+    exported on first use; without a quant, the export chosen for this machine)."""
+    from specedge.contract import QUANT_BITS  # numpy (through kernels): loaded when a command runs
+
+    path = Path(value)
+    name, _, quant = value.partition(":")
+    if path.exists() or name not in MODELS or (quant and quant not in QUANT_BITS):
+        return path
+    from specedge.defaults import default_artifact  # the runtime and device profiles: only for a registry name
+
+    return default_artifact(name, quant or None)
+
+
+def pair_paths(pair: str, target: str | None = None, draft: str | None = None) -> tuple[Path, Path | None]:
+    """(target, draft): the given target (and draft) artifacts, else the registry pair's
+    (the flags `add_pair_flags` declares: --target and --draft, else --pair)."""
+    if target:
+        return artifact_arg(target), artifact_arg(draft) if draft else None
+    from specedge.defaults import pair_artifacts  # the runtime and device profiles: loaded when a command runs
+
+    target_path, draft_path, _ = pair_artifacts(pair)
+    return target_path, draft_path
+
+
+def default_pair(pair: str, target: str | None = None, draft: str | None = None, gamma: str | None = None,
+                 ngram: bool = False) -> Decoding:
+    """How chat and serve decode (a `defaults.Decoding`): the registry pair's measured default way
+    (its target's export, with its draft, draft and n-gram, or plainly in 1-token steps), unless
+    a target, a gamma or ngram (--target, --gamma, --ngram) say otherwise; prints which way, and
+    why, in one line."""
+    from specedge.defaults import Decoding, pair_decoding  # the runtime and device profiles: when a command runs
+
+    if target or gamma is not None or ngram:
+        target_path, draft_path = pair_paths(pair, target, draft)
+        decoding = Decoding(target_path, draft_path, ngram, False, "as the flags say")
+    else:
+        decoding = pair_decoding(pair)
+    print(f"specedge: {decoding.line}", file=sys.stderr)
+    return decoding
+
+
+def load_generator(args: argparse.Namespace, target: Path, draft: Path | None, ngram: bool, config: SpecConfig,
+                   single_steps: bool = False) -> Generator:
+    """A Generator on the providers the flags of `add_provider_flags` name, with this machine's
+    measured bandwidth for the stats."""
+    from specedge.runtime.generator import Generator  # onnxruntime: loaded when a command runs
+
+    gen = Generator.load(target, draft=draft, ngram=ngram, provider=args.provider, draft_provider=args.draft_provider,
+                         threads=args.threads, config=config, fallback=args.fallback, single_steps=single_steps)
+    gen.bandwidth_gb_per_s = machine_bandwidth()
+    return gen

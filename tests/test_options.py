@@ -1,0 +1,63 @@
+"""The shared options: the flag groups and what they build, without a model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from specedge.options import add_gamma_flags, add_sampling_flags, build_config, default_pair, pair_paths
+
+
+def parser(per_request: bool = False) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    add_gamma_flags(p)
+    add_sampling_flags(p, max_new_tokens=64, temperature=1.0 if per_request else 0.0, per_request=per_request)
+    return p
+
+
+def folders(tmp_path: Path) -> tuple[Path, Path]:
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    target.mkdir()
+    draft.mkdir()
+    return target, draft
+
+
+def test_default_pair_decodes_as_the_flags_say(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target, draft = folders(tmp_path)
+    way = default_pair("any-pair", str(target), str(draft), ngram=True)
+    assert (way.target, way.draft, way.ngram, way.single_steps) == (target, draft, True, False)
+    assert capsys.readouterr().err == "specedge: as the flags say\n"
+    alone = default_pair("any-pair", str(target), gamma="3")
+    assert (alone.target, alone.draft, alone.ngram) == (target, None, False)
+
+
+def test_pair_paths_of_a_target_and_draft(tmp_path: Path) -> None:
+    target, draft = folders(tmp_path)
+    assert pair_paths("any-pair", str(target), str(draft)) == (target, draft)
+    assert pair_paths("any-pair", str(target)) == (target, None)
+
+
+@pytest.mark.parametrize(("flags", "no_draft", "gamma", "auto"), [
+    ([], False, 4, True), (["--gamma", "auto"], False, 4, True), (["--gamma", "3"], False, 3, False),
+    (["--gamma", "3"], True, 0, False)])
+def test_build_config_reads_gamma(flags: list[str], no_draft: bool, gamma: int, auto: bool) -> None:
+    config = build_config(parser().parse_args(flags), no_draft=no_draft)
+    assert (config.gamma, config.auto_gamma) == (gamma, auto)
+
+
+def test_build_config_reads_the_sampling_flags() -> None:
+    args = parser().parse_args(["--max-new-tokens", "9", "--temperature", "0.5", "--top-k", "3", "--top-p", "0.8",
+                                "--seed", "5"])
+    config = build_config(args, stop=["x"], ignore_eos=True)
+    assert (config.max_new_tokens, config.seed, config.stop_strings, config.ignore_eos) == (9, 5, ("x",), True)
+    assert (config.sampling.temperature, config.sampling.top_k, config.sampling.top_p) == (0.5, 3, 0.8)
+
+
+def test_a_server_takes_max_tokens_too() -> None:
+    assert parser(per_request=True).parse_args(["--max-tokens", "7"]).max_new_tokens == 7
+    assert parser(per_request=True).parse_args(["--max-new-tokens", "7"]).max_new_tokens == 7
+    assert parser(per_request=True).parse_args([]).temperature == 1.0
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--max-tokens", "7"])
