@@ -32,6 +32,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from specedge.contract import MAX_VERIFY_WIDTH
 from specedge.errors import SpecEdgeError
 
 EP_NAME = "QNNExecutionProvider"
@@ -352,8 +353,6 @@ def plan_context(graph: Path, soc: str | None = None, machine: str | None = None
 def verify_width(folder: Path) -> int | None:
     """The widest static graph of an artifact that still returns every row (width <= 13): the one
     compiled width every QNN pass of that many rows or fewer runs at."""
-    from specedge.runtime.model import MAX_VERIFY_WIDTH
-
     manifest = Path(folder) / "manifest.json"
     if not manifest.is_file():
         return None

@@ -1,0 +1,67 @@
+"""The specedge package has no import circle: no module imports one that imports it back, directly
+or around a longer circle, at module level or inside a function (imports under `if TYPE_CHECKING`
+never run and are left out; so is the package `__init__` Python runs before a submodule)."""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def package_modules() -> dict[str, Path]:
+    """Module name -> source file, for every package pyproject.toml lists (at its package-dir)."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    modules = {}
+    for package in setup["packages"]:
+        folder = ROOT / setup.get("package-dir", {}).get(package, package.replace(".", "/"))
+        for path in folder.glob("*.py"):
+            modules[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+    return modules
+
+
+def imported(tree: ast.AST) -> list[tuple[str, ...]]:
+    """What a module's code imports, each as the names it may be, best first (`from a import b`:
+    module a.b, else a), leaving out `if TYPE_CHECKING` blocks."""
+    found: list[tuple[str, ...]] = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found += [names for child in node.orelse for names in imported(child)]
+            continue
+        if isinstance(node, ast.Import):
+            found += [(alias.name, alias.name.rpartition(".")[0]) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found += [(f"{node.module}.{alias.name}", node.module) for alias in node.names]
+        found += imported(node)
+    return found
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports anywhere in its code."""
+    graph = {}
+    for name, path in modules.items():
+        targets = (next((n for n in names if n in modules), None) for names in imported(ast.parse(path.read_text())))
+        graph[name] = {t for t in targets if t is not None and t != name}
+    return graph
+
+
+def test_the_package_has_no_import_circle() -> None:
+    graph = import_graph(package_modules())
+    assert "specedge.serve.command" in graph["specedge.cli"]  # the graph sees imports at all
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as e:
+        pytest.fail("import circle: " + " -> ".join(e.args[1]))
+
+
+def test_a_circle_inside_functions_is_found(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("def f():\n    from specedge.b import g\n")
+    (tmp_path / "b.py").write_text("import specedge.a\n")
+    graph = import_graph({"specedge.a": tmp_path / "a.py", "specedge.b": tmp_path / "b.py"})
+    with pytest.raises(graphlib.CycleError):
+        tuple(graphlib.TopologicalSorter(graph).static_order())
