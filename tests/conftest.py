@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -39,6 +40,22 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  #
     for name, seconds in times[:count or None]:
         terminalreporter.write_line(f"{seconds:8.1f}s {name}")
     terminalreporter.write_line(f"{sum(t for _, t in times):8.1f}s in all")
+
+
+REFERENCE_INSTALL = "pip install torch==2.13.0 && pip install -e '.[reference]'"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`reference` tests skip, saying why, where torch or transformers is not installed (in CI they
+    run and fail instead: CI installs the reference extra)."""
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if not missing or os.environ.get("CI"):
+        return
+    skip = pytest.mark.skip(reason=f"compares with transformers, and {' and '.join(missing)} is not installed "
+                                   f"(the reference extra: {REFERENCE_INSTALL})")
+    for item in items:
+        if "reference" in item.keywords:
+            item.add_marker(skip)
 
 
 TINY_CONTEXT = 64

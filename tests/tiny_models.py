@@ -1,14 +1,18 @@
-"""Tiny random llama / qwen2 checkpoints with a byte-level tokenizer, built inside the tests."""
+"""Tiny random llama / qwen2 checkpoints with a byte-level tokenizer, built inside the tests with numpy
+(no torch or transformers: those are only the reference some tests compare with)."""
 
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 SPECIALS = ["<|bos|>", "<|eos|>", "<|user|>", "<|assistant|>"]
 VOCAB = 256 + len(SPECIALS)
+ROPE_THETA = 10000.0
 CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}{{ '<|' + m['role'] + '|>' + m['content'] + eos_token }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
@@ -38,38 +42,114 @@ def write_tokenizer(folder: Path, tok: Tokenizer | None = None) -> None:
     }))
 
 
-def tiny_config(arch: str, **overrides: object):
-    from transformers import LlamaConfig, Qwen2Config
+def tiny_config(arch: str, **overrides: object) -> dict[str, object]:
+    """config.json of a tiny model, as transformers' LlamaConfig / Qwen2Config would save it."""
+    config: dict[str, object] = dict(
+        architectures=["LlamaForCausalLM" if arch == "llama" else "Qwen2ForCausalLM"], model_type=arch,
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=0 + 256,
+        eos_token_id=1 + 256, tie_word_embeddings=False, hidden_act="silu", initializer_range=0.02,
+        rope_theta=ROPE_THETA, rope_parameters={"rope_theta": ROPE_THETA, "rope_type": "default"},
+        attention_dropout=0.0, use_cache=True, dtype="float32")
+    if arch == "llama":
+        config.update(attention_bias=False, mlp_bias=False)
+    else:
+        config.update(use_sliding_window=False, sliding_window=None)
+    config.update(overrides)
+    return config
 
-    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                  rms_norm_eps=1e-6, bos_token_id=0 + 256, eos_token_id=1 + 256,
-                  tie_word_embeddings=False)
-    common.update(overrides)
-    return LlamaConfig(**common) if arch == "llama" else Qwen2Config(**common)
+
+def weight_shapes(config: dict) -> dict[str, tuple[int, ...]]:
+    """Every tensor a checkpoint of this config stores, by its transformers name."""
+    hidden, inter, vocab = int(config["hidden_size"]), int(config["intermediate_size"]), int(config["vocab_size"])
+    head_dim = hidden // int(config["num_attention_heads"])
+    kv = int(config["num_key_value_heads"]) * head_dim
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden)}
+    for i in range(int(config["num_hidden_layers"])):
+        p = f"model.layers.{i}"
+        shapes |= {f"{p}.input_layernorm.weight": (hidden,), f"{p}.post_attention_layernorm.weight": (hidden,),
+                   f"{p}.self_attn.q_proj.weight": (hidden, hidden), f"{p}.self_attn.k_proj.weight": (kv, hidden),
+                   f"{p}.self_attn.v_proj.weight": (kv, hidden), f"{p}.self_attn.o_proj.weight": (hidden, hidden),
+                   f"{p}.mlp.gate_proj.weight": (inter, hidden), f"{p}.mlp.up_proj.weight": (inter, hidden),
+                   f"{p}.mlp.down_proj.weight": (hidden, inter)}
+        if config["model_type"] == "qwen2" or config.get("attention_bias"):
+            shapes |= {f"{p}.self_attn.{n}_proj.bias": (size,) for n, size in (("q", hidden), ("k", kv), ("v", kv))}
+    shapes["model.norm.weight"] = (hidden,)
+    if not config.get("tie_word_embeddings"):
+        shapes["lm_head.weight"] = (vocab, hidden)
+    return shapes
+
+
+def random_weights(config: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Matrices drawn from N(0, 0.15) (larger than transformers' init: peaked, varied logits), norms
+    one, biases zero, all float32."""
+    weights = {}
+    for name, shape in weight_shapes(config).items():
+        if len(shape) == 2:
+            weights[name] = rng.normal(0.0, 0.15, shape).astype(np.float32)
+        else:
+            weights[name] = np.full(shape, 0.0 if name.endswith(".bias") else 1.0, np.float32)
+    return weights
+
+
+def add_noise(weights: dict[str, np.ndarray], noise: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Each tensor plus noise times its own standard deviation times N(0, 1) (constant tensors stay)."""
+    return {name: (w + noise * w.std(ddof=1) * rng.standard_normal(w.shape)).astype(np.float32)
+            for name, w in weights.items()}
+
+
+def to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 to bfloat16 (as uint16 bits), rounding to nearest even as torch does."""
+    bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def write_safetensors(path: Path, weights: dict[str, np.ndarray], dtype: str = "float32") -> None:
+    """A .safetensors file: 8-byte header length, JSON header (padded to 8 bytes), then the raw tensors."""
+    code, cast = {"float32": ("F32", lambda w: w.astype("<f4")), "float16": ("F16", lambda w: w.astype("<f2")),
+                  "bfloat16": ("BF16", lambda w: to_bfloat16_bits(w).astype("<u2"))}[dtype]
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    blobs, offset = [], 0
+    for name in sorted(weights):
+        blob = np.ascontiguousarray(cast(weights[name])).tobytes()
+        header[name] = {"dtype": code, "shape": list(weights[name].shape), "data_offsets": [offset, offset + len(blob)]}
+        blobs.append(blob)
+        offset += len(blob)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """The float32 tensors of a file write_safetensors wrote in float32."""
+    data = path.read_bytes()
+    length = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + length])
+    header.pop("__metadata__", None)
+    start = 8 + length
+    return {name: np.frombuffer(data, "<f4", count=int(np.prod(meta["shape"])), offset=start + meta["data_offsets"][0])
+            .reshape(meta["shape"]).astype(np.float32) for name, meta in header.items()}
 
 
 def make_tiny_model(folder: Path, arch: str = "llama", seed: int = 0, noise_from: Path | None = None,
-                    noise: float = 0.0, **overrides: object) -> Path:
-    """A random model saved as an HF checkpoint. With noise_from, a perturbed copy of that model
+                    noise: float = 0.0, dtype: str = "float32", **overrides: object) -> Path:
+    """A random model saved as an HF checkpoint (config.json, generation_config.json, model.safetensors
+    in `dtype`, the byte tokenizer), with numpy only. With noise_from, a perturbed copy of that model
     (a draft that agrees with its target often, not always)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
     if noise_from is not None:
-        model = AutoModelForCausalLM.from_pretrained(noise_from, dtype=torch.float32)
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(noise * p.std() * torch.randn_like(p))
+        config = json.loads((noise_from / "config.json").read_text())
+        weights = add_noise(read_safetensors(noise_from / "model.safetensors"), noise, rng)
     else:
-        cfg = tiny_config(arch, **overrides)
-        model = AutoModelForCausalLM.from_config(cfg)
-        with torch.no_grad():  # larger weights than the default init: peaked, varied logits
-            for p in model.parameters():
-                if p.dim() == 2:
-                    p.normal_(0.0, 0.15)
+        config = tiny_config(arch, **overrides)
+        weights = random_weights(config, rng)
     folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps({**config, "dtype": dtype}, indent=2))
+    (folder / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}, indent=2))
+    write_safetensors(folder / "model.safetensors", weights, dtype)
     write_tokenizer(folder)
     return folder

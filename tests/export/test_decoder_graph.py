@@ -11,11 +11,13 @@ import pytest
 
 from specedge.runtime import OnnxModel
 from specedge.runtime.manifest import load_manifest
+from tests.numpy_forward import reference_logits
 
 IDS = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 35, 32, 97, 98, 99, 100]
 
 
 def hf_logits(src: Path, ids: list[int]) -> np.ndarray:
+    """transformers' own forward: the reference tests/numpy_forward.py is checked against."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -24,20 +26,26 @@ def hf_logits(src: Path, ids: list[int]) -> np.ndarray:
         return model(torch.tensor([ids])).logits[0].numpy()  # [S, V]
 
 
-def test_logits_match_transformers(tiny_pair: tuple[Path, Path, Path]) -> None:
+@pytest.mark.reference
+def test_the_numpy_reference_equals_transformers(tiny_pair: tuple[Path, Path, Path]) -> None:
+    src = tiny_pair[0]
+    assert np.abs(reference_logits(src, IDS) - hf_logits(src, IDS)).max() < 1e-4
+
+
+def test_logits_match_the_reference(tiny_pair: tuple[Path, Path, Path]) -> None:
     src, target, _ = tiny_pair
     model = OnnxModel(target)
-    ref = hf_logits(src, IDS)
+    ref = reference_logits(src, IDS)
     ours = model.forward(IDS, model.new_cache(), all_logits=True).logits
     assert ours.shape == ref.shape
     assert np.abs(ours - ref).max() < 1e-3
 
 
-def test_cache_steps_match_transformers_and_garbage_is_masked(tiny_pair: tuple[Path, Path, Path]) -> None:
+def test_cache_steps_match_the_reference_and_garbage_is_masked(tiny_pair: tuple[Path, Path, Path]) -> None:
     """Prefill in chunks then 1-token steps, over a cache whose unused slots hold garbage."""
     src, target, _ = tiny_pair
     model = OnnxModel(target)
-    ref = hf_logits(src, IDS)
+    ref = reference_logits(src, IDS)
     clean, dirty = model.new_cache(), model.new_cache()
     rng = np.random.default_rng(0)
     for buf in dirty.keys + dirty.values:
@@ -55,8 +63,8 @@ def test_cache_steps_match_transformers_and_garbage_is_masked(tiny_pair: tuple[P
     np.testing.assert_array_equal(steps[0], steps[1])
 
 
-def test_fused_attention_matches_transformers_through_steps_and_rollback(tiny_pair: tuple[Path, Path, Path],
-                                                                         tmp_path: Path) -> None:
+def test_fused_attention_matches_the_reference_through_steps_and_rollback(tiny_pair: tuple[Path, Path, Path],
+                                                                          tmp_path: Path) -> None:
     """GroupQueryAttention over a cache written in place: chunked prefill, 1-token steps, a
     rejected 3-token pass rolled back, over buffers whose unused slots hold garbage."""
     from specedge.export.artifact import export_model
@@ -69,7 +77,7 @@ def test_fused_attention_matches_transformers_through_steps_and_rollback(tiny_pa
     assert model.manifest.attention == "fused" and not model.manifest.rows_exact
     assert "GroupQueryAttention" in {n.op_type for n in onnx.load(str(out / "model.onnx"),
                                                                    load_external_data=False).graph.node}
-    ref = hf_logits(src, IDS)
+    ref = reference_logits(src, IDS)
     cache = model.new_cache(bucket=16)
     for buf in cache.keys + cache.values:
         buf[...] = np.random.default_rng(0).normal(0, 50, buf.shape)
@@ -170,8 +178,10 @@ def test_quantized_exports_stay_close_and_record_quantization(
     ref = OnnxModel(fp32).forward(IDS, OnnxModel(fp32).new_cache()).logits
     model = OnnxModel(out)
     ours = model.forward(IDS, model.new_cache()).logits
-    agree = np.mean(ours.argmax(-1) == ref.argmax(-1))
-    assert agree >= {"int8": 0.9, "w8a8": 0.8, "int4": 0.6}[quant], agree  # random tiny weights: near-ties
+    # relative error of the logits (argmax agreement is a coin toss at random tiny weights' near-ties):
+    # seeds 1-6 give int8 0.025-0.032, w8a8 0.032-0.038, int4 0.26-0.32
+    error = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
+    assert error < {"int8": 0.05, "w8a8": 0.06, "int4": 0.4}[quant], error
     assert (out / "model.onnx.data").stat().st_size < (fp32 / "model.onnx.data").stat().st_size
 
 
@@ -191,7 +201,7 @@ def test_a_truncated_head_scores_the_first_ids_and_only_drafts(tiny_pair: tuple[
     assert model.manifest.head_vocab == 100 and model.manifest.vocab_size > 100
     logits = model.prefill(IDS, model.new_cache())
     assert logits.shape == (100,)
-    assert np.abs(logits - hf_logits(src, IDS)[-1, :100]).max() < 1e-3
+    assert np.abs(logits - reference_logits(src, IDS)[-1, :100]).max() < 1e-3
     with pytest.raises(SpecEdgeError, match="--head-vocab 100"):
         Generator.load(out)
     assert Generator.load(target, draft=out).generate("abc", max_new_tokens=3).token_ids

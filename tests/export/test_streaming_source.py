@@ -22,7 +22,7 @@ from specedge.export.settings import ExportSettings
 from specedge.export.source import SourceModel, load_source
 from tests.export.reference_source import reference_load, reference_tokenizer
 from tests.gguf_models import make_tiny_gguf
-from tests.tiny_models import make_tiny_model
+from tests.tiny_models import make_tiny_model, random_weights, tiny_config, to_bfloat16_bits
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXTS = [
@@ -49,16 +49,7 @@ def ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _hf_checkpoint(folder: Path, arch: str, dtype: str, **overrides: object) -> Path:
     """A tiny checkpoint saved in float32, float16 or bfloat16."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    src = make_tiny_model(folder, arch, seed=3, **overrides)
-    if dtype != "float32":
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=getattr(torch, dtype))
-        for f in src.glob("*.safetensors"):
-            f.unlink()
-        model.save_pretrained(src)
-    return src
+    return make_tiny_model(folder, arch, seed=3, dtype=dtype, **overrides)
 
 
 def assert_same_source(new: SourceModel, ref: SourceModel, exact_tokenizer_json: bool) -> None:
@@ -88,6 +79,7 @@ def assert_same_ids(src: Path, new: SourceModel, texts: list[str]) -> None:
         assert ours.decode(ids, skip_special_tokens=False) == ref.decode(ids, skip_special_tokens=False), text
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize("case", list(GGUF_CASES))
 def test_gguf_source_equals_transformers(ggufs: dict[str, Path], case: str) -> None:
     """Q8_0, Q5_0, BF16, F16 and F32 tensors; llama Q/K un-permuted; byte-level BPE with the qwen2
@@ -98,6 +90,7 @@ def test_gguf_source_equals_transformers(ggufs: dict[str, Path], case: str) -> N
     assert_same_source(new, reference_load(src), exact_tokenizer_json=True)
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize(("arch", "dtype", "tied"), [("llama", "float32", False), ("qwen2", "bfloat16", False),
                                                      ("llama", "float16", True)])
 def test_hf_source_equals_transformers(tmp_path: Path, arch: str, dtype: str, tied: bool) -> None:
@@ -108,6 +101,23 @@ def test_hf_source_equals_transformers(tmp_path: Path, arch: str, dtype: str, ti
     assert_same_source(new, reference_load(src), exact_tokenizer_json=False)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_hf_source_reads_the_stored_weights_as_float32(tmp_path: Path, dtype: str) -> None:
+    """Without the reference: every tensor of a safetensors folder, upcast exactly; a tied head not stored."""
+    config = tiny_config("qwen2", tie_word_embeddings=True)
+    src = make_tiny_model(tmp_path / "src", "qwen2", seed=3, dtype=dtype, tie_word_embeddings=True)
+    new = load_source(src)
+    assert new.config.tie_word_embeddings and new.config.attention_bias
+    assert (new.config.vocab_size, new.bos_token_id, new.eos_token_ids) == (config["vocab_size"], 256, (257,))
+    for name, w in random_weights(config, np.random.default_rng(3)).items():
+        stored = {"float32": w, "float16": w.astype(np.float16).astype(np.float32),
+                  "bfloat16": (to_bfloat16_bits(w).astype(np.uint32) << 16).view(np.float32)}[dtype]
+        assert np.array_equal(new.weights.pop(name), stored), name
+    assert len(new.weights) == 0
+    new.weights.close()
+
+
+@pytest.mark.reference
 @pytest.mark.parametrize(("quant", "attention", "block"), [("int4", "fused", 32), ("w8a8", "exact", 32),
                                                            ("int8", "exact", 64)])
 def test_export_equals_the_old_loaders_export(ggufs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -122,6 +132,7 @@ def test_export_equals_the_old_loaders_export(ggufs: dict[str, Path], tmp_path: 
         assert (new / name).read_bytes() == (old / name).read_bytes(), name
 
 
+@pytest.mark.reference
 def test_hf_export_equals_the_old_loaders_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = _hf_checkpoint(tmp_path / "src", "qwen2", "bfloat16", tie_word_embeddings=True)
     settings = ExportSettings(quant="fp32", context=64, widths=(1, 4))
@@ -185,7 +196,9 @@ def test_export_extra_needs_no_torch_or_transformers() -> None:
     names = {req.split(">")[0].split("=")[0].split("<")[0].strip() for req in extras["export"]}
     assert not names & {"torch", "transformers", "accelerate"}, names
     assert {"onnx", "gguf", "numpy", "tokenizers"} <= names | {"numpy", "tokenizers"}  # the latter two: core
-    assert any(req.startswith("transformers") for req in extras["test"])  # the reference the tests compare with
+    test_names = {req.split(">")[0].split("=")[0].split("<")[0].split("[")[0].strip() for req in extras["test"]}
+    assert not test_names & {"torch", "transformers", "accelerate"}, test_names  # scripts/setup.sh installs `test`
+    assert {"torch", "transformers"} <= {req.split(">")[0].split("<")[0].strip() for req in extras["reference"]}
 
 
 def test_unsupported_gguf_architecture_is_one_line(tmp_path: Path) -> None:
@@ -207,6 +220,7 @@ def test_unsupported_gguf_architecture_is_one_line(tmp_path: Path) -> None:
 PROMPTS = [json.loads(line)["prompt"] for line in (ROOT / "bench" / "prompts.jsonl").read_text().splitlines() if line]
 
 
+@pytest.mark.reference
 @pytest.mark.slow  # transformers dequantizes the whole GGUF: ~60 s on 2 cores
 def test_smollm2_gguf_equals_transformers(smollm2_gguf: Path) -> None:
     new = load_source(smollm2_gguf)
@@ -214,6 +228,7 @@ def test_smollm2_gguf_equals_transformers(smollm2_gguf: Path) -> None:
     assert_same_source(new, reference_load(smollm2_gguf), exact_tokenizer_json=True)
 
 
+@pytest.mark.reference
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
 def test_registry_tokenizers_equal_transformers(name: str) -> None:

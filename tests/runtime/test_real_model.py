@@ -26,6 +26,7 @@ def hf_model(smollm2_gguf: Path):
                                                 dtype=torch.float32)
 
 
+@pytest.mark.reference
 @pytest.mark.slow  # loading transformers' reference from the GGUF takes ~30 s
 def test_fp32_export_greedy_matches_transformers(smollm2: dict[str, Path], hf_model) -> None:
     import torch
@@ -40,6 +41,7 @@ def test_fp32_export_greedy_matches_transformers(smollm2: dict[str, Path], hf_mo
         assert ours == out[0, len(ids):].tolist()
 
 
+@pytest.mark.reference
 @pytest.mark.slow
 def test_fp32_logits_match_transformers(smollm2: dict[str, Path], hf_model) -> None:
     import torch

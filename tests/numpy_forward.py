@@ -1,0 +1,65 @@
+"""A llama / qwen2 forward pass in numpy (float64) over a tiny float32 checkpoint: the reference the
+default tests check exported graphs against, without torch. It is itself checked against
+transformers' forward by the `reference` tests (tests/export/test_decoder_graph.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from tests.tiny_models import read_safetensors
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def rotate(x: np.ndarray, theta: float) -> np.ndarray:
+    """Rotary embedding over [heads, S, D] at positions 0..S-1, halves rotated (transformers' rotate_half)."""
+    dim = x.shape[-1]
+    inv_freq = 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    angles = np.arange(x.shape[1], dtype=np.float64)[:, None] * inv_freq[None, :]
+    cos, sin = np.cos(np.concatenate([angles, angles], -1)), np.sin(np.concatenate([angles, angles], -1))
+    halves = np.concatenate([-x[..., dim // 2:], x[..., :dim // 2]], -1)
+    return x * cos + halves * sin
+
+
+def attention(h: np.ndarray, w: dict[str, np.ndarray], p: str, config: dict) -> np.ndarray:
+    """Causal grouped-query attention of one layer over [S, hidden]."""
+    heads, kv_heads = int(config["num_attention_heads"]), int(config["num_key_value_heads"])
+    dim = int(config["hidden_size"]) // heads
+    theta = float(config.get("rope_theta", 10000.0))
+
+    def project(name: str, count: int) -> np.ndarray:
+        out = h @ w[f"{p}.self_attn.{name}_proj.weight"].T + w.get(f"{p}.self_attn.{name}_proj.bias", 0.0)
+        return out.reshape(len(h), count, dim).transpose(1, 0, 2)  # [heads, S, D]
+
+    q, k, v = rotate(project("q", heads), theta), rotate(project("k", kv_heads), theta), project("v", kv_heads)
+    k, v = (np.repeat(t, heads // kv_heads, axis=0) for t in (k, v))
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(dim)
+    scores = scores + np.triu(np.full((len(h), len(h)), -np.inf), 1)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out = (probs @ v).transpose(1, 0, 2).reshape(len(h), heads * dim)
+    return out @ w[f"{p}.self_attn.o_proj.weight"].T
+
+
+def mlp(h: np.ndarray, w: dict[str, np.ndarray], p: str) -> np.ndarray:
+    gate, up = h @ w[f"{p}.mlp.gate_proj.weight"].T, h @ w[f"{p}.mlp.up_proj.weight"].T
+    return (gate / (1.0 + np.exp(-gate)) * up) @ w[f"{p}.mlp.down_proj.weight"].T
+
+
+def reference_logits(src: Path, ids: list[int]) -> np.ndarray:
+    """[S, V] logits of a tiny float32 checkpoint folder (tests/tiny_models.py) for a prompt."""
+    config = json.loads((src / "config.json").read_text())
+    w = {name: t.astype(np.float64) for name, t in read_safetensors(src / "model.safetensors").items()}
+    eps = float(config["rms_norm_eps"])
+    x = w["model.embed_tokens.weight"][ids]
+    for i in range(int(config["num_hidden_layers"])):
+        p = f"model.layers.{i}"
+        x = x + attention(rms_norm(x, w[f"{p}.input_layernorm.weight"], eps), w, p, config)
+        x = x + mlp(rms_norm(x, w[f"{p}.post_attention_layernorm.weight"], eps), w, p)
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    return (rms_norm(x, w["model.norm.weight"], eps) @ head.T).astype(np.float32)
