@@ -44,7 +44,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         from specedge.export.artifact import export_model
     except ImportError as e:
         raise SpecEdgeError(f"export needs packages this installation lacks ({e.name})",
-                            "pip install 'specedge[export]' torch==2.13.0") from None
+                            "pip install 'specedge[export]'") from None
     from specedge.export.settings import ExportSettings, int8_weights_here
 
     quant = args.quant or DEFAULT_QUANT[args.target_provider]

@@ -75,7 +75,7 @@ def reexport(name: str, quant: str | None = None, weights: Path | None = None) -
         from specedge.export.artifact import export_model
     except ImportError as e:
         raise SpecEdgeError(f"exporting {name} again needs packages this installation lacks ({e.name})",
-                            "pip install 'specedge[export]' torch==2.13.0, or export on another machine") from None
+                            "pip install 'specedge[export]', or export on another machine") from None
     quants = [quant] if quant else (cached_quants(entry) or [entry.export.quant])
     weights = weights or fetch(name)
     outs = []

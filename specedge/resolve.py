@@ -38,7 +38,7 @@ def resolve_model(name: str, quant: str | None = None) -> Path:
         from specedge.export.artifact import export_model
     except ImportError as e:
         raise SpecEdgeError(f"{name} is not exported yet and this installation cannot export ({e.name} missing)",
-                            "pip install 'specedge[export]' torch==2.13.0, or export on another machine") from None
+                            "pip install 'specedge[export]', or export on another machine") from None
     print(f"exporting {name} ({settings.quant}, context {settings.context}) to {out} - once", file=sys.stderr)
     result = export_model(weights, out, settings, expected_sha256=entry.sha256, reuse=True)
     if result.seconds:
