@@ -3,9 +3,11 @@ loop itself on the calibration texts (specedge/calibration.py), greedy, as chat 
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from specedge.calibration import CALIBRATION, TOKENS
 from specedge.choose import Candidate, Way, WayRun
@@ -18,22 +20,24 @@ from specedge.runtime.generator import Generator
 from specedge.runtime.row_groups import probe_rows
 from specedge.runtime.rows import SINGLE_STEPS
 
-TIMING_WIDTHS = (2, 4, 5, 8, 9)  # verification widths timed for pruning (γ 1 to 8), under the row policy
+PRUNE_CONTEXT = 128  # cached tokens under the pruning timings: about a calibration text's
+TIMING_WIDTHS = (2, 4, 5, 8, 9)
+T = TypeVar("T")  # verification widths timed for pruning (γ 1 to 8), under the row policy
 
 
 def time_candidate(quant: str, folder: Path) -> Candidate:
     """Load an export, probe its row policy on this CPU, time a 1-token step and a few verification passes."""
     model = OnnxModel(folder)
     rows = probe_rows(model)
-    single = time_widths(model, [1], repeats=5)[1]
+    single = time_widths(model, [1], context=PRUNE_CONTEXT, repeats=5)[1]
     widths = [w for w in rows.verify_widths(model.manifest.widths) if w <= MAX_VERIFY_WIDTH and w in TIMING_WIDTHS]
-    seconds = time_widths(model, widths, repeats=3, rows=rows) if rows.exact and widths else {}
+    seconds = time_widths(model, widths, context=PRUNE_CONTEXT, repeats=3, rows=rows) if rows.exact and widths else {}
     return Candidate(quant=quant, artifact=artifact_id(model.manifest, folder), single=single, seconds=seconds,
                      group=rows.group, exact=rows.exact)
 
 
 def time_draft(folder: Path) -> float:
-    return time_widths(OnnxModel(folder), [1], repeats=5)[1]
+    return time_widths(OnnxModel(folder), [1], context=PRUNE_CONTEXT, repeats=5)[1]
 
 
 def decode_rates(gen: Generator) -> tuple[float, ...]:
@@ -48,34 +52,43 @@ def decode_rates(gen: Generator) -> tuple[float, ...]:
 
 def plain_rates(folder: Path) -> tuple[float, ...]:
     """Plain decoding in 1-token steps, in a session of its own (as chat decodes plainly)."""
-    gen = Generator(OnnxModel(folder, spin=True), None, SpecConfig(gamma=0), rows=SINGLE_STEPS)
+    gen = Generator(OnnxModel(folder, spin=True, verify=False), None, SpecConfig(gamma=0), rows=SINGLE_STEPS)
     return decode_rates(gen)
 
 
 def speculative_rates(folder: Path, draft: OnnxModel, drafters: Sequence[str]) -> dict[str, tuple[float, ...]]:
-    """Speculation over an export with each drafter ("draft", "hybrid"), γ auto, text by text in turn."""
-    target = OnnxModel(folder)
+    """Speculation over an export with each drafter ("draft", "hybrid") in turn, γ auto."""
+    target = OnnxModel(folder, verify=False)
     rows = probe_rows(target)
     gens = {d: Generator(target, build_drafter(draft, ngram=d == "hybrid"),
                          SpecConfig(gamma=4, auto_gamma=True), rows=rows) for d in drafters}
     return {d: decode_rates(gen) for d, gen in gens.items()}
 
 
+def released(value: T) -> T:
+    """`value`, after collecting the sessions a measurement left behind: a model in a reference cycle
+    would otherwise hold its weights (1-2 GB for the 1.5B) until the next full collection, and
+    every export would end up in memory at once."""
+    gc.collect()
+    return value
+
+
 def measure_ways(ways: Sequence[Way], exports: Mapping[str, Path], draft: Path | None) -> list[WayRun]:
-    """Each way's decode speed on the calibration texts. Plain decoding runs before and after the
+    """Each way's decode speed on the calibration texts (the exports' files were verified when
+    their passes were timed: not read again here). Plain decoding runs before and after the
     speculative ways, and the faster of the two counts: drift on a shared machine is not taken
     for a speculative win."""
     plain = [w for w in ways if not w.speculates]
-    first = {w: plain_rates(exports[w.quant]) for w in plain}
+    first = {w: released(plain_rates(exports[w.quant])) for w in plain}
     runs: list[WayRun] = []
-    draft_model = OnnxModel(draft) if draft is not None else None
+    draft_model = OnnxModel(draft, verify=False) if draft is not None else None
     for quant in dict.fromkeys(w.quant for w in ways if w.speculates):
         drafters = [w.drafter for w in ways if w.speculates and w.quant == quant]
         print(f"  decoding the calibration texts: {quant} with {' and '.join(drafters)}", file=sys.stderr, flush=True)
         assert draft_model is not None
-        for drafter, rates in speculative_rates(exports[quant], draft_model, drafters).items():
+        for drafter, rates in released(speculative_rates(exports[quant], draft_model, drafters)).items():
             runs.append(WayRun(Way(quant, drafter), rates))
     for w in plain:
-        again = plain_rates(exports[w.quant]) if runs else first[w]
+        again = released(plain_rates(exports[w.quant])) if runs else first[w]
         runs.insert(0, WayRun(w, tuple(max(a, b) for a, b in zip(first[w], again, strict=True))))
     return runs

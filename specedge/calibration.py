@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TOKENS = 40  # decoded per text: enough rounds for γ auto to settle, few enough to keep the choice quick
+TOKENS = 32  # decoded per text: enough rounds for γ auto to settle, few enough to keep the choice quick
 
 
 @dataclass(frozen=True)

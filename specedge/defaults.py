@@ -8,6 +8,7 @@ measure`; where the profile cannot be read, once a process.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -67,16 +68,20 @@ def measure_choice(name: str) -> Choice:
     could win, and pick."""
     import onnxruntime
 
-    from specedge.calibrate import measure_ways, time_candidate, time_draft
+    from specedge.calibrate import measure_ways, released, time_candidate, time_draft
 
     print(f"specedge: measuring how {name} decodes fastest on this CPU, once ({cpu_info().label()})",
           file=sys.stderr, flush=True)
     exports = {quant: resolve_model(name, quant) for quant in candidate_quants(name)}
     pair = next((p for p in PAIRS.values() if p.target == name), None)
     draft = resolve_model(pair.draft) if pair is not None else None
-    candidates = [time_candidate(quant, folder) for quant, folder in exports.items()]
+    start = time.perf_counter()
+    candidates = [released(time_candidate(quant, folder)) for quant, folder in exports.items()]
     t_draft = time_draft(draft) if draft is not None else None
+    timed = time.perf_counter()
     runs = measure_ways(prune(candidates, t_draft), exports, draft)
+    print(f"  passes timed in {timed - start:.0f} s, calibration texts decoded in {time.perf_counter() - timed:.0f} s",
+          file=sys.stderr)
     kinds = tuple(t.kind for t in CALIBRATION)
     way, reason = pick(runs, kinds)
     choice = Choice(model=name, way=way, reason=reason, onnxruntime=onnxruntime.__version__, kinds=kinds,
