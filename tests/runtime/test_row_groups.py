@@ -78,7 +78,7 @@ def test_the_rows_that_pad_a_pass_carry_lookup_guesses_that_are_accepted(tiny_pa
                                                         sampling=sampling, seed=5))
         spec = Generator.load(fused, draft=exact, config=config)
         assert spec.rows.group == 2
-        prompt = "abcabcabcabcabcabcabc"
+        prompt = "abababababababababab"  # the tiny models continue it in repeats the lookup finds
         result = spec.generate(prompt)
         assert result.token_ids == plain.generate(prompt).token_ids
         stats = result.stats
