@@ -24,7 +24,7 @@ from tests.qnn.conftest import compile_once
 pytestmark = pytest.mark.slow
 
 TEXT = "The capital of France is Paris. The capital of Germany is Berlin."  # CPU top-1 margins >= 0.55
-MAX_DLOGIT = 2.0  # measured: QDQ 0.40-1.41, int4 0.50-1.70 over positions 0-7, widths 1 and 2
+MAX_DLOGIT = 2.0  # measured over positions 0-7: QDQ 0.40-1.62, int4 0.47-1.70 (one token or two a pass)
 
 
 def teacher_forced(folder: Path, provider: str, ids: list[int]) -> np.ndarray:
