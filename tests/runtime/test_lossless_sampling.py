@@ -9,15 +9,17 @@ computed from the tables with tests/stats_tools.fits. Each run decodes 4 tokens:
 round of 2 drafts (the 2nd and 3rd tokens: accepted drafts or a correction) and the token after.
 
 The loop: two end-to-end runs through the real Generator over the tiny small-vocabulary pair
-(20,000 draws each, ~1 min each: with `-m slow`), top-p with a draft model and the draft whose head
-scores 8 of the 12 ids, against the exact law computed from the target's own logits. By default the
+(20,000 draws each, ~1 min each: with `-m slow`), with a draft model and with the draft whose head
+scores 8 of the 12 ids, against the exact law computed from the target's own logits. They sample at
+temperature 1, whose law this pair's 20,000 draws see a 1% shift of (top-k's and top-p's laws are
+more peaked: power 0.75-0.89 at 20,000 draws). By default the
 seeded identity with plain sampling below covers every drafter's path through the loop.
 
 Power: each check is made at a number of draws where `fits` catches 1% of the mass moved from the
 likeliest token to a middling one (total variation 0.01) with the power `tests/stats_tools.power`
 gives for that law. The law tests assert >= 0.95 at their 30,000 runs; the loop runs keep the
-20,000 draws every mode had before, power 0.87-0.89 at the 2nd token and 0.93-0.96 at the 3rd
-(asserted >= 0.85).
+20,000 draws every mode had before, power 0.92 at the 2nd token and 0.90 at the 3rd (asserted
+>= 0.85).
 """
 
 from __future__ import annotations
@@ -245,7 +247,7 @@ def test_the_acceptance_law_is_the_targets(case: str, mode: str) -> None:
 
 
 # -- the loop: end-to-end runs through the Generator -------------------------------------------
-LOOP_MODES = [("top-p", "draft-model"), ("temperature", "truncated-draft")]
+LOOP_MODES = [("temperature", "draft-model"), ("temperature", "truncated-draft")]
 
 
 # 20,000 draws per mode, ~1 min each: with `-m slow`. By default the seeded identity with plain
