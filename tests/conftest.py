@@ -51,7 +51,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
     if not missing or os.environ.get("CI"):
         return
-    skip = pytest.mark.skip(reason=f"compares with transformers, and {' and '.join(missing)} is not installed "
+    skip = pytest.mark.skip(reason=f"compares with transformers; not installed: {', '.join(missing)} "
                                    f"(the reference extra: {REFERENCE_INSTALL})")
     for item in items:
         if "reference" in item.keywords:
