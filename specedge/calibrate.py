@@ -4,13 +4,15 @@ loop itself on the calibration texts (specedge/calibration.py), greedy, as chat 
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
 from specedge.calibration import CALIBRATION, TOKENS
-from specedge.choose import Candidate, Way, WayRun
+from specedge.choose import Candidate, Way, WayRun, prune
 from specedge.contract import MAX_VERIFY_WIDTH
 from specedge.profiling import artifact_id, time_widths
 from specedge.runtime import OnnxModel
@@ -92,3 +94,33 @@ def measure_ways(ways: Sequence[Way], exports: Mapping[str, Path], draft: Path |
         again = released(plain_rates(exports[w.quant])) if runs else first[w]
         runs.insert(0, WayRun(w, tuple(max(a, b) for a, b in zip(first[w], again, strict=True))))
     return runs
+
+
+def measure(exports: Mapping[str, Path], draft: Path | None,
+            every_way: bool = False) -> tuple[list[Candidate], float | None, list[WayRun]]:
+    """(pass timings, the draft's step, the decoding of each way left after pruning, or of every way)."""
+    start = time.perf_counter()
+    candidates = [released(time_candidate(quant, folder)) for quant, folder in exports.items()]
+    t_draft = time_draft(draft) if draft is not None else None
+    timed = time.perf_counter()
+    ways = every_way_of(candidates, draft is not None) if every_way else prune(candidates, t_draft)
+    runs = measure_ways(ways, exports, draft)
+    print(f"  passes timed in {timed - start:.0f} s, calibration texts decoded in {time.perf_counter() - timed:.0f} s",
+          file=sys.stderr)
+    return candidates, t_draft, runs
+
+
+def every_way_of(candidates: Sequence[Candidate], drafts: bool) -> list[Way]:
+    """Plain steps of the fastest export, and both drafters over every export that verifies losslessly."""
+    fastest = min(candidates, key=lambda c: c.single)
+    spec = [Way(c.quant, d) for c in candidates if c.exact and drafts for d in ("draft", "hybrid")]
+    return [Way(fastest.quant, "none"), *spec]
+
+
+def measure_in_child(exports: Mapping[str, Path], draft: Path | None,
+                     every_way: bool = False) -> tuple[list[Candidate], float | None, list[WayRun]]:
+    """`measure` in a process of its own: the two exports and the draft it loads in turn leave
+    nothing behind in the caller (a chat that loads its pair next), whatever the allocator keeps."""
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        return pool.apply(measure, (dict(exports), draft, every_way))
