@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from specedge.calibration import CALIBRATION, TOKENS
-from specedge.choose import Candidate, Way, WayRun, prune
+from specedge.choose import STOPPED, Candidate, Way, WayRun, prune
 from specedge.contract import MAX_VERIFY_WIDTH
 from specedge.profiling import artifact_id, time_widths
 from specedge.runtime import OnnxModel
@@ -42,14 +42,21 @@ def time_draft(folder: Path) -> float:
     return time_widths(OnnxModel(folder), [1], context=PRUNE_CONTEXT, repeats=5)[1]
 
 
-def decode_rates(gen: Generator) -> tuple[float, ...]:
+def decode_rates(gen: Generator, floor: Sequence[float] | None = None) -> tuple[float, ...]:
     """Decode tokens/s of `gen` on each calibration text (greedy, TOKENS tokens, EOS ignored; a
-    model of a small context decodes fewer, after the end of the prompt)."""
+    model of a small context decodes fewer, after the end of the prompt). With a floor (plain
+    decoding's rates), a way slower than it on a text cannot be the default: the texts after
+    that one are not decoded (STOPPED)."""
     half = gen.target.manifest.context // 2
     tokens, keep = min(TOKENS, half), max(1, half - MAX_VERIFY_WIDTH)
     prompts = [gen.encode(t.prompt, chat=True)[-keep:] for t in CALIBRATION]
     gen.generate(prompts[0], max_new_tokens=4, ignore_eos=True)  # warm up
-    return tuple(gen.generate(p, max_new_tokens=tokens, ignore_eos=True).stats.tokens_per_s for p in prompts)
+    rates: list[float] = []
+    for i, prompt in enumerate(prompts):
+        rates.append(gen.generate(prompt, max_new_tokens=tokens, ignore_eos=True).stats.tokens_per_s)
+        if floor is not None and rates[-1] < floor[i]:
+            return tuple(rates + [STOPPED] * (len(prompts) - len(rates)))
+    return tuple(rates)
 
 
 def plain_rates(folder: Path) -> tuple[float, ...]:
@@ -58,13 +65,14 @@ def plain_rates(folder: Path) -> tuple[float, ...]:
     return decode_rates(gen)
 
 
-def speculative_rates(folder: Path, draft: OnnxModel, drafters: Sequence[str]) -> dict[str, tuple[float, ...]]:
+def speculative_rates(folder: Path, draft: OnnxModel, drafters: Sequence[str],
+                      floor: Sequence[float]) -> dict[str, tuple[float, ...]]:
     """Speculation over an export with each drafter ("draft", "hybrid") in turn, γ auto."""
     target = OnnxModel(folder, verify=False)
     rows = probe_rows(target)
     gens = {d: Generator(target, build_drafter(draft, ngram=d == "hybrid"),
                          SpecConfig(gamma=4, auto_gamma=True), rows=rows) for d in drafters}
-    return {d: decode_rates(gen) for d, gen in gens.items()}
+    return {d: decode_rates(gen, floor) for d, gen in gens.items()}
 
 
 def released(value: T) -> T:
@@ -77,23 +85,23 @@ def released(value: T) -> T:
 
 def measure_ways(ways: Sequence[Way], exports: Mapping[str, Path], draft: Path | None) -> list[WayRun]:
     """Each way's decode speed on the calibration texts (the exports' files were verified when
-    their passes were timed: not read again here). Plain decoding runs before and after the
-    speculative ways, and the faster of the two counts: drift on a shared machine is not taken
-    for a speculative win."""
-    plain = [w for w in ways if not w.speculates]
-    first = {w: released(plain_rates(exports[w.quant])) for w in plain}
+    their passes were timed: not read again here). Plain decoding runs first; where a speculative
+    way is as fast on every text, plain decoding runs again and the faster of the two counts:
+    drift on a shared machine is not taken for a speculative win."""
+    (plain,) = [w for w in ways if not w.speculates]
+    first = released(plain_rates(exports[plain.quant]))
     runs: list[WayRun] = []
     draft_model = OnnxModel(draft, verify=False) if draft is not None else None
     for quant in dict.fromkeys(w.quant for w in ways if w.speculates):
         drafters = [w.drafter for w in ways if w.speculates and w.quant == quant]
         print(f"  decoding the calibration texts: {quant} with {' and '.join(drafters)}", file=sys.stderr, flush=True)
         assert draft_model is not None
-        for drafter, rates in released(speculative_rates(exports[quant], draft_model, drafters)).items():
+        for drafter, rates in released(speculative_rates(exports[quant], draft_model, drafters, first)).items():
             runs.append(WayRun(Way(quant, drafter), rates))
-    for w in plain:
-        again = released(plain_rates(exports[w.quant])) if runs else first[w]
-        runs.insert(0, WayRun(w, tuple(max(a, b) for a, b in zip(first[w], again, strict=True))))
-    return runs
+    if any(STOPPED not in r.rates for r in runs):
+        again = released(plain_rates(exports[plain.quant]))
+        first = tuple(max(a, b) for a, b in zip(first, again, strict=True))
+    return [WayRun(plain, first), *runs]
 
 
 def measure(exports: Mapping[str, Path], draft: Path | None,

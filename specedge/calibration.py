@@ -17,7 +17,9 @@ class CalibrationText:
     prompt: str
 
 
-CALIBRATION = (
+CALIBRATION = (  # chat first: the texts drafts fit least, where a way that cannot win stops soonest
+    CalibrationText("chat", "In two short paragraphs, what does a compiler do?"),
+    CalibrationText("chat", "Why do people use version control? Answer briefly."),
     CalibrationText("code", "Write a Python function `chunks(items, n)` that yields successive lists of n items, "
                             "with type hints and a short docstring."),
     CalibrationText("code", "Write a C function that reverses a singly linked list in place and returns the new head."),
@@ -27,8 +29,6 @@ CALIBRATION = (
     CalibrationText("edit", "Make this function skip empty lines and return the whole code:\n\n"
                             "def read_words(path):\n    words = []\n    with open(path) as f:\n"
                             "        for line in f:\n            words.extend(line.split())\n    return words\n"),
-    CalibrationText("chat", "In two short paragraphs, what does a compiler do?"),
-    CalibrationText("chat", "Why do people use version control? Answer briefly."),
 )
 
 KINDS = tuple(dict.fromkeys(t.kind for t in CALIBRATION))

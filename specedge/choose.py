@@ -22,6 +22,7 @@ from typing import Any
 from specedge.contract import round_rate
 
 DRAFTERS = ("none", "draft", "hybrid")  # 1-token plain steps; the pair's draft, γ auto; draft + n-gram, γ auto
+STOPPED = 0.0  # a text not decoded: the way was already slower than plain decoding on an earlier one
 OPTIMISTIC_ALPHA = 0.95  # pruning: a way whose passes cannot beat plain steps even at this acceptance
 
 
@@ -112,8 +113,9 @@ def pick(runs: Sequence[WayRun], kinds: Sequence[str]) -> tuple[Way, str]:
             continue
         ratios = [s / p for s, p in zip(run.rates, plain.rates, strict=True)]
         if min(ratios) < 1.0:
-            if nearest is None or min(ratios) > nearest[1]:
-                nearest = (run, min(ratios))
+            worst = min(r for r in ratios if r != STOPPED)
+            if nearest is None or worst > nearest[1]:
+                nearest = (run, worst)
             continue
         if score(ratios, kinds) > best_score:
             best, best_score = run, score(ratios, kinds)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specedge import defaults
-from specedge.choose import Candidate, Choice, Way, WayRun, pick, prune, recorded_choice
+from specedge.choose import STOPPED, Candidate, Choice, Way, WayRun, pick, prune, recorded_choice
 from specedge.device_profiles.cpu import cpu_info
 from specedge.models import registry
 from specedge.models.registry import ExportDefaults
@@ -60,6 +60,12 @@ def test_the_fastest_of_the_ways_faster_on_every_text_wins() -> None:
     hybrid_everywhere = measured("int4", "hybrid", AMX_PLAIN, (1.35, 1.30, 1.12), (1.20, 1.20, 1.10))
     assert pick([*AMX, hybrid_everywhere], KINDS)[0] == Way("int4", "hybrid")
     assert pick(AMX[:1], KINDS)[0] == Way("int4", "none")  # only plain decoding measured
+
+
+def test_a_way_stopped_at_a_slower_text_is_not_the_default() -> None:
+    stopped = WayRun(Way("int4", "hybrid"), (19.0 * 1.5, 19.0 * 0.97, STOPPED, STOPPED, STOPPED, STOPPED))
+    way, reason = pick([WayRun(Way("int4", "none"), (19.0,) * 6), stopped], KINDS)
+    assert way == Way("int4", "none") and "was 0.97× plain decoding" in reason
 
 
 def test_prune_keeps_plain_steps_of_the_fastest_export_and_the_ways_that_could_win() -> None:
@@ -133,7 +139,12 @@ def test_first_use_measures_and_keeps_the_choice(two_ways: list[str], tmp_path: 
     assert (kept.way, kept.reason) == pick(kept.runs, kept.kinds)  # the verdict is its measurements'
     assert kept.runs[0].way.drafter == "none"  # plain decoding measured, and speculation
     assert {"draft", "hybrid"} <= {r.way.drafter for r in kept.runs}
-    assert all(len(r.rates) == len(kept.kinds) and min(r.rates) > 0 for r in kept.runs)
+    plain = kept.runs[0].rates
+    assert min(plain) > 0 and all(len(r.rates) == len(kept.kinds) for r in kept.runs)
+    for run in kept.runs[1:]:  # decoded to the end, or stopped after the first text slower than plain
+        measured = [r for r in run.rates if r != STOPPED]
+        assert all(r > 0 for r in measured) and all(r == STOPPED for r in run.rates[len(measured):])
+        assert len(measured) == len(plain) or measured[-1] < plain[len(measured) - 1]
     assert defaults.default_quant("two-ways") == quant
     assert two_ways == ["fp32", "int4"]  # kept: not measured again
     assert defaults.default_quant("smollm2-135m") == "fp32"  # one export: nothing to choose
