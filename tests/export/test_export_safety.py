@@ -21,6 +21,13 @@ from specedge.export.source_check import check_gguf
 SETTINGS = ExportSettings(quant="fp32", context=64, widths=(1, 5))
 
 
+def copy_with_json(src: Path, dst: Path, name: str, edit) -> Path:  # type: ignore[no-untyped-def]
+    """A copy of folder `src` at `dst` whose JSON file `name` is `edit(its data)`."""
+    shutil.copytree(src, dst)
+    (dst / name).write_text(json.dumps(edit(json.loads((dst / name).read_text()))))
+    return dst
+
+
 def test_force_never_deletes_a_folder_that_is_not_an_artifact(tiny_llama: tuple[Path, Path, Path],
                                                               tmp_path: Path) -> None:
     src, _, _ = tiny_llama
@@ -104,11 +111,9 @@ def test_force_refuses_a_folder_whose_manifest_is_not_specedges(tiny_llama: tupl
 def test_force_refuses_to_overwrite_a_file_the_manifest_does_not_list(tiny_llama: tuple[Path, Path, Path],
                                                                       tmp_path: Path) -> None:
     src, target, _ = tiny_llama
-    out = tmp_path / "art"
-    shutil.copytree(target, out)
-    manifest = json.loads((out / "manifest.json").read_text())
-    del manifest["files"]["model.onnx.data"]  # so model.onnx.data is not specedge's to replace
-    (out / "manifest.json").write_text(json.dumps(manifest))
+    # model.onnx.data unlisted: not specedge's to replace
+    out = copy_with_json(target, tmp_path / "art", "manifest.json",
+                         lambda m: {**m, "files": {k: v for k, v in m["files"].items() if k != "model.onnx.data"}})
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(SpecEdgeError, match=r"holds model\.onnx\.data, which its manifest does not list"):
         export_model(src, out, SETTINGS, overwrite=True)
@@ -182,13 +187,10 @@ def test_out_naming_a_file_is_refused(tiny_llama: tuple[Path, Path, Path], tmp_p
 
 def test_a_checkpoint_with_its_own_code_is_never_run(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
     src, _, _ = tiny_llama
-    evil = tmp_path / "evil"
-    shutil.copytree(src, evil)
+    evil = copy_with_json(src, tmp_path / "evil", "config.json",
+                          lambda c: {**c, "auto_map": {"AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"}})
     marker = tmp_path / "ran"
     (evil / "modeling_evil.py").write_text(f"open({str(marker)!r}, 'w').write('pwned')\n")
-    config = json.loads((evil / "config.json").read_text())
-    config["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"}
-    (evil / "config.json").write_text(json.dumps(config))
     with pytest.raises(SpecEdgeError, match="auto_map"):
         export_model(evil, tmp_path / "out", SETTINGS)
     assert not marker.exists() and not (tmp_path / "out").exists()
@@ -207,10 +209,7 @@ def test_pickle_weights_are_refused(tiny_llama: tuple[Path, Path, Path], tmp_pat
 def test_an_unsupported_architecture_is_refused_before_loading(tiny_llama: tuple[Path, Path, Path],
                                                                tmp_path: Path) -> None:
     src, _, _ = tiny_llama
-    other = tmp_path / "other"
-    shutil.copytree(src, other)
-    config = json.loads((other / "config.json").read_text())
-    (other / "config.json").write_text(json.dumps({**config, "model_type": "mamba"}))
+    other = copy_with_json(src, tmp_path / "other", "config.json", lambda c: {**c, "model_type": "mamba"})
     with pytest.raises(SpecEdgeError, match="'mamba' is not supported"):
         export_model(other, tmp_path / "out", SETTINGS)
 

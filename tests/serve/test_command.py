@@ -33,21 +33,24 @@ def test_missing_serve_extra_says_how_to_install() -> None:
     assert_one_line_error(proc, "uvicorn", "pip install 'specedge[serve]'")
 
 
+def serve_on(port: object) -> subprocess.CompletedProcess[str]:
+    return python(f"import sys; from specedge.cli import main; "
+                  f"sys.exit(main(['serve', '--target', 'x', '--port', '{port}']))")
+
+
 def test_port_in_use_is_one_line() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        proc = python(f"import sys; from specedge.cli import main; "
-                      f"sys.exit(main(['serve', '--target', 'x', '--port', '{port}']))")
+        proc = serve_on(port)
     assert proc.returncode == 2
     assert_one_line_error(proc, f"cannot listen on 127.0.0.1:{port}", "--port")
 
 
 def test_port_out_of_range_is_one_line() -> None:
     for port in ("70000", "65536"):
-        proc = python(f"import sys; from specedge.cli import main; "
-                      f"sys.exit(main(['serve', '--target', 'x', '--port', '{port}']))")
+        proc = serve_on(port)
         assert proc.returncode == 2
         assert_one_line_error(proc, f"--port {port}", "65535")
 
