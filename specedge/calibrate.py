@@ -3,8 +3,10 @@ loop itself on the calibration texts (specedge/calibration.py), greedy, as chat 
 
 from __future__ import annotations
 
+import argparse
 import gc
-import multiprocessing
+import json
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -14,6 +16,7 @@ from typing import TypeVar
 from specedge.calibration import CALIBRATION, TOKENS
 from specedge.choose import STOPPED, Candidate, Way, WayRun, prune
 from specedge.contract import MAX_VERIFY_WIDTH
+from specedge.errors import SpecEdgeError
 from specedge.profiling import artifact_id, time_widths
 from specedge.runtime import OnnxModel
 from specedge.runtime.decoding import SpecConfig
@@ -127,8 +130,39 @@ def every_way_of(candidates: Sequence[Candidate], drafts: bool) -> list[Way]:
 
 def measure_in_child(exports: Mapping[str, Path], draft: Path | None,
                      every_way: bool = False) -> tuple[list[Candidate], float | None, list[WayRun]]:
-    """`measure` in a process of its own: the two exports and the draft it loads in turn leave
-    nothing behind in the caller (a chat that loads its pair next), whatever the allocator keeps."""
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(1) as pool:
-        return pool.apply(measure, (dict(exports), draft, every_way))
+    """`measure` in a process of its own (`python -m specedge.calibrate`): the two exports and the
+    draft it loads in turn leave nothing behind in the caller (a chat that loads its pair next),
+    whatever the allocator keeps. Its progress goes to this process's stderr."""
+    argv = [sys.executable, "-m", "specedge.calibrate", *(f"--export={q}={p}" for q, p in exports.items())]
+    argv += [f"--draft={draft}"] if draft is not None else []
+    argv += ["--every-way"] if every_way else []
+    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise SpecEdgeError(f"measuring how the model decodes fastest here failed (exit {done.returncode})",
+                            "see the lines above; `specedge profile measure` measures again")
+    return from_json(json.loads(done.stdout))
+
+
+def to_json(candidates: Sequence[Candidate], t_draft: float | None, runs: Sequence[WayRun]) -> dict[str, object]:
+    return {"candidates": [c.to_dict() for c in candidates], "t_draft": t_draft,
+            "runs": [{"way": [r.way.quant, r.way.drafter], "rates": list(r.rates)} for r in runs]}
+
+
+def from_json(data: dict) -> tuple[list[Candidate], float | None, list[WayRun]]:
+    return ([Candidate.from_dict(c) for c in data["candidates"]], data["t_draft"],
+            [WayRun(Way(*r["way"]), tuple(r["rates"])) for r in data["runs"]])
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m specedge.calibrate",
+                                     description="measure the ways exports of a model decode here; JSON on stdout")
+    parser.add_argument("--export", action="append", required=True, metavar="QUANT=FOLDER")
+    parser.add_argument("--draft", type=Path, default=None)
+    parser.add_argument("--every-way", action="store_true", help="decode every way, none pruned by pass timings")
+    args = parser.parse_args(argv)
+    exports = {q: Path(p) for q, _, p in (e.partition("=") for e in args.export)}
+    print(json.dumps(to_json(*measure(exports, args.draft, args.every_way))))
+
+
+if __name__ == "__main__":
+    main()
