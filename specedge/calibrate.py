@@ -4,8 +4,11 @@ loop itself on the calibration texts (specedge/calibration.py), greedy, as chat 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import gc
 import json
+import os
 import subprocess
 import sys
 import time
@@ -83,7 +86,15 @@ def released(value: T) -> T:
     would otherwise hold its weights (1-2 GB for the 1.5B) until the next full collection, and
     every export would end up in memory at once."""
     gc.collect()
+    trim_heap()
     return value
+
+
+def trim_heap() -> None:
+    """Hand freed heap back to the system (glibc keeps it otherwise, and the next export's session
+    would be counted on top); a no-op where there is no glibc."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def measure_ways(ways: Sequence[Way], exports: Mapping[str, Path], draft: Path | None) -> list[WayRun]:
@@ -136,7 +147,9 @@ def measure_in_child(exports: Mapping[str, Path], draft: Path | None,
     argv = [sys.executable, "-m", "specedge.calibrate", *(f"--export={q}={p}" for q, p in exports.items())]
     argv += [f"--draft={draft}"] if draft is not None else []
     argv += ["--every-way"] if every_way else []
-    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True)
+    # few malloc arenas: ONNX Runtime's threads would each keep one, holding what a session freed
+    env = {**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")}
+    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env=env)
     if done.returncode != 0:
         raise SpecEdgeError(f"measuring how the model decodes fastest here failed (exit {done.returncode})",
                             "see the lines above; `specedge profile measure` measures again")

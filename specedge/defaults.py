@@ -68,13 +68,14 @@ def measure_choice(name: str) -> Choice:
     could win, and pick."""
     import onnxruntime
 
-    from specedge.calibrate import measure_in_child  # onnxruntime sessions: only when measuring
+    from specedge.calibrate import measure_in_child, trim_heap  # onnxruntime sessions: only when measuring
 
     print(f"specedge: measuring how {name} decodes fastest on this CPU, once ({cpu_info().label()})",
           file=sys.stderr, flush=True)
     exports = {quant: resolve_model(name, quant) for quant in candidate_quants(name)}
     pair = next((p for p in PAIRS.values() if p.target == name), None)
     draft = resolve_model(pair.draft) if pair is not None else None
+    trim_heap()  # what the exports freed goes back to the system before the measurement's process starts
     candidates, t_draft, runs = measure_in_child(exports, draft, EVERY_WAY)
     kinds = tuple(t.kind for t in CALIBRATION)
     way, reason = pick(runs, kinds)
