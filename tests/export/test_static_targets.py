@@ -118,29 +118,39 @@ def test_qnn_export_refuses_a_graph_it_cannot_run(tmp_path: Path, monkeypatch: p
     assert not (tmp_path / "qnn").exists()
 
 
-def teacher_forced_argmax(folder: Path, ids: list[int], width: int = 8) -> np.ndarray:
+def teacher_forced_logits(folder: Path, ids: list[int], width: int = 8) -> np.ndarray:
     model = OnnxModel(folder)
     cache, out = model.new_cache(), []
     for i in range(0, len(ids) - len(ids) % width, width):
         result = model.forward(ids[i:i + width], cache, all_logits=True)
         cache.commit(result.new_keys, result.new_values, ids[i:i + width])
-        out.append(result.logits.argmax(-1))
+        out.append(result.logits.copy())
     return np.concatenate(out)
+
+
+CONFIDENT = 2.0  # fp32's top-1 logit this far above its second: no rounding of a sound quantization flips it
 
 
 @pytest.mark.slow
 def test_qdq_real_model_agrees_with_fp32(smollm2_gguf: Path, tmp_path: Path) -> None:
-    """SmolLM2-135M: the QNN QDQ export's top-1 choice agrees with the fp32 export's on at least 93% of
-    ~300 tokens of code and prose (measured: 93.9%; 95.3% before the norms were made fp16-safe, which
-    changes their fp32 rounding: over four 320-token slices of text the mean moved 92.3% -> 92.7%,
-    the per-slice figures by up to ±2.5 points either way, near-ties flipping)."""
+    """SmolLM2-135M: the QNN QDQ export's top-1 choice is fp32's wherever fp32 is confident (its top-1
+    logit 2 above the second: 105 of 296 tokens of code and prose, all agreeing), and on 90% of all of
+    them (measured 93.9%).
+    Near-ties may flip with any change of rounding (making the norms fp16-safe moved the overall
+    figure 95.3% -> 93.9%, and four 320-token slices by up to ±2.5 points either way), so a bound on
+    the overall figure alone is either loose or flaky; the confident tokens must all agree."""
     qdq = export_model(smollm2_gguf, tmp_path / "qnn", ExportSettings(quant="qdq", context=512,
                                                                       widths=(1, 2, 3, 5, 8, 9, 64), target="qnn")).path
     fp32 = export_model(smollm2_gguf, tmp_path / "fp32", ExportSettings(quant="fp32", context=512, widths=(1, 8))).path
     ids = Generator.load(fp32).codec.encode(EVAL_TEXT)[:320]
-    agreement = float(np.mean(teacher_forced_argmax(qdq, ids) == teacher_forced_argmax(fp32, ids)))
-    print(f"QDQ top-1 agreement with fp32: {agreement:.1%} of {len(ids) // 8 * 8} tokens")
-    assert agreement >= 0.93
+    reference, quantized = teacher_forced_logits(fp32, ids), teacher_forced_logits(qdq, ids)
+    top2 = np.sort(reference, axis=-1)[:, -2:]
+    confident = top2[:, 1] - top2[:, 0] > CONFIDENT
+    same = reference.argmax(-1) == quantized.argmax(-1)
+    print(f"QDQ top-1 agreement with fp32: {same.mean():.1%} of {len(same)} tokens, "
+          f"{same[confident].mean():.1%} of the {confident.sum()} confident ones")
+    assert confident.mean() > 0.25  # the confident check covers a good part of the text (measured 35%)
+    assert same[confident].all() and same.mean() >= 0.90
 
 
 @pytest.mark.parametrize("target", ["dml", "qnn"])
