@@ -25,7 +25,11 @@ def _timed(threads: int, work, parts: list) -> float:
         return time.perf_counter() - start
 
 
-def measure_bandwidth(buffer_bytes: int = 2 << 30, threads: int | None = None, repeats: int = 3) -> Bandwidth:
+BUFFER_BYTES = 256 << 20  # several times any laptop's or phone's last-level cache; two of them are
+# allocated, and a first chat keeps its choice in a new profile, so they fit beside the models in 4 GiB
+
+
+def measure_bandwidth(buffer_bytes: int = BUFFER_BYTES, threads: int | None = None, repeats: int = 5) -> Bandwidth:
     """Median over repeats; numpy releases the GIL in these loops, so threads run in parallel."""
     threads = threads or len(os.sched_getaffinity(0))
     src = np.ones(buffer_bytes // 4, dtype=np.float32)

@@ -38,3 +38,11 @@ def test_first_chat_on_an_empty_cache_completes_under_1_gib(memory_limit_works: 
     assert done.returncode == 0, done.stderr[-2000:]
     assert "exporting smollm2-135m" in done.stderr + done.stdout and "tokens/target pass" in done.stdout + done.stderr
     assert list((tmp_path / "cache" / "artifacts").glob("smollm2-135m-*/manifest.json"))
+
+
+def test_a_new_device_profile_fits_beside_the_models(memory_limit_works: None) -> None:
+    """A first chat keeps its decoding choice in a new profile, which measures bandwidth after the
+    exports and the choice: its buffers once took 4 GiB and a first chat under 4 GiB was killed there."""
+    code = "from specedge.profiling import new_profile; print(new_profile().memory_bandwidth_gb_per_s)"
+    done = limited("768M", sys.executable, "-c", code)
+    assert done.returncode == 0, done.stderr[-2000:]
