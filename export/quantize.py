@@ -59,7 +59,8 @@ class PackedWeight:
 # steps tried per block, as multiples of the min-max step (range / (levels - 1)): smaller ones clip an
 # outlier to grid the rest finely; larger ones find a grid whose ends the block does not reach
 SCALE_CANDIDATES = (0.85, 0.9, 0.95, 1.0, 15 / 14, 15 / 13)
-ROWS_PER_CHUNK = 2048  # output channels quantized at once (bounds the temporaries)
+ROWS_PER_CHUNK = 256  # output channels quantized at once: their temporaries stay in the caches (measured
+# 30% faster than 2048 rows on an EPYC), and narrow weights split between threads too
 THREADS = min(4, os.cpu_count() or 1)  # chunks quantized at once
 
 
@@ -109,12 +110,14 @@ def quantize_blockwise(weight: np.ndarray, bits: int, block_size: int) -> Packed
     scales = np.empty((n, blocks), dtype=np.float32)
     zeros = np.empty((n, blocks + blocks % 2 if bits == 4 else blocks), dtype=np.uint8)
 
+    rows = min(ROWS_PER_CHUNK, -(-n // THREADS))  # every thread has a chunk, even of a narrow weight
+
     def fit_chunk(r: int) -> None:
-        x = np.ascontiguousarray(weight[:, r:r + ROWS_PER_CHUNK].T, dtype=np.float32).reshape(-1, blocks, block_size)
+        x = np.ascontiguousarray(weight[:, r:r + rows].T, dtype=np.float32).reshape(-1, blocks, block_size)
         q, scales[r:r + len(x)], zeros[r:r + len(x), :blocks] = fit_blocks(x, bits)
         packed[r:r + len(x)] = pack_nibbles(q) if bits == 4 else q
 
-    chunks = range(0, n, ROWS_PER_CHUNK)
+    chunks = range(0, n, rows)
     if len(chunks) > 1 and THREADS > 1:  # chunks are independent: numpy releases the GIL in their loops
         with ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="specedge-quant") as pool:
             list(pool.map(fit_chunk, chunks))
