@@ -35,12 +35,16 @@ class CompiledContexts:
     contexts: dict[int, str]  # width -> its _ctx.onnx, relative to the artifact
     binaries: dict[str, int]  # .bin file (relative to the artifact) -> bytes
     seconds: float
+    peak_rss_bytes: int  # the process's peak resident memory when the compile ended
+    peak_is_compiles: bool  # the compile raised it (else it peaked earlier, in the export)
 
     def summary(self) -> str:
         kind = "shared-weights" if self.shared else "per-width"
         sizes = ", ".join(f"{name} {size / 2**20:.0f} MiB" for name, size in self.binaries.items())
-        return (f"compiled {kind} QNN contexts for widths {sorted(self.contexts)} in {self.seconds:.0f} s: "
-                f"{len(self.binaries)} binary file(s), {sizes}")
+        peak = self.peak_rss_bytes / 2**30
+        memory = f"peak memory {peak:.1f} GiB" if self.peak_is_compiles else f"peak memory under {peak:.1f} GiB"
+        return (f"compiled {kind} QNN contexts for widths {sorted(self.contexts)} in {self.seconds:.0f} s, "
+                f"{memory}: {len(self.binaries)} binary file(s), {sizes}")
 
 
 def artifact_graphs(folder: Path) -> dict[int, Path]:
@@ -53,6 +57,7 @@ def artifact_graphs(folder: Path) -> dict[int, Path]:
 def compile_contexts(folder: Path, soc: str | None = None, shared: bool = True,
                      threads: int | None = None) -> CompiledContexts:
     """Compile every width's graph of the QNN artifact `folder` for `soc` (see the module doc)."""
+    from specedge.export.artifact import peak_rss_bytes
     from specedge.runtime.session import ProviderSetup, _make_qnn_session, _session_options, check_provider
 
     check_provider("qnn")
@@ -63,7 +68,7 @@ def compile_contexts(folder: Path, soc: str | None = None, shared: bool = True,
     staging = dest.parent / f".staging-{'shared' if shared else 'widths'}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    start = time.perf_counter()
+    start, peak_before = time.perf_counter(), peak_rss_bytes()
     sessions = []  # alive until the last one is made: a shared context is written as one
     try:
         for i, graph in enumerate(graphs.values()):
@@ -92,7 +97,8 @@ def compile_contexts(folder: Path, soc: str | None = None, shared: bool = True,
     qnn.record_sources(dest, list(graphs.values()), soc)
     rel = dest.relative_to(folder)
     return CompiledContexts(dest, shared, {w: str(rel / qnn.context_name(g)) for w, g in graphs.items()},
-                            {str(rel / name): size for name, size in binaries.items()}, seconds)
+                            {str(rel / name): size for name, size in binaries.items()}, seconds,
+                            peak_rss_bytes(), peak_rss_bytes() > peak_before)
 
 
 def write_qnn_target(folder: Path, soc: str | None, contexts: str | None) -> list[str]:
