@@ -26,7 +26,7 @@ from specedge.runtime.decoding import SpecConfig
 from specedge.runtime.drafters import build_drafter
 from specedge.runtime.generator import Generator
 from specedge.runtime.row_groups import probe_rows
-from specedge.runtime.rows import SINGLE_STEPS
+from specedge.runtime.rows import SINGLE_STEPS, RowPolicy
 
 PRUNE_CONTEXT = 128  # cached tokens under the pruning timings: about a calibration text's
 TIMING_WIDTHS = (2, 4, 5, 8, 9)
@@ -71,11 +71,11 @@ def plain_rates(folder: Path) -> tuple[float, ...]:
     return decode_rates(gen)
 
 
-def speculative_rates(folder: Path, draft: OnnxModel, drafters: Sequence[str],
+def speculative_rates(folder: Path, rows: RowPolicy, draft: OnnxModel, drafters: Sequence[str],
                       floor: Sequence[float]) -> dict[str, tuple[float, ...]]:
-    """Speculation over an export with each drafter ("draft", "hybrid") in turn, γ auto."""
+    """Speculation over an export with each drafter ("draft", "hybrid") in turn, γ auto, its rows
+    run as its probe found when its passes were timed."""
     target = OnnxModel(folder, verify=False)
-    rows = probe_rows(target)
     gens = {d: Generator(target, build_drafter(draft, ngram=d == "hybrid"),
                          SpecConfig(gamma=4, auto_gamma=True), rows=rows) for d in drafters}
     return {d: decode_rates(gen, floor) for d, gen in gens.items()}
@@ -97,7 +97,8 @@ def trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def measure_ways(ways: Sequence[Way], exports: Mapping[str, Path], draft: Path | None) -> list[WayRun]:
+def measure_ways(ways: Sequence[Way], exports: Mapping[str, Path], rows: Mapping[str, RowPolicy],
+                 draft: Path | None) -> list[WayRun]:
     """Each way's decode speed on the calibration texts (the exports' files were verified when
     their passes were timed: not read again here). Plain decoding runs first; where a speculative
     way is as fast on every text, plain decoding runs again and the faster of the two counts:
@@ -110,8 +111,8 @@ def measure_ways(ways: Sequence[Way], exports: Mapping[str, Path], draft: Path |
         drafters = [w.drafter for w in ways if w.speculates and w.quant == quant]
         print(f"  decoding the calibration texts: {quant} with {' and '.join(drafters)}", file=sys.stderr, flush=True)
         assert draft_model is not None
-        for drafter, rates in released(speculative_rates(exports[quant], draft_model, drafters, first)).items():
-            runs.append(WayRun(Way(quant, drafter), rates))
+        rates = released(speculative_rates(exports[quant], rows[quant], draft_model, drafters, first))
+        runs += [WayRun(Way(quant, drafter), r) for drafter, r in rates.items()]
     if any(STOPPED not in r.rates for r in runs):
         again = released(plain_rates(exports[plain.quant]))
         first = tuple(max(a, b) for a, b in zip(first, again, strict=True))
@@ -126,7 +127,8 @@ def measure(exports: Mapping[str, Path], draft: Path | None,
     t_draft = time_draft(draft) if draft is not None else None
     timed = time.perf_counter()
     ways = every_way_of(candidates, draft is not None) if every_way else prune(candidates, t_draft)
-    runs = measure_ways(ways, exports, draft)
+    rows = {c.quant: RowPolicy(c.group, c.exact) for c in candidates}
+    runs = measure_ways(ways, exports, rows, draft)
     print(f"  passes timed in {timed - start:.0f} s, calibration texts decoded in {time.perf_counter() - timed:.0f} s",
           file=sys.stderr)
     return candidates, t_draft, runs

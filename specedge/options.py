@@ -54,6 +54,13 @@ def nonnegative_float(text: str) -> float:
     return value
 
 
+def probability_mass(text: str) -> float:
+    value = _number(text, float)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1] (1 keeps every token), got {text}")
+    return value
+
+
 def positive_int(text: str) -> int:
     value = nonnegative_int(text)
     if value == 0:
@@ -108,7 +115,7 @@ def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int, temperat
                    help=f"sampling temperature{when} (default {temperature:g}; 0 is greedy)")
     p.add_argument("--top-k", type=nonnegative_int, default=0,
                    help=f"sample from the k likeliest tokens{when} (default 0: all)")
-    p.add_argument("--top-p", type=float, default=1.0,
+    p.add_argument("--top-p", type=probability_mass, default=1.0,
                    help=f"sample from the likeliest tokens of this probability mass{when} (default 1: all)")
     p.add_argument("--seed", type=nonnegative_int, default=None,
                    help=f"the same seed draws the same tokens{when} (default: a fresh seed)")

@@ -61,3 +61,10 @@ def test_a_server_takes_max_tokens_too() -> None:
     assert parser(per_request=True).parse_args([]).temperature == 1.0
     with pytest.raises(SystemExit):
         parser().parse_args(["--max-tokens", "7"])
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.2", "nan"])
+def test_top_p_outside_its_range_is_refused_by_the_parser(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        parser().parse_args(["--top-p", value])
+    assert stop.value.code == 2 and "expected a number in (0, 1]" in capsys.readouterr().err
