@@ -95,10 +95,10 @@ def compile_contexts(folder: Path, soc: str | None = None, shared: bool = True,
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     qnn.record_sources(dest, list(graphs.values()), soc)
-    rel = dest.relative_to(folder)
+    rel, peak = dest.relative_to(folder), peak_rss_bytes()
     return CompiledContexts(dest, shared, {w: str(rel / qnn.context_name(g)) for w, g in graphs.items()},
                             {str(rel / name): size for name, size in binaries.items()}, seconds,
-                            peak_rss_bytes(), peak_rss_bytes() > peak_before)
+                            peak, peak > peak_before)
 
 
 def write_qnn_target(folder: Path, soc: str | None, contexts: str | None) -> list[str]:
