@@ -29,8 +29,8 @@ from specedge.runtime.row_groups import probe_rows
 from specedge.runtime.rows import SINGLE_STEPS, RowPolicy
 
 PRUNE_CONTEXT = 128  # cached tokens under the pruning timings: about a calibration text's
-TIMING_WIDTHS = (2, 4, 5, 8, 9)
-T = TypeVar("T")  # verification widths timed for pruning (γ 1 to 8), under the row policy
+TIMING_WIDTHS = (2, 4, 5, 8, 9)  # verification widths timed for pruning (γ 1 to 8), under the row policy
+T = TypeVar("T")
 
 
 def time_candidate(quant: str, folder: Path) -> Candidate:

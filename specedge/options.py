@@ -150,12 +150,6 @@ def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequenc
                       stop_strings=tuple(stop or ()), seed=args.seed, ignore_eos=ignore_eos)
 
 
-def machine_bandwidth() -> float | None:
-    from specedge.profiling import measured_bandwidth  # the runtime (onnxruntime): loaded when a command runs
-
-    return measured_bandwidth()
-
-
 def artifact_arg(value: str) -> Path:
     """An artifact folder, or the name of a registry model, optionally NAME:QUANT (fetched and
     exported on first use; without a quant, the export chosen for this machine)."""
@@ -202,9 +196,10 @@ def load_generator(args: argparse.Namespace, target: Path, draft: Path | None, n
                    single_steps: bool = False) -> Generator:
     """A Generator on the providers the flags of `add_provider_flags` name, with this machine's
     measured bandwidth for the stats."""
-    from specedge.runtime.generator import Generator  # onnxruntime: loaded when a command runs
+    from specedge.profiling import measured_bandwidth  # the runtime (onnxruntime): loaded when a command runs
+    from specedge.runtime.generator import Generator
 
     gen = Generator.load(target, draft=draft, ngram=ngram, provider=args.provider, draft_provider=args.draft_provider,
                          threads=args.threads, config=config, fallback=args.fallback, single_steps=single_steps)
-    gen.bandwidth_gb_per_s = machine_bandwidth()
+    gen.bandwidth_gb_per_s = measured_bandwidth()
     return gen

@@ -124,14 +124,10 @@ def write_safetensors(path: Path, weights: dict[str, np.ndarray], dtype: str = "
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    """The float32 tensors of a file write_safetensors wrote in float32."""
-    data = path.read_bytes()
-    length = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + length])
-    header.pop("__metadata__", None)
-    start = 8 + length
-    return {name: np.frombuffer(data, "<f4", count=int(np.prod(meta["shape"])), offset=start + meta["data_offsets"][0])
-            .reshape(meta["shape"]).astype(np.float32) for name, meta in header.items()}
+    """The tensors of a file write_safetensors wrote, as float32, read as the exporter reads them."""
+    from specedge.export.hf_source import read_tensor, tensor_index
+
+    return {name: read_tensor(t, name) for name, t in tensor_index(path.parent).items() if t.file == path}
 
 
 def make_tiny_model(folder: Path, arch: str = "llama", seed: int = 0, noise_from: Path | None = None,

@@ -105,16 +105,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     sock = listen(args.host, args.port)  # before the models load: a port in use fails at once
     way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram)
-    target, draft, ngram = way.target, way.draft, way.ngram
     config = build_config(args, no_draft=way.single_steps)  # requests override its length, sampling and seed
-    gen = load_generator(args, target, draft, ngram, config, way.single_steps)
+    gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
     host, port = sock.getsockname()[:2]
-    settings = serve_settings(args, target, port)
-    name = settings.model_id
+    settings = serve_settings(args, way.target, port)
     setup_logging()
-    print(f"specedge serve: model '{name}' ({Path(target).name}" + (f" + {Path(draft).name}" if draft else "")
-          + f"{' + n-gram' if ngram else ''}) at http://{host}:{port}/v1; one request decodes at a time, "
-          f"{args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
+    pair = way.target.name + (f" + {way.draft.name}" if way.draft else "") + (" + n-gram" if way.ngram else "")
+    print(f"specedge serve: model '{settings.model_id}' ({pair}) at http://{host}:{port}/v1; one request decodes "
+          f"at a time, {args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
     if not is_loopback(args.host):
         print(f"specedge serve: warning: listening on {args.host}, reachable from other machines, and with no "
               "authentication", file=sys.stderr, flush=True)
