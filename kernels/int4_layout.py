@@ -1,0 +1,94 @@
+"""The native 4-bit MatMul's weight layout and a numpy model of its arithmetic, bit for bit.
+
+Layout (kernels/native/int4_matmul.h): per group of 8 output columns and per 8 consecutive k,
+32 bytes; byte 4c+i holds the code of W[k+i][8g+c] in its low nibble and of W[k+4+i][8g+c] in
+its high nibble. Scales and zero points per group and block: [N/8, K/block, 8].
+
+`reference_matmul` computes what the kernel computes on every instruction set: each row of x
+quantized per block to int8 (round half to even), exact integer sums, then one float epilogue per
+block (acc = acc + float(d) * (scale * xscale), no fused multiply-add), blocks in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+LAYOUT = 1  # the op's `layout` attribute: bump when the packing changes (cached exports are rebuilt)
+GROUP = 8  # output columns per group
+
+
+@dataclass(frozen=True)
+class RowsWeight:
+    packed: np.ndarray  # uint8 [N/8, K/8, 32]
+    scales: np.ndarray  # float32 [N/8, K/block, 8]
+    zero_points: np.ndarray  # uint8 [N/8, K/block, 8]
+    k: int
+    n: int
+    block: int
+
+
+def pack_codes(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray) -> RowsWeight:
+    """codes uint8 [N, K] (0..15), scales float32 [N, blocks], zero points uint8 [N, blocks]."""
+    n, k = codes.shape
+    blocks = scales.shape[1]
+    if n % GROUP or k % 8 or k % blocks:
+        raise ValueError(f"a [{k}, {n}] weight does not fit the layout (N a multiple of 8, K of the block)")
+    q = codes.reshape(n // GROUP, GROUP, k // 8, 2, 4).transpose(0, 2, 1, 4, 3)  # [G, K/8, c, i, half]
+    packed = (q[..., 0] | (q[..., 1] << 4)).astype(np.uint8).reshape(n // GROUP, k // 8, 32)
+    per_group = (n // GROUP, GROUP, blocks)
+    return RowsWeight(packed=packed,
+                      scales=np.ascontiguousarray(scales.reshape(per_group).transpose(0, 2, 1), np.float32),
+                      zero_points=np.ascontiguousarray(zeros.reshape(per_group).transpose(0, 2, 1), np.uint8),
+                      k=k, n=n, block=k // blocks)
+
+
+def from_nbits(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray, k: int, n: int) -> RowsWeight:
+    """MatMulNBits' 4-bit layout (export/quantize.py's PackedWeight) -> this layout, the same codes."""
+    blocks = scales.shape[1]
+    codes = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(n, k)
+    zeros = np.stack([zero_points & 0x0F, zero_points >> 4], axis=-1).reshape(n, -1)[:, :blocks]
+    return pack_codes(codes, scales, zeros)
+
+
+def unpack(w: RowsWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """-> codes uint8 [N, K], scales float32 [N, blocks], zero points uint8 [N, blocks]."""
+    g, k8 = w.packed.shape[:2]
+    halves = np.stack([w.packed & 0x0F, w.packed >> 4], axis=-1).reshape(g, k8, GROUP, 4, 2)
+    codes = halves.transpose(0, 2, 1, 4, 3).reshape(w.n, w.k)
+    return (codes, w.scales.transpose(0, 2, 1).reshape(w.n, -1), w.zero_points.transpose(0, 2, 1).reshape(w.n, -1))
+
+
+def quantize_rows(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x float32 [M, K] -> int8 codes [M, K], scales float32 [M, blocks], sums int32 [M, blocks]."""
+    m, k = x.shape
+    xb = x.reshape(m, k // block, block).astype(np.float32)
+    amax = np.abs(xb).max(axis=-1)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint(xb * inv[..., None]), -127, 127).astype(np.int8)
+    return q.reshape(m, k), (amax / np.float32(127)).astype(np.float32), q.astype(np.int32).sum(axis=-1)
+
+
+def reference_matmul(x: np.ndarray, w: RowsWeight) -> np.ndarray:
+    """x float32 [M, K] -> [M, N], bit for bit what the native op computes."""
+    codes, scales, zeros = unpack(w)
+    xq, xs, xsum = quantize_rows(x, w.block)
+    m, blocks = xs.shape
+    acc = np.zeros((m, w.n), np.float32)
+    for b in range(blocks):
+        span = slice(b * w.block, (b + 1) * w.block)
+        d = xq[:, span].astype(np.int32) @ codes[:, span].T.astype(np.int32)  # [M, N], exact
+        d -= xsum[:, b:b + 1] * zeros[:, b].astype(np.int32)[None, :]
+        s = scales[:, b][None, :] * xs[:, b:b + 1]  # [M, N] float32
+        acc = acc + d.astype(np.float32) * s
+    return acc
+
+
+def dequantize(w: RowsWeight) -> np.ndarray:
+    """The float weight [K, N] the codes stand for."""
+    codes, scales, zeros = unpack(w)
+    blocks = scales.shape[1]
+    q = codes.reshape(w.n, blocks, -1).astype(np.float32) - zeros[..., None]
+    return (q * scales[..., None]).reshape(w.n, w.k).T

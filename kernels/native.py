@@ -1,0 +1,88 @@
+"""The native kernel library (kernels/native/, built on install): registered on CPU sessions so
+graphs can use ai.specedge::MatMulInt4Rows, and a streaming read for the bandwidth profiler.
+
+Where the library was not built or cannot load, `library()` is None, `missing()` says why in
+one line, and specedge decodes with ONNX Runtime's own MatMulNBits (exports carry that instead).
+SPECEDGE_KERNEL_ISA forces an instruction set (`portable`, `avx2`, `neon-dot`); tests use it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from pathlib import Path
+
+DOMAIN = "ai.specedge"
+OP = "MatMulInt4Rows"
+ISA_ENV = "SPECEDGE_KERNEL_ISA"
+LIBRARY_ENV = "SPECEDGE_KERNEL_LIBRARY"  # a library built elsewhere (tests: a sanitizer build)
+STEM = "_specedge_ops"
+HOW_TO_BUILD = ("reinstall specedge with a C++17 compiler (g++ or clang++) present: "
+                "pip install --force-reinstall --no-deps -e .")
+
+
+def library_path() -> Path | None:
+    """The built library beside this module (or the one SPECEDGE_KERNEL_LIBRARY names)."""
+    if os.environ.get(LIBRARY_ENV):
+        return Path(os.environ[LIBRARY_ENV])
+    here = Path(__file__).parent
+    found = sorted(here.glob(f"{STEM}*.so")) + sorted(here.glob(f"{STEM}*.pyd")) + sorted(here.glob(f"{STEM}*.dylib"))
+    return found[0] if found else None
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    path = library_path()
+    if path is None or not path.is_file():
+        return None, f"the native 4-bit kernel was not built ({HOW_TO_BUILD})"
+    try:
+        lib = ctypes.CDLL(str(path))
+        lib.specedge_kernel_isa.restype = ctypes.c_char_p
+        lib.specedge_kernel_isas.restype = ctypes.c_char_p
+        lib.specedge_read_bandwidth.restype = ctypes.c_double
+        lib.specedge_read_bandwidth.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+    except (OSError, AttributeError) as e:
+        return None, f"the native 4-bit kernel at {path} cannot load ({e}); {HOW_TO_BUILD}"
+    return lib, ""
+
+
+def library() -> ctypes.CDLL | None:
+    return _load()[0]
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def missing() -> str:
+    """Why the library is absent ("" where it is there)."""
+    return _load()[1]
+
+
+def isa() -> str:
+    """The instruction set the op uses here (SPECEDGE_KERNEL_ISA or the best this CPU runs); "" if none."""
+    lib = library()
+    return lib.specedge_kernel_isa().decode() if lib is not None else ""
+
+
+def isas() -> tuple[str, ...]:
+    """Every instruction set this CPU runs, best first (the portable path last)."""
+    lib = library()
+    return tuple(lib.specedge_kernel_isas().decode().split(",")) if lib is not None else ()
+
+
+def register(options) -> None:  # onnxruntime.SessionOptions
+    """Make ai.specedge ops available to sessions made with `options` (the library must be there)."""
+    path = library_path()
+    if not available() or path is None:
+        raise RuntimeError(missing())
+    options.register_custom_ops_library(str(path))
+
+
+def read_bandwidth(nbytes: int, threads: int, rounds: int = 3) -> float:
+    """Bytes per second of a streaming read of `nbytes` split over `threads` threads (best round)."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(missing())
+    return float(lib.specedge_read_bandwidth(nbytes, threads, rounds))

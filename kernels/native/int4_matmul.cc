@@ -1,0 +1,97 @@
+// Activation quantization, the portable path, and the choice of instruction set by CPUID.
+#include "int4_matmul.h"
+
+#include <cmath>
+#include <cstring>
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
+
+namespace specedge {
+
+void quantize_rows(const float* x, int64_t m, int64_t k, int64_t block, int8_t* q, float* scale, int32_t* sum) {
+  const int64_t blocks = k / block;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + r * k + b * block;
+      int8_t* qb = q + r * k + b * block;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < block; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int32_t s = 0;
+      for (int64_t i = 0; i < block; ++i) {
+        float v = std::nearbyint(xb[i] * inv);  // round half to even (the default rounding mode)
+        v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+        if (v != v) v = 0.0f;  // NaN input
+        qb[i] = static_cast<int8_t>(v);
+        s += qb[i];
+      }
+      scale[r * blocks + b] = amax / 127.0f;
+      sum[r * blocks + b] = s;
+    }
+  }
+}
+
+void groups_portable(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y) {
+  const int64_t k = w.k, blocks = k / w.block;
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* pg = w.packed + g * (k / 8) * 32;
+    for (int64_t r = 0; r < x.m; ++r) {
+      const int8_t* xr = x.q + r * k;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t b = 0; b < blocks; ++b) {
+        int32_t d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int64_t kk = b * w.block; kk < (b + 1) * w.block; kk += 8) {
+          const uint8_t* p = pg + (kk / 8) * 32;
+          for (int c = 0; c < 8; ++c) {
+            for (int i = 0; i < 4; ++i) {
+              d[c] += (p[4 * c + i] & 0x0F) * xr[kk + i] + (p[4 * c + i] >> 4) * xr[kk + 4 + i];
+            }
+          }
+        }
+        const float* sc = w.scales + (g * blocks + b) * 8;
+        const uint8_t* zp = w.zeros + (g * blocks + b) * 8;
+        const float xs = x.scale[r * blocks + b];
+        const int32_t xsum = x.sum[r * blocks + b];
+        for (int c = 0; c < 8; ++c) {
+          const float t = static_cast<float>(d[c] - static_cast<int32_t>(zp[c]) * xsum);
+          const float s = sc[c] * xs;
+          acc[c] = acc[c] + t * s;
+        }
+      }
+      std::memcpy(y + r * w.n + g * 8, acc, sizeof acc);
+    }
+  }
+}
+
+int available_isas(Isa* out, int capacity) {
+  int n = 0;
+  auto add = [&](const char* name, GroupsFn fn) {
+    if (n < capacity) out[n++] = Isa{name, fn};
+  };
+#if defined(__x86_64__) || defined(_M_X64)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) add("avx2", groups_avx2);
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) add("neon-dot", groups_neon_dot);
+#endif
+  add("portable", groups_portable);
+  return n;
+}
+
+const Isa* pick_isa(const char* forced) {
+  static Isa isas[4];
+  static int count = available_isas(isas, 4);
+  if (forced == nullptr || forced[0] == '\0') return &isas[0];
+  for (int i = 0; i < count; ++i) {
+    if (std::strcmp(isas[i].name, forced) == 0) return &isas[i];
+  }
+  return nullptr;
+}
+
+}  // namespace specedge

@@ -1,0 +1,59 @@
+// A 4-bit block-quantized MatMul whose rows do not depend on each other: Y[M, N] = X[M, K] @ W[K, N].
+//
+// Weights (packed by the exporter, kernels/int4_layout.py): per group of 8 output columns g and per
+// 8 consecutive k, 32 bytes; byte 4c+i holds W[k+i][8g+c] in its low nibble and W[k+4+i][8g+c] in its
+// high nibble (codes 0..15). Per group and block of `block` k: 8 float32 scales and 8 uint8 zero points.
+// W[k][n] = scale * (code - zero point).
+//
+// Arithmetic, the same on every instruction set: each row of X is quantized per block to int8
+// (scale = absmax / 127, codes = round-half-even(x * (127 / absmax)), 0 where absmax is 0); per row,
+// column and block the integer sum d = sum(code * xq) - zero * sum(xq) is exact in int32; then
+// acc = acc + float(d) * (scale * xscale), blocks in order from acc = 0, no fused multiply-add.
+// So a row's result depends only on that row and the weights, never on M, the row's position,
+// the thread count or the instruction set.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace specedge {
+
+struct Int4Weights {
+  const uint8_t* packed;  // [N/8][K/8][32]
+  const float* scales;    // [N/8][K/block][8]
+  const uint8_t* zeros;   // [N/8][K/block][8]
+  int64_t k, n, block;
+};
+
+struct QuantizedRows {
+  const int8_t* q;      // [M][K]
+  const float* scale;   // [M][K/block]
+  const int32_t* sum;   // [M][K/block]
+  int64_t m;
+};
+
+// Quantize rows of x [M][K] per block into q, scale and sum (sizes as in QuantizedRows).
+void quantize_rows(const float* x, int64_t m, int64_t k, int64_t block, int8_t* q, float* scale, int32_t* sum);
+
+// Y[:, 8*g0 : 8*g1] for every row; y has row stride n.
+using GroupsFn = void (*)(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
+
+void groups_portable(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
+#if defined(__x86_64__) || defined(_M_X64)
+void groups_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
+#endif
+#if defined(__aarch64__)
+void groups_neon_dot(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
+#endif
+
+struct Isa {
+  const char* name;
+  GroupsFn fn;
+};
+
+// Instruction sets this CPU runs, the best first; the portable path is always last.
+int available_isas(Isa* out, int capacity);
+// The ISA named by `forced` (nullptr or "": the best this CPU runs); nullptr if unknown or not runnable here.
+const Isa* pick_isa(const char* forced);
+
+}  // namespace specedge

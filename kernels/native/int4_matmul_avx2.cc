@@ -1,0 +1,101 @@
+// AVX2 path: vpmaddubsw multiplies the unsigned 4-bit codes by int8 activations; a pair sum is at most
+// 2 * 15 * 127 = 3810, so eight of them add up in int16 without saturating (30,480) before vpmaddwd
+// widens them to int32: the integer sums are exact, as on every other path. Each 32-byte chunk of
+// packed weights (8 columns x 8 k) is unpacked once per tile of up to 6 rows, against activations
+// broadcast 4 bytes at a time. The int32 block sums and the float accumulators live in memory (L1):
+// the 16 registers hold the int16 sums of the tile's rows, the unpacked chunk and the constants.
+#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC target("avx2")
+#endif
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "int4_matmul.h"
+
+namespace specedge {
+namespace {
+
+inline __m256i broadcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Rows [r0, r0 + R) of column group g.
+template <int R>
+void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, float* y) {
+  const int64_t k = w.k, blocks = k / w.block, subs = w.block / 32;
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* p = w.packed + g * (k / 8) * 32;
+  const int8_t* xr[R];
+  float* yr[R];
+  for (int r = 0; r < R; ++r) {
+    xr[r] = x.q + (r0 + r) * k;
+    yr[r] = y + (r0 + r) * w.n + g * 8;
+    _mm256_storeu_ps(yr[r], _mm256_setzero_ps());
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    alignas(32) int32_t d[R][8] = {};
+    for (int64_t s = 0; s < subs; ++s) {
+      __m256i h[R];
+      for (int r = 0; r < R; ++r) h[r] = _mm256_setzero_si256();
+      const int64_t k0 = (b * subs + s) * 32;
+#pragma GCC unroll 1
+      for (int c = 0; c < 4; ++c, p += 32) {  // not unrolled: unrolled, GCC spills the products
+        const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+        const __m256i lo = _mm256_and_si256(packed, low);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+        for (int r = 0; r < R; ++r) {
+          const int8_t* xk = xr[r] + k0 + 8 * c;
+          h[r] = _mm256_add_epi16(h[r], _mm256_maddubs_epi16(lo, broadcast4(xk)));
+          h[r] = _mm256_add_epi16(h[r], _mm256_maddubs_epi16(hi, broadcast4(xk + 4)));
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        __m256i* dr = reinterpret_cast<__m256i*>(d[r]);
+        _mm256_store_si256(dr, _mm256_add_epi32(_mm256_load_si256(dr), _mm256_madd_epi16(h[r], ones)));
+      }
+    }
+    const int64_t at = (g * blocks + b) * 8;
+    const __m256i zero = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.zeros + at)));
+    const __m256 scale = _mm256_loadu_ps(w.scales + at);
+    for (int r = 0; r < R; ++r) {
+      const int64_t xb = (r0 + r) * blocks + b;
+      const __m256i corr = _mm256_mullo_epi32(zero, _mm256_set1_epi32(x.sum[xb]));
+      const __m256i sum = _mm256_load_si256(reinterpret_cast<const __m256i*>(d[r]));
+      const __m256 t = _mm256_cvtepi32_ps(_mm256_sub_epi32(sum, corr));
+      const __m256 sc = _mm256_mul_ps(scale, _mm256_set1_ps(x.scale[xb]));
+      _mm256_storeu_ps(yr[r], _mm256_add_ps(_mm256_loadu_ps(yr[r]), _mm256_mul_ps(t, sc)));
+    }
+  }
+}
+
+}  // namespace
+
+void groups_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y) {
+  for (int64_t g = g0; g < g1; ++g) {
+    int64_t r = 0;
+    for (; r + 6 <= x.m; r += 6) tile<6>(w, x, g, r, y);
+    switch (x.m - r) {
+      case 5: tile<5>(w, x, g, r, y); break;
+      case 4: tile<4>(w, x, g, r, y); break;
+      case 3: tile<3>(w, x, g, r, y); break;
+      case 2: tile<2>(w, x, g, r, y); break;
+      case 1: tile<1>(w, x, g, r, y); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace specedge
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#endif

@@ -1,0 +1,318 @@
+// The ONNX Runtime custom op ai.specedge::MatMulInt4Rows around the kernel in int4_matmul.h, and a
+// streaming read for the bandwidth profiler. The op is registered by RegisterCustomOps (what
+// SessionOptions.register_custom_ops_library calls); threads come only from the session's intra-op
+// pool (KernelContext_ParallelFor), split over groups of columns, never over K.
+//
+// Inputs: A float [..., K], packed uint8 [N/8, K/8, 32], scales float [N/8, K/block, 8], zero points
+// uint8 [N/8, K/block, 8]. Attributes: K, N, block_size, layout (1). Output: Y float [..., N].
+// Shapes and attributes are checked when the session is made (one error naming the node and the fix).
+#include <onnxruntime_c_api.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "int4_matmul.h"
+
+namespace {
+
+constexpr const char* kDomain = "ai.specedge";
+constexpr const char* kOpName = "MatMulInt4Rows";
+constexpr int64_t kLayout = 1;
+constexpr const char* kIsaEnv = "SPECEDGE_KERNEL_ISA";
+const OrtApi* g_api = nullptr;
+
+struct Kernel {
+  int64_t k, n, block;
+  const specedge::Isa* isa;
+};
+
+OrtStatus* fail(const std::string& what) { return g_api->CreateStatus(ORT_INVALID_ARGUMENT, what.c_str()); }
+
+// For calls that cannot fail on the arguments given (a shape's own dimensions).
+void must(OrtStatus* st) {
+  if (st != nullptr) g_api->ReleaseStatus(st);
+}
+
+#define RETURN_IF(expr)                 \
+  do {                                  \
+    if (OrtStatus* st_ = (expr)) return st_; \
+  } while (0)
+
+OrtStatus* attribute(const OrtKernelInfo* info, const char* name, int64_t* out) {
+  if (OrtStatus* st = g_api->KernelInfoGetAttribute_int64(info, name, out)) {
+    g_api->ReleaseStatus(st);
+    return fail(std::string("MatMulInt4Rows: attribute ") + name + " is missing; re-export the model");
+  }
+  return nullptr;
+}
+
+std::vector<int64_t> dims_of(const OrtTensorTypeAndShapeInfo* info) {
+  size_t count = 0;
+  must(g_api->GetDimensionsCount(info, &count));
+  std::vector<int64_t> dims(count);
+  must(g_api->GetDimensions(info, dims.data(), count));
+  return dims;
+}
+
+std::string shape_text(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+// The expected shapes of inputs 1..3.
+std::vector<int64_t> expected(const Kernel& kn, size_t input) {
+  if (input == 1) return {kn.n / 8, kn.k / 8, 32};
+  return {kn.n / 8, kn.k / kn.block, 8};
+}
+
+OrtStatus* check_weight(const Kernel& kn, size_t input, const std::vector<int64_t>& dims) {
+  const auto want = expected(kn, input);
+  if (dims != want) {
+    static const char* names[] = {"", "packed weight", "scales", "zero points"};
+    return fail(std::string("MatMulInt4Rows: ") + names[input] + " has shape " + shape_text(dims) + ", expected " +
+                shape_text(want) + " for K=" + std::to_string(kn.k) + ", N=" + std::to_string(kn.n) +
+                ", block " + std::to_string(kn.block) + "; re-export the model");
+  }
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo* info, void** out) {
+  Kernel kn{};
+  int64_t layout = 0;
+  RETURN_IF(attribute(info, "K", &kn.k));
+  RETURN_IF(attribute(info, "N", &kn.n));
+  RETURN_IF(attribute(info, "block_size", &kn.block));
+  RETURN_IF(attribute(info, "layout", &layout));
+  if (layout != kLayout) {
+    return fail("MatMulInt4Rows: weights packed in layout " + std::to_string(layout) + ", this library reads layout " +
+                std::to_string(kLayout) + "; re-export the model");
+  }
+  if (kn.block != 32 && kn.block != 64 && kn.block != 128) {
+    return fail("MatMulInt4Rows: block_size " + std::to_string(kn.block) + " is not 32, 64 or 128");
+  }
+  if (kn.k <= 0 || kn.n <= 0 || kn.k % kn.block || kn.n % 8) {
+    return fail("MatMulInt4Rows: K=" + std::to_string(kn.k) + " must be a positive multiple of the block (" +
+                std::to_string(kn.block) + ") and N=" + std::to_string(kn.n) + " a positive multiple of 8");
+  }
+  const char* forced = std::getenv(kIsaEnv);
+  kn.isa = specedge::pick_isa(forced);
+  if (kn.isa == nullptr) {
+    return fail(std::string(kIsaEnv) + "=" + forced + " names no instruction set this CPU runs (unset it)");
+  }
+  for (size_t input = 1; input <= 3; ++input) {  // constant weights: checked now, not at the first run
+    int is_constant = 0;
+    const OrtValue* value = nullptr;
+    OrtStatus* st = g_api->KernelInfoGetConstantInput_tensor(info, input, &is_constant, &value);
+    if (st != nullptr) {
+      g_api->ReleaseStatus(st);
+      continue;
+    }
+    if (!is_constant || value == nullptr) continue;
+    OrtTensorTypeAndShapeInfo* shape = nullptr;
+    RETURN_IF(g_api->GetTensorTypeAndShape(value, &shape));
+    const auto dims = dims_of(shape);
+    g_api->ReleaseTensorTypeAndShapeInfo(shape);
+    RETURN_IF(check_weight(kn, input, dims));
+  }
+  *out = new Kernel(kn);
+  return nullptr;
+}
+
+struct Job {
+  specedge::Int4Weights w;
+  specedge::QuantizedRows x;
+  const specedge::Isa* isa;
+  float* y;
+  int64_t groups_per_task, groups;
+};
+
+void run_task(void* data, size_t task) {
+  const Job& job = *static_cast<const Job*>(data);
+  const int64_t g0 = static_cast<int64_t>(task) * job.groups_per_task;
+  const int64_t g1 = std::min(job.groups, g0 + job.groups_per_task);
+  if (g0 < g1) job.isa->fn(job.w, job.x, g0, g1, job.y);
+}
+
+OrtStatus* tensor_data(OrtKernelContext* ctx, size_t index, const void** data, std::vector<int64_t>* dims) {
+  const OrtValue* value = nullptr;
+  RETURN_IF(g_api->KernelContext_GetInput(ctx, index, &value));
+  OrtTensorTypeAndShapeInfo* shape = nullptr;
+  RETURN_IF(g_api->GetTensorTypeAndShape(value, &shape));
+  *dims = dims_of(shape);
+  g_api->ReleaseTensorTypeAndShapeInfo(shape);
+  return g_api->GetTensorMutableData(const_cast<OrtValue*>(value), const_cast<void**>(data));
+}
+
+OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
+  const Kernel& kn = *static_cast<const Kernel*>(state);
+  const void* ptr[4];
+  std::vector<int64_t> dims[4];
+  for (size_t i = 0; i < 4; ++i) RETURN_IF(tensor_data(ctx, i, &ptr[i], &dims[i]));
+  for (size_t i = 1; i < 4; ++i) RETURN_IF(check_weight(kn, i, dims[i]));
+  const auto& a = dims[0];
+  if (a.empty() || a.back() != kn.k) {
+    return fail("MatMulInt4Rows: input of shape " + shape_text(a) + " has no last dimension K=" + std::to_string(kn.k));
+  }
+  int64_t m = 1;
+  for (size_t i = 0; i + 1 < a.size(); ++i) m *= a[i];
+  std::vector<int64_t> out_dims(a);
+  out_dims.back() = kn.n;
+  OrtValue* out = nullptr;
+  RETURN_IF(g_api->KernelContext_GetOutput(ctx, 0, out_dims.data(), out_dims.size(), &out));
+  float* y = nullptr;
+  RETURN_IF(g_api->GetTensorMutableData(out, reinterpret_cast<void**>(&y)));
+  if (m == 0) return nullptr;
+
+  const int64_t blocks = kn.k / kn.block;
+  std::vector<int8_t> q(static_cast<size_t>(m * kn.k));
+  std::vector<float> xs(static_cast<size_t>(m * blocks));
+  std::vector<int32_t> xsum(static_cast<size_t>(m * blocks));
+  specedge::quantize_rows(static_cast<const float*>(ptr[0]), m, kn.k, kn.block, q.data(), xs.data(), xsum.data());
+
+  Job job{{static_cast<const uint8_t*>(ptr[1]), static_cast<const float*>(ptr[2]), static_cast<const uint8_t*>(ptr[3]),
+           kn.k, kn.n, kn.block},
+          {q.data(), xs.data(), xsum.data(), m},
+          kn.isa,
+          y,
+          0,
+          kn.n / 8};
+  // about 64 tasks: small enough to balance two to sixteen threads, large enough to stream
+  job.groups_per_task = std::max<int64_t>(1, (job.groups + 63) / 64);
+  const size_t tasks = static_cast<size_t>((job.groups + job.groups_per_task - 1) / job.groups_per_task);
+  return g_api->KernelContext_ParallelFor(ctx, run_task, tasks, 0, &job);
+}
+
+OrtStatus* ORT_API_CALL infer_shape(const OrtCustomOp*, OrtShapeInferContext* ctx) {
+  // Y: A's shape (symbolic names included) with the last dimension N
+  OrtTensorTypeAndShapeInfo* in = nullptr;
+  RETURN_IF(g_api->ShapeInferContext_GetInputTypeShape(ctx, 0, &in));
+  size_t count = 0;
+  must(g_api->GetDimensionsCount(in, &count));
+  std::vector<int64_t> dims(count);
+  std::vector<const char*> borrowed(count);
+  must(g_api->GetDimensions(in, dims.data(), count));
+  must(g_api->GetSymbolicDimensions(in, borrowed.data(), count));
+  std::vector<std::string> names(borrowed.begin(), borrowed.end());  // `in` stays ONNX Runtime's
+  if (count == 0) return fail("MatMulInt4Rows: the input has no dimensions");
+  const OrtOpAttr* attr = nullptr;
+  RETURN_IF(g_api->ShapeInferContext_GetAttribute(ctx, "N", &attr));
+  size_t size = 0;
+  RETURN_IF(g_api->ReadOpAttr(attr, ORT_OP_ATTR_INT, &dims.back(), sizeof(int64_t), &size));
+  names.back().clear();
+  std::vector<const char*> symbolic;
+  for (const auto& name : names) symbolic.push_back(name.c_str());
+  OrtTensorTypeAndShapeInfo* out = nullptr;
+  RETURN_IF(g_api->CreateTensorTypeAndShapeInfo(&out));
+  OrtStatus* st = g_api->SetTensorElementType(out, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT);
+  if (st == nullptr) st = g_api->SetDimensions(out, dims.data(), count);
+  if (st == nullptr) st = g_api->SetSymbolicDimensions(out, symbolic.data(), count);
+  if (st == nullptr) st = g_api->ShapeInferContext_SetOutputTypeShape(ctx, 0, out);
+  g_api->ReleaseTensorTypeAndShapeInfo(out);
+  return st;
+}
+
+ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp*, size_t i) {
+  return (i == 0 || i == 2) ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+}
+
+OrtCustomOp make_op() {
+  OrtCustomOp op;
+  std::memset(&op, 0, sizeof op);
+  op.version = ORT_API_VERSION;
+  op.GetName = [](const OrtCustomOp*) { return kOpName; };
+  op.GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return "CPUExecutionProvider"; };
+  op.GetInputType = input_type;
+  op.GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return 4; };
+  op.GetOutputType = [](const OrtCustomOp*, size_t) { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; };
+  op.GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 1; };
+  op.KernelDestroy = [](void* k) { delete static_cast<Kernel*>(k); };
+  op.GetInputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+  op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
+  op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.CreateKernelV2 = create_kernel;
+  op.KernelComputeV2 = compute;
+  op.InferOutputShapeFn = infer_shape;
+  op.GetStartVersion = [](const OrtCustomOp*) { return 1; };
+  op.GetEndVersion = [](const OrtCustomOp*) { return 1; };
+  return op;
+}
+
+OrtCustomOp g_op = make_op();
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
+                                                                                  const OrtApiBase* base) {
+  // C API 21 (onnxruntime 1.21): every later release serves it, its function table only grows
+  g_api = base->GetApi(ORT_API_VERSION);
+  if (g_api == nullptr) return nullptr;  // older than 1.21: nothing registered; the session then names the op
+  OrtCustomOpDomain* domain = nullptr;  // one per registration, kept for the process (ONNX Runtime's rule)
+  RETURN_IF(g_api->CreateCustomOpDomain(kDomain, &domain));
+  RETURN_IF(g_api->CustomOpDomain_Add(domain, &g_op));
+  return g_api->AddCustomOpDomain(options, domain);
+}
+
+// The instruction set the op would use here ("" if SPECEDGE_KERNEL_ISA names none this CPU runs).
+__attribute__((visibility("default"))) const char* specedge_kernel_isa() {
+  const specedge::Isa* isa = specedge::pick_isa(std::getenv(kIsaEnv));
+  return isa != nullptr ? isa->name : "";
+}
+
+// Every instruction set this CPU runs, comma-separated, best first.
+__attribute__((visibility("default"))) const char* specedge_kernel_isas() {
+  static std::string names = [] {
+    specedge::Isa isas[4];
+    const int n = specedge::available_isas(isas, 4);
+    std::string s;
+    for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string(isas[i].name);
+    return s;
+  }();
+  return names.c_str();
+}
+
+// Bytes per second of reading `bytes` (split over `threads` threads, each its own slice) `rounds`
+// times after one warm-up round; the best round counts. 0 on failure.
+__attribute__((visibility("default"))) double specedge_read_bandwidth(size_t bytes, int threads, int rounds) {
+  threads = std::max(1, threads);
+  const size_t words = bytes / sizeof(uint64_t) / threads * threads;
+  if (words == 0) return 0.0;
+  std::vector<uint64_t> data(words, 1);
+  std::atomic<uint64_t> sink{0};
+  double best = 0.0;
+  for (int round = -1; round < rounds; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const uint64_t* p = data.data() + words / threads * t;
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t i = 0; i + 4 <= words / threads; i += 4) {
+          s0 += p[i];
+          s1 += p[i + 1];
+          s2 += p[i + 2];
+          s3 += p[i + 3];
+        }
+        sink += s0 + s1 + s2 + s3;
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (round >= 0 && seconds > 0) best = std::max(best, static_cast<double>(words * sizeof(uint64_t)) / seconds);
+  }
+  return sink.load() == 0 ? 0.0 : best;
+}
+
+}  // extern "C"
