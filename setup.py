@@ -37,13 +37,14 @@ def say(line: str) -> None:
 
 def debian_mirror() -> str | None:
     """The first Debian archive URI this machine's apt sources name."""
-    sources = sorted(Path("/etc/apt/sources.list.d").glob("*.sources")) + [Path("/etc/apt/sources.list")]
+    sources = [*sorted(Path("/etc/apt/sources.list.d").glob("*.sources")), Path("/etc/apt/sources.list")]
     for path in sources:
         try:
             text = path.read_text()
         except OSError:
             continue
-        for uri in re.findall(r"^URIs:\s*(\S+)", text, re.M) + re.findall(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)", text, re.M):
+        uris = re.findall(r"^URIs:\s*(\S+)", text, re.M) + re.findall(r"^deb\s+(?:\[[^\]]*\]\s+)?(\S+)", text, re.M)
+        for uri in uris:
             if uri.rstrip("/").endswith("/debian"):
                 return uri
     return None
@@ -97,9 +98,10 @@ class OptionalBuildExt(build_ext):
                 ext.include_dirs.append(str(headers))
             try:
                 super().run()
-            except Exception as e:  # noqa: BLE001 - any compiler failure leaves a working install
-                say(f"the native 4-bit kernel is not built ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
-                    "install a C++17 compiler (g++ or clang++) and reinstall; specedge will use ONNX Runtime's MatMulNBits")
+            except Exception as e:  # any compiler failure leaves a working install
+                why = str(e).splitlines()[0] if str(e) else type(e).__name__
+                say(f"the native 4-bit kernel is not built ({why}); install a C++17 compiler (g++ or clang++) "
+                    "and reinstall; specedge will use ONNX Runtime's MatMulNBits")
 
     def get_export_symbols(self, ext: Extension) -> list[str]:
         return []  # an ONNX Runtime op library, not a Python module: no PyInit_ symbol

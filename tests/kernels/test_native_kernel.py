@@ -35,8 +35,8 @@ def op_model(w: int4_layout.RowsWeight, *, shapes: dict[str, tuple[int, ...]] | 
     tensors = {"B": w.packed, "S": w.scales, "Z": w.zero_points}
     for name, shape in (shapes or {}).items():
         tensors[name] = np.zeros(shape, tensors[name].dtype)
-    node = helper.make_node(native.OP, ["x", "B", "S", "Z"], ["y"], domain=native.DOMAIN,
-                            **{"K": w.k, "N": w.n, "block_size": w.block, "layout": int4_layout.LAYOUT, **(attrs or {})})
+    attributes = {"K": w.k, "N": w.n, "block_size": w.block, "layout": int4_layout.LAYOUT, **(attrs or {})}
+    node = helper.make_node(native.OP, ["x", "B", "S", "Z"], ["y"], domain=native.DOMAIN, **attributes)
     graph = helper.make_graph([node], "op", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", w.k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(v, k) for k, v in tensors.items()])
@@ -125,7 +125,7 @@ def test_an_unknown_instruction_set_is_refused(monkeypatch: pytest.MonkeyPatch) 
 @needs_library
 def test_wrong_input_width_is_one_error() -> None:
     w = random_weight(np.random.default_rng(7), 64, 8, 32)
-    with pytest.raises(Exception, match="MatMulInt4Rows|K=64|dimension"):
+    with pytest.raises(Exception, match="no last dimension K=64"):
         session(op_model(w)).run(None, {"x": np.zeros((1, 2, 32), np.float32)})
 
 
