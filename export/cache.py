@@ -9,6 +9,7 @@ from pathlib import Path
 
 from specedge.contract import MANIFEST_NAME
 from specedge.export.settings import EXPORT_FORMAT, ExportSettings
+from specedge.kernels.int4_layout import LAYOUT as ROWS_LAYOUT
 from specedge.models.paths import artifacts_dir
 
 
@@ -17,6 +18,10 @@ def artifact_path(label: str, digest: str, settings: ExportSettings) -> Path:
     fields = asdict(settings)
     if not fields["int8_weights"]:  # the default: keys of artifacts exported before the setting existed stay
         del fields["int8_weights"]
+    if fields["int4_kernel"] == "nbits":  # likewise
+        del fields["int4_kernel"]
+    else:  # weights packed for another layout of the kernel are another artifact: exported again, once
+        fields["layout"] = ROWS_LAYOUT
     blob = json.dumps({"source": digest, "settings": fields, "format": EXPORT_FORMAT}, sort_keys=True)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
     return artifacts_dir() / f"{label}-{settings.quant}-{key}"

@@ -91,8 +91,10 @@ class GraphWriter:
     def finish(self, graph_name: str) -> onnx.ModelProto:
         self._data.close()
         graph = helper.make_graph(self.nodes, graph_name, self.inputs, self.outputs, self.initializers)
+        others = sorted({n.domain for n in self.nodes} - {"", "com.microsoft"})  # ai.specedge: version 1
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET),
-                                                        helper.make_opsetid("com.microsoft", MS_OPSET)],
+                                                        helper.make_opsetid("com.microsoft", MS_OPSET),
+                                                        *(helper.make_opsetid(d, 1) for d in others)],
                                   producer_name="specedge")
         model.ir_version = IR_VERSION
         return model

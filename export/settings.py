@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specedge.contract import ATTENTION, QUANT_BITS, TARGETS  # what the manifest may say: see specedge/contract.py
+from specedge.contract import (  # what the manifest may say: see specedge/contract.py
+    ATTENTION,
+    INT4_KERNELS,
+    QUANT_BITS,
+    TARGETS,
+)
 from specedge.errors import SpecEdgeError
 
 __all__ = ["ATTENTION", "DEFAULT_CONTEXT", "DEFAULT_WIDTHS", "EXPORT_FORMAT", "QUANT_BITS", "TARGETS", "ExportSettings"]
@@ -14,6 +19,7 @@ DEFAULT_CONTEXT = 4096
 MAX_CONTEXT = 1 << 17
 # 13 (MAX_VERIFY_WIDTH): the n-gram lookup's long copies (γ 12); a w8a8 pass of 13 costs ~1.06 of one of 9 on 2 cores
 DEFAULT_WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 64)
+ROWS_BLOCKS = (32, 64, 128)  # the blocks specedge's int4 kernel takes
 
 
 def int8_weights_here(quant: str, target: str = "cpu") -> bool:
@@ -24,6 +30,19 @@ def int8_weights_here(quant: str, target: str = "cpu") -> bool:
     from specedge.runtime.kernel_probe import u8s8_exact  # onnxruntime: only when a w8a8 export is made
 
     return u8s8_exact()
+
+
+def int4_kernel_here(quant: str, target: str = "cpu") -> str:
+    """The kernel of a CPU int4 export made here: specedge's own where its library loads, else
+    ONNX Runtime's MatMulNBits (saying so, once a process)."""
+    if quant != "int4" or target != "cpu":
+        return "nbits"
+    from specedge.kernels import native  # ctypes only
+
+    if native.available():
+        return "rows"
+    native.warn_missing()
+    return "nbits"
 
 
 @dataclass(frozen=True)
@@ -38,6 +57,7 @@ class ExportSettings:
     attention: str = "exact"
     head_vocab: int = 0  # > 0: the output head scores only token ids below it (a draft); 0: all
     int8_weights: bool = False  # w8a8: int8 weights (u8 x s8, where this CPU multiplies it exactly), not uint8
+    int4_kernel: str = "nbits"  # int4 on CPU: "rows", specedge's MatMulInt4Rows; "nbits", ONNX Runtime's MatMulNBits
 
     @property
     def static(self) -> bool:
@@ -68,6 +88,14 @@ class ExportSettings:
                                 "MatMulNBits and MatMulInteger are CPU kernels here; export with --quant fp32")
         if self.int8_weights and self.quant != "w8a8":
             raise SpecEdgeError(f"int8 weights are a w8a8 setting, not one of {self.quant}", "drop int8_weights")
+        if self.int4_kernel not in INT4_KERNELS:
+            raise SpecEdgeError(f"unknown int4 kernel '{self.int4_kernel}'", f"use one of {', '.join(INT4_KERNELS)}")
+        if self.int4_kernel == "rows" and (self.quant != "int4" or self.target != "cpu"):
+            raise SpecEdgeError(f"the rows kernel is for CPU int4 exports, not {self.quant} --for {self.target}",
+                                "drop --int4-kernel rows")
+        if self.int4_kernel == "rows" and self.block_size not in ROWS_BLOCKS:
+            raise SpecEdgeError(f"the rows kernel takes blocks of {', '.join(map(str, ROWS_BLOCKS))}, "
+                                f"not {self.block_size}", "pass another --block-size, or --int4-kernel nbits")
         if self.head_vocab < 0:
             raise SpecEdgeError(f"--head-vocab must be positive, got {self.head_vocab}",
                                 "pass e.g. --head-vocab 65536, or leave it out for the full vocabulary")

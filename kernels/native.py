@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import sys
 from pathlib import Path
 
 DOMAIN = "ai.specedge"
@@ -86,3 +87,11 @@ def read_bandwidth(nbytes: int, threads: int, rounds: int = 3) -> float:
     if lib is None:
         raise RuntimeError(missing())
     return float(lib.specedge_read_bandwidth(nbytes, threads, rounds))
+
+
+@functools.cache
+def warn_missing() -> None:
+    """Say once a process, in one line, that int4 runs on ONNX Runtime's MatMulNBits here, and why."""
+    if not available():
+        print(f"specedge: {missing()}; int4 models use ONNX Runtime's MatMulNBits (slower to verify drafts)",
+              file=sys.stderr)

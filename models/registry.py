@@ -72,6 +72,9 @@ class ExportDefaults:
     context: int
     block_size: int = 32  # int4/int8 MatMulNBits block
     attention: str = "exact"  # "fused" for a model exported to draft
+    # the attention where int4 runs on specedge's rows kernel: a target's "exact" makes it row-exact at
+    # any width (no row groups); "" keeps `attention`
+    rows_attention: str = ""
     head_vocab: int = 0  # a draft's head truncated to the first N token ids (0: all)
 
 
@@ -122,7 +125,8 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         # ~1.3 steps with AMX; int4 (MatMulNBits block 128): the fastest 1-token step on CPUs without
         # AMX (0.5-0.65 of w8a8's), rows exact only in groups (runtime/row_groups.py)
         export=ExportDefaults(quant="w8a8", context=4096),
-        variants=(ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused"),),
+        variants=(ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused",
+                                 rows_attention="exact"),),
     ),
     ModelEntry(
         name="qwen2.5-coder-0.5b",

@@ -8,8 +8,9 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from specedge.contract import ATTENTION, MANIFEST_NAME, QUANT_BITS, TARGETS, TOKENIZER_NAME
+from specedge.contract import ATTENTION, INT4_KERNELS, MANIFEST_NAME, QUANT_BITS, TARGETS, TOKENIZER_NAME
 from specedge.errors import DamagedArtifactError, SpecEdgeError
+from specedge.kernels.int4_layout import LAYOUT as ROWS_LAYOUT
 from specedge.runtime.traffic import WeightCosts
 
 __all__ = ["MANIFEST_NAME", "TOKENIZER_NAME", "Manifest", "Quantization", "load_manifest", "sha256_file"]
@@ -38,6 +39,8 @@ class Quantization:
     accuracy_level: int  # MatMulNBits accuracy_level (4: int8 activations), 0 for fp32
     float_tensors: tuple[str, ...] = ()  # what was left in float
     int8_weights: bool = False  # w8a8 weights stored as int8 (u8 x s8 MatMulInteger), else uint8 (u8 x u8)
+    kernel: str = "nbits"  # int4: "rows" (ai.specedge::MatMulInt4Rows, rows exact by construction) or MatMulNBits
+    layout: int = 0  # the rows kernel's weight layout (kernels/int4_layout.py LAYOUT)
 
 
 @dataclass(frozen=True)
@@ -77,11 +80,17 @@ class Manifest:
     @property
     def rows_exact(self) -> bool:
         """Every row of a pass equals the 1-token step at its position as built (exact attention,
-        MatMulNBits blocks of at most 32), not necessarily on this CPU: runtime/row_groups.py
-        probes which groups of rows it keeps exact, and a target verifies in those."""
+        MatMulNBits blocks of at most 32 or specedge's rows kernel at any block), not necessarily on
+        this CPU for MatMulNBits: runtime/row_groups.py probes which groups of rows it keeps exact,
+        and a target verifies in those."""
         q = self.quantization
-        wide_blocks = q.method in ("int4", "int8") and q.block_size > 32
+        wide_blocks = q.method in ("int4", "int8") and q.block_size > 32 and q.kernel != "rows"
         return self.attention == "exact" and not wide_blocks
+
+    @property
+    def native_kernel(self) -> bool:
+        """The graph runs ai.specedge::MatMulInt4Rows: CPU sessions need the native library."""
+        return self.quantization.kernel == "rows"
 
     @property
     def in_place(self) -> bool:
@@ -245,7 +254,7 @@ def check_fields(raw: dict[str, Any]) -> None:
 
 
 def check_quantization(value: object) -> None:
-    q = check_dict(value, "quantization", 8)
+    q = check_dict(value, "quantization", 10)
     if unknown := sorted(q.keys() - {f.name for f in fields(Quantization)}):
         raise ManifestFieldError(f"quantization.{unknown[0]}", "is not a quantization field")
     if missing := [name for name in ("method", "bits", "block_size", "accuracy_level") if name not in q]:
@@ -256,6 +265,11 @@ def check_quantization(value: object) -> None:
     check_int(q["block_size"], "quantization.block_size", 0, 1 << 16)
     check_int(q["accuracy_level"], "quantization.accuracy_level", 0, 4)
     check_bool(q.get("int8_weights", False), "quantization.int8_weights")
+    check_str(q.get("kernel", "nbits"), "quantization.kernel", choices=INT4_KERNELS)
+    check_int(q.get("layout", 0), "quantization.layout", 0, 1 << 16)
+    if q.get("kernel", "nbits") == "rows" and (q["method"] != "int4" or q.get("layout") != ROWS_LAYOUT):
+        raise ManifestFieldError("quantization.layout", f"is {q.get('layout')!r}: weights packed for another "
+                                 f"release of specedge's int4 kernel (this one reads layout {ROWS_LAYOUT})")
     for tensor in check_list(q.get("float_tensors", []), "quantization.float_tensors", 1 << 16):
         check_str(tensor, "quantization.float_tensors", 1024)
 

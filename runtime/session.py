@@ -26,6 +26,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from specedge.errors import SpecEdgeError
+from specedge.kernels import native
 from specedge.runtime import qnn
 
 PROVIDERS = {
@@ -148,6 +149,8 @@ def _session_options(setup: ProviderSetup, threads: int | None, spin: bool = Fal
         opts.add_session_config_entry(key, value)
     for dim, value in setup.free_dims.items():
         opts.add_free_dimension_override_by_name(dim, value)
+    if setup.provider == "cpu" and native.available():  # ai.specedge ops (int4 exports made with the library)
+        native.register(opts)
     return opts
 
 
@@ -168,6 +171,9 @@ def create_session(graph: Path, provider: str = "cpu", threads: int | None = Non
 
 def _load_error(graph: Path, provider: str, e: Exception) -> SpecEdgeError:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if native.DOMAIN in str(e) and not native.available():
+        return SpecEdgeError(f"{graph.parent} runs specedge's native 4-bit kernel, and {native.missing()}",
+                             "or re-export it without: specedge export ... --int4-kernel nbits")
     return SpecEdgeError(f"onnxruntime could not load {graph} on {provider}: {first[:300]}",
                          "re-export the model with `specedge export` (with --for for NPU/GPU targets)")
 

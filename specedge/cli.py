@@ -45,7 +45,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise SpecEdgeError(f"export needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[export]'") from None
-    from specedge.export.settings import ExportSettings, int8_weights_here
+    from specedge.export.settings import ROWS_BLOCKS, ExportSettings, int4_kernel_here, int8_weights_here
 
     quant = args.quant or DEFAULT_QUANT[args.target_provider]
     if (args.soc or args.contexts) and args.target_provider != "qnn":
@@ -56,7 +56,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         resolve_soc(args.soc)  # an unknown SoC stops the export before it starts
     settings = ExportSettings(quant=quant, context=args.context, widths=args.widths, target=args.target_provider,
                               fp16=args.fp16, block_size=args.block_size, attention=args.attention,
-                              head_vocab=args.head_vocab, int8_weights=int8_weights_here(quant, args.target_provider))
+                              head_vocab=args.head_vocab, int8_weights=int8_weights_here(quant, args.target_provider),
+                              int4_kernel=args.int4_kernel or ("nbits" if args.block_size not in ROWS_BLOCKS
+                                                               else int4_kernel_here(quant, args.target_provider)))
     result = export_model(Path(args.model), Path(args.out), settings, overwrite=args.force)
     m = result.manifest
     print(f"exported {m.architecture} ({m.num_layers} layers, {m.quantization.method}) to {result.path}")
@@ -298,6 +300,10 @@ def add_export(sub: argparse._SubParsersAction) -> None:
                    help="exact: rows of a wide pass equal 1-token steps as built (a target); fused: ONNX Runtime's "
                         "GroupQueryAttention, cache updated in place, faster steps, rows equal only in whole "
                         "groups (a draft, or a target verifying in row pairs)")
+    p.add_argument("--int4-kernel", default=None, choices=["rows", "nbits"],
+                   help="CPU int4 weights: rows, specedge's native kernel (each row computed alone: rows exact "
+                        "at any width and block, cheap wide passes); nbits, ONNX Runtime's MatMulNBits (default: "
+                        "rows where the native library is built, block 32, 64 or 128)")
     p.add_argument("--head-vocab", type=int, default=0, metavar="N",
                    help="score only token ids below N in the output head: a cheaper step for a draft, "
                         "which then never proposes the rarer tokens (default: the full vocabulary)")

@@ -29,6 +29,10 @@ QUANT_BITS = {"fp32": 32, "int8": 8, "int4": 4, "w8a8": 8, "qdq": 8}
 # qdq: uint8 weights, uint16 activations (QNN)
 TARGETS = ("cpu", "qnn", "dml")
 ATTENTION = ("exact", "fused")
+# the kernel of CPU int4 weights: nbits, ONNX Runtime's MatMulNBits (its row exactness depends on the
+# CPU and the block); rows, specedge's own ai.specedge::MatMulInt4Rows (kernels/native/): each row
+# computed alone, bit for bit the same at any width, so an exact-attention graph is row-exact as built
+INT4_KERNELS = ("nbits", "rows")
 # exact: every row of a wide pass bitwise equal to a 1-token step, as built, with row-exact weights (w8a8,
 # fp32, int4 block 32); fused: ONNX Runtime's GroupQueryAttention with the cache updated in place, faster
 # steps, rows exact only in whole groups (a draft, or a target verifying in row groups). Whether this CPU

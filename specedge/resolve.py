@@ -2,21 +2,43 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
+from specedge.contract import MANIFEST_NAME
 from specedge.errors import SpecEdgeError
 from specedge.export.cache import artifact_path, is_exported
-from specedge.export.settings import ExportSettings, int8_weights_here
+from specedge.export.settings import ExportSettings, int4_kernel_here, int8_weights_here
+from specedge.kernels.int4_layout import LAYOUT as ROWS_LAYOUT
 from specedge.models.fetch import fetch
+from specedge.models.paths import artifacts_dir
 from specedge.models.registry import ModelEntry, get_model
 
 
 def export_settings(entry: ModelEntry, quant: str | None = None) -> ExportSettings:
     export = entry.export_for(quant)
+    kernel = int4_kernel_here(export.quant)
+    attention = export.rows_attention if kernel == "rows" and export.rows_attention else export.attention
     return ExportSettings(quant=export.quant, context=export.context, block_size=export.block_size,
-                          attention=export.attention, head_vocab=export.head_vocab,
-                          int8_weights=int8_weights_here(export.quant))
+                          attention=attention, head_vocab=export.head_vocab,
+                          int8_weights=int8_weights_here(export.quant), int4_kernel=kernel)
+
+
+def why_again(label: str, settings: ExportSettings) -> str:
+    """Why a rows-kernel int4 export is made where an int4 export of the model is cached already."""
+    if settings.int4_kernel != "rows":
+        return ""
+    for manifest in artifacts_dir().glob(f"{label}-int4-*/{MANIFEST_NAME}"):
+        try:
+            q = json.loads(manifest.read_text()).get("quantization", {})
+        except (OSError, ValueError):
+            continue
+        if q.get("kernel", "nbits") != "rows":
+            return " for specedge's native int4 kernel (the cached int4 export runs MatMulNBits)"
+        if q.get("layout") != ROWS_LAYOUT:
+            return f" for this release's int4 weight layout ({ROWS_LAYOUT}; the cached export has {q.get('layout')})"
+    return ""
 
 
 def cached_artifact(name: str, quant: str | None = None) -> Path:
@@ -39,7 +61,8 @@ def resolve_model(name: str, quant: str | None = None) -> Path:
     except ImportError as e:
         raise SpecEdgeError(f"{name} is not exported yet and this installation cannot export ({e.name} missing)",
                             "pip install 'specedge[export]', or export on another machine") from None
-    print(f"exporting {name} ({settings.quant}, context {settings.context}) to {out} - once", file=sys.stderr)
+    print(f"exporting {name} ({settings.quant}, context {settings.context}){why_again(entry.name, settings)} "
+          f"to {out} - once", file=sys.stderr)
     result = export_model(weights, out, settings, expected_sha256=entry.sha256, reuse=True)
     if result.seconds:
         print(f"exported in {result.seconds:.0f} s, peak memory {result.peak_rss_bytes / 2**30:.1f} GiB",
