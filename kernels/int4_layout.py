@@ -21,23 +21,28 @@ GROUP = 8  # output columns per group
 
 @dataclass(frozen=True)
 class RowsWeight:
-    packed: np.ndarray  # uint8 [N/8, K/8, 32]
-    scales: np.ndarray  # float32 [N/8, K/block, 8]
-    zero_points: np.ndarray  # uint8 [N/8, K/block, 8]
+    packed: np.ndarray  # uint8 [ceil(N/8), K/8, 32]
+    scales: np.ndarray  # float32 [ceil(N/8), K/block, 8]
+    zero_points: np.ndarray  # uint8 [ceil(N/8), K/block, 8]
     k: int
     n: int
     block: int
 
 
 def pack_codes(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray) -> RowsWeight:
-    """codes uint8 [N, K] (0..15), scales float32 [N, blocks], zero points uint8 [N, blocks]."""
+    """codes uint8 [N, K] (0..15), scales float32 [N, blocks], zero points uint8 [N, blocks]. N is
+    padded to whole groups of 8 with zero columns (the op computes and drops them)."""
     n, k = codes.shape
     blocks = scales.shape[1]
-    if n % GROUP or k % 8 or k % blocks:
-        raise ValueError(f"a [{k}, {n}] weight does not fit the layout (N a multiple of 8, K of the block)")
-    q = codes.reshape(n // GROUP, GROUP, k // 8, 2, 4).transpose(0, 2, 1, 4, 3)  # [G, K/8, c, i, half]
-    packed = (q[..., 0] | (q[..., 1] << 4)).astype(np.uint8).reshape(n // GROUP, k // 8, 32)
-    per_group = (n // GROUP, GROUP, blocks)
+    if k % 32 or k % blocks or (k // blocks) % 32:
+        raise ValueError(f"a [{k}, {n}] weight does not fit the layout (K a multiple of a block of 32, 64 or 128)")
+    pad = -n % GROUP
+    if pad:
+        codes, scales, zeros = (np.pad(a, ((0, pad), (0, 0))) for a in (codes, scales, zeros))
+    groups = (n + pad) // GROUP
+    q = codes.reshape(groups, GROUP, k // 8, 2, 4).transpose(0, 2, 1, 4, 3)  # [G, K/8, c, i, half]
+    packed = (q[..., 0] | (q[..., 1] << 4)).astype(np.uint8).reshape(groups, k // 8, 32)
+    per_group = (groups, GROUP, blocks)
     return RowsWeight(packed=packed,
                       scales=np.ascontiguousarray(scales.reshape(per_group).transpose(0, 2, 1), np.float32),
                       zero_points=np.ascontiguousarray(zeros.reshape(per_group).transpose(0, 2, 1), np.uint8),
@@ -56,8 +61,9 @@ def unpack(w: RowsWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """-> codes uint8 [N, K], scales float32 [N, blocks], zero points uint8 [N, blocks]."""
     g, k8 = w.packed.shape[:2]
     halves = np.stack([w.packed & 0x0F, w.packed >> 4], axis=-1).reshape(g, k8, GROUP, 4, 2)
-    codes = halves.transpose(0, 2, 1, 4, 3).reshape(w.n, w.k)
-    return (codes, w.scales.transpose(0, 2, 1).reshape(w.n, -1), w.zero_points.transpose(0, 2, 1).reshape(w.n, -1))
+    codes = halves.transpose(0, 2, 1, 4, 3).reshape(g * GROUP, w.k)[:w.n]
+    return (codes, w.scales.transpose(0, 2, 1).reshape(g * GROUP, -1)[:w.n],
+            w.zero_points.transpose(0, 2, 1).reshape(g * GROUP, -1)[:w.n])
 
 
 def quantize_rows(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

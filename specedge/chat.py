@@ -58,8 +58,11 @@ def stats_line(s: GenerationStats) -> str:
 def traffic_note(s: GenerationStats) -> str:
     b = s.bytes_per_token
     note = f" · {b['total_bytes'] / 1e6:.0f} MB/token"
-    if b["roofline_fraction"] is not None:
-        note += f" ({b['roofline_fraction']:.0%} of bandwidth)"
+    fraction = b["roofline_fraction"]
+    if fraction is not None and fraction <= 1.0:
+        note += f" ({fraction:.0%} of bandwidth)"
+    elif fraction is not None:  # a profile measured with a read slower than decoding streams (an older release)
+        note += " (above this machine's measured bandwidth: `specedge profile measure` measures it again)"
     return note
 
 

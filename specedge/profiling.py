@@ -178,7 +178,7 @@ def new_profile(name: str = THIS_DEVICE) -> DeviceProfile:
 
     bw = measure_bandwidth()
     day = time.strftime("%Y-%m-%d")
-    source = f"specedge profile measure, {bw.threads}-thread read of {bw.buffer_bytes >> 20} MiB, {day}"
+    source = f"specedge profile measure, {bw.threads}-thread {bw.method} of {bw.buffer_bytes >> 20} MiB, {day}"
     unknown = {"value": None, "kind": "unpublished", "source": "not measured by specedge"}
     return parse_profile({
         "name": name, "description": "this machine, measured by `specedge profile measure`",

@@ -3,8 +3,9 @@
 // SessionOptions.register_custom_ops_library calls); threads come only from the session's intra-op
 // pool (KernelContext_ParallelFor), split over groups of columns, never over K.
 //
-// Inputs: A float [..., K], packed uint8 [N/8, K/8, 32], scales float [N/8, K/block, 8], zero points
-// uint8 [N/8, K/block, 8]. Attributes: K, N, block_size, layout (1). Output: Y float [..., N].
+// Inputs: A float [..., K], packed uint8 [G, K/8, 32], scales float [G, K/block, 8], zero points
+// uint8 [G, K/block, 8], G = ceil(N/8) (columns past N are padding, computed and dropped).
+// Attributes: K, N, block_size, layout (1). Output: Y float [..., N].
 // Shapes and attributes are checked when the session is made (one error naming the node and the fix).
 #include <onnxruntime_c_api.h>
 
@@ -68,8 +69,9 @@ std::string shape_text(const std::vector<int64_t>& d) {
 
 // The expected shapes of inputs 1..3.
 std::vector<int64_t> expected(const Kernel& kn, size_t input) {
-  if (input == 1) return {kn.n / 8, kn.k / 8, 32};
-  return {kn.n / 8, kn.k / kn.block, 8};
+  const int64_t groups = (kn.n + 7) / 8;
+  if (input == 1) return {groups, kn.k / 8, 32};
+  return {groups, kn.k / kn.block, 8};
 }
 
 OrtStatus* check_weight(const Kernel& kn, size_t input, const std::vector<int64_t>& dims) {
@@ -97,9 +99,9 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp*, const OrtApi*, const O
   if (kn.block != 32 && kn.block != 64 && kn.block != 128) {
     return fail("MatMulInt4Rows: block_size " + std::to_string(kn.block) + " is not 32, 64 or 128");
   }
-  if (kn.k <= 0 || kn.n <= 0 || kn.k % kn.block || kn.n % 8) {
+  if (kn.k <= 0 || kn.n <= 0 || kn.k % kn.block || kn.k > (int64_t{1} << 24) || kn.n > (int64_t{1} << 24)) {
     return fail("MatMulInt4Rows: K=" + std::to_string(kn.k) + " must be a positive multiple of the block (" +
-                std::to_string(kn.block) + ") and N=" + std::to_string(kn.n) + " a positive multiple of 8");
+                std::to_string(kn.block) + ") and N=" + std::to_string(kn.n) + " positive (both below 2^24)");
   }
   const char* forced = std::getenv(kIsaEnv);
   kn.isa = specedge::pick_isa(forced);
@@ -176,17 +178,24 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   std::vector<int32_t> xsum(static_cast<size_t>(m * blocks));
   specedge::quantize_rows(static_cast<const float*>(ptr[0]), m, kn.k, kn.block, q.data(), xs.data(), xsum.data());
 
+  const int64_t groups = (kn.n + 7) / 8;
+  std::vector<float> padded;  // N not a multiple of 8: whole groups into a buffer, then the N columns
+  if (kn.n % 8) padded.resize(static_cast<size_t>(m * groups * 8));
   Job job{{static_cast<const uint8_t*>(ptr[1]), static_cast<const float*>(ptr[2]), static_cast<const uint8_t*>(ptr[3]),
-           kn.k, kn.n, kn.block},
+           kn.k, groups * 8, kn.block},
           {q.data(), xs.data(), xsum.data(), m},
           kn.isa,
-          y,
+          padded.empty() ? y : padded.data(),
           0,
-          kn.n / 8};
+          groups};
   // about 64 tasks: small enough to balance two to sixteen threads, large enough to stream
   job.groups_per_task = std::max<int64_t>(1, (job.groups + 63) / 64);
   const size_t tasks = static_cast<size_t>((job.groups + job.groups_per_task - 1) / job.groups_per_task);
-  return g_api->KernelContext_ParallelFor(ctx, run_task, tasks, 0, &job);
+  RETURN_IF(g_api->KernelContext_ParallelFor(ctx, run_task, tasks, 0, &job));
+  for (int64_t r = 0; r < m && !padded.empty(); ++r) {
+    std::memcpy(y + r * kn.n, padded.data() + r * groups * 8, static_cast<size_t>(kn.n) * sizeof(float));
+  }
+  return nullptr;
 }
 
 OrtStatus* ORT_API_CALL infer_shape(const OrtCustomOp*, OrtShapeInferContext* ctx) {

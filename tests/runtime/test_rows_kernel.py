@@ -1,0 +1,110 @@
+"""Targets and drafts on specedge's native int4 kernel (ai.specedge::MatMulInt4Rows): row-exact at
+any width as built, so greedy speculation is token-identical to plain 1-token decoding without
+row groups; and where the library is absent, one line and ONNX Runtime's MatMulNBits instead."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from specedge.errors import SpecEdgeError
+from specedge.export.artifact import export_model
+from specedge.export.settings import ExportSettings, int4_kernel_here
+from specedge.kernels import native
+from specedge.runtime import Generator, SpecConfig
+from specedge.runtime.model import OnnxModel
+from specedge.runtime.row_groups import probe_rows
+from specedge.runtime.rows import RowPolicy
+from tests.conftest import TINY_CONTEXT, TINY_WIDTHS
+from tests.tiny_models import make_tiny_model
+
+pytestmark = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
+                                reason=native.missing() or "library absent")
+PROMPTS = ("def fib(n):\n    return", "abcabcab")
+
+
+@pytest.fixture(scope="module")
+def rows_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(target, draft): a tiny qwen2 as int4 on the rows kernel, block 32 (K = 64 and 128), the
+    target with exact attention, the draft (the target plus noise) with fused attention."""
+    root = tmp_path_factory.mktemp("rows")
+    src = make_tiny_model(root / "src", "qwen2", seed=1)
+    draft_src = make_tiny_model(root / "draft-src", noise_from=src, noise=0.05, seed=2)
+    settings = ExportSettings(quant="int4", context=TINY_CONTEXT, widths=TINY_WIDTHS, block_size=32,
+                              int4_kernel="rows")
+    target = export_model(src, root / "target", settings).path
+    draft = export_model(draft_src, root / "draft", dataclasses.replace(settings, attention="fused")).path
+    return target, draft
+
+
+def plain(target: Path, prompt: str, n: int) -> list[int]:
+    gen = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=n, ignore_eos=True))
+    return gen.generate(prompt).token_ids
+
+
+def test_the_export_runs_the_native_op(rows_pair: tuple[Path, Path]) -> None:
+    import onnx
+
+    target, _ = rows_pair
+    model = OnnxModel(target)
+    assert model.manifest.quantization.kernel == "rows" and model.manifest.rows_exact
+    graph = onnx.load(str(target / "model.onnx"), load_external_data=False).graph
+    ops = {(n.domain, n.op_type) for n in graph.node}
+    assert (native.DOMAIN, native.OP) in ops and ("com.microsoft", "MatMulNBits") not in ops
+
+
+def test_rows_are_exact_one_at_a_time(rows_pair: tuple[Path, Path]) -> None:
+    """The probe finds no group needed: a pass of any width computes each row as a 1-token step."""
+    assert probe_rows(OnnxModel(rows_pair[0])) == RowPolicy(1)
+
+
+@pytest.mark.parametrize("gamma", [1, 4, 7, "auto"])
+@pytest.mark.parametrize("drafter", ["draft-model", "ngram", "hybrid"])
+def test_speculative_equals_plain_one_token_steps(rows_pair: tuple[Path, Path], gamma: int | str,
+                                                  drafter: str) -> None:
+    target, draft = rows_pair
+    config = SpecConfig(gamma=4 if gamma == "auto" else gamma, auto_gamma=gamma == "auto", max_new_tokens=24,
+                        ignore_eos=True)
+    for prompt in PROMPTS:
+        gen = Generator.load(target, draft=None if drafter == "ngram" else draft, ngram=drafter != "draft-model",
+                             config=config)
+        assert gen.rows == RowPolicy(1)
+        assert gen.generate(prompt).token_ids == plain(target, prompt, 24)
+
+
+def test_smollm2_speculates_losslessly_on_the_rows_kernel(smollm2_gguf: Path, tmp_path: Path) -> None:
+    """A real model (SmolLM2-135M, K = 576 and 1536: block 64) on the op: greedy speculation with its
+    own fused-attention export as the draft gives the tokens of its plain 1-token decoding."""
+    settings = ExportSettings(quant="int4", context=512, widths=(1, 2, 3, 5, 9, 64), block_size=64,
+                              int4_kernel="rows")
+    target = export_model(smollm2_gguf, tmp_path / "target", settings).path
+    draft = export_model(smollm2_gguf, tmp_path / "draft", dataclasses.replace(settings, attention="fused")).path
+    prompt = "Write a Python function that reverses a string."
+    want = plain(target, prompt, 32)
+    for gamma in (4, 8):
+        gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=gamma, max_new_tokens=32, ignore_eos=True))
+        result = gen.generate(prompt)
+        assert result.token_ids == want
+        assert result.stats.accepted > 0
+
+
+def test_without_the_library_int4_falls_back_in_one_line(rows_pair: tuple[Path, Path], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(native.LIBRARY_ENV, str(tmp_path / "absent.so"))
+    native._load.cache_clear()
+    native.warn_missing.cache_clear()
+    try:
+        assert int4_kernel_here("int4") == "nbits"
+        int4_kernel_here("int4")
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "not built" in err and "MatMulNBits" in err
+        with pytest.raises(SpecEdgeError) as info:
+            OnnxModel(rows_pair[0])
+        assert "native 4-bit kernel" in str(info.value) and "\n" not in str(info.value)
+    finally:
+        native._load.cache_clear()
+        native.warn_missing.cache_clear()
