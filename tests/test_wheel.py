@@ -28,6 +28,7 @@ def test_wheel_installs_and_runs(tmp_path: Path) -> None:
     for package in ("export", "runtime", "kernels", "models", "device_profiles"):
         assert f"specedge/{package}/__init__.py" in names
     assert not any(n.startswith("tests/") for n in names)
+    assert any(n.startswith("specedge/kernels/_specedge_ops") for n in names)  # the native kernel library, built
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
