@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from specedge.contract import (  # what the manifest may say: see specedge/contract.py
@@ -32,15 +33,39 @@ def int8_weights_here(quant: str, target: str = "cpu") -> bool:
     return u8s8_exact()
 
 
+INT4_KERNEL_ENV = "SPECEDGE_INT4_KERNEL"  # "rows" or "nbits": the kernel of int4 exports made here, whatever the CPU
+
+
+def rows_kernel_measured_here() -> bool:
+    """Is this CPU of the class the rows kernel was measured on and chosen for: x86 with AVX2 and none
+    of AVX-512, VNNI or AMX? Its only x86 path is AVX2 (vpmaddubsw); where ONNX Runtime's MatMulNBits
+    has VNNI, AVX-512 or AMX code, or on ARM (the dot-product path is tested under qemu, never timed),
+    int4 exports keep MatMulNBits, as before the rows kernel, unless SPECEDGE_INT4_KERNEL=rows."""
+    from specedge.device_profiles.cpu import cpu_info
+
+    cpu = cpu_info()
+    wider = cpu.vnni or cpu.amx or "avx512f" in cpu.flags
+    return cpu.machine in ("x86_64", "AMD64") and "avx2" in cpu.flags and not wider
+
+
 def int4_kernel_here(quant: str, target: str = "cpu") -> str:
-    """The kernel of a CPU int4 export made here: specedge's own where its library loads, else
-    ONNX Runtime's MatMulNBits (saying so, once a process)."""
+    """The kernel of a CPU int4 export made here: specedge's own on the CPUs it was measured on
+    (`rows_kernel_measured_here`) where its library loads, else ONNX Runtime's MatMulNBits (saying
+    so in one line, once a process, where the library is missing); SPECEDGE_INT4_KERNEL decides
+    instead when set."""
     if quant != "int4" or target != "cpu":
         return "nbits"
     from specedge.kernels import native  # ctypes only
 
+    forced = os.environ.get(INT4_KERNEL_ENV, "")
+    if forced and forced not in INT4_KERNELS:
+        raise SpecEdgeError(f"{INT4_KERNEL_ENV}={forced} names no int4 kernel", f"use one of {', '.join(INT4_KERNELS)}")
+    if forced == "nbits" or (not forced and not rows_kernel_measured_here()):
+        return "nbits"
     if native.available():
         return "rows"
+    if forced:
+        raise SpecEdgeError(f"{INT4_KERNEL_ENV}=rows, but {native.missing()}", f"or unset {INT4_KERNEL_ENV}")
     native.warn_missing()
     return "nbits"
 

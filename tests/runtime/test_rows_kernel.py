@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from specedge.errors import SpecEdgeError
+from specedge.export import settings as settings_module
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings, int4_kernel_here
 from specedge.kernels import native
@@ -95,6 +96,7 @@ def test_without_the_library_int4_falls_back_in_one_line(rows_pair: tuple[Path, 
                                                          monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv(native.LIBRARY_ENV, str(tmp_path / "absent.so"))
+    monkeypatch.setattr(settings_module, "rows_kernel_measured_here", lambda: True)
     native._load.cache_clear()
     native.warn_missing.cache_clear()
     try:
@@ -105,6 +107,28 @@ def test_without_the_library_int4_falls_back_in_one_line(rows_pair: tuple[Path, 
         with pytest.raises(SpecEdgeError) as info:
             OnnxModel(rows_pair[0])
         assert "native 4-bit kernel" in str(info.value) and "\n" not in str(info.value)
+        monkeypatch.setenv(settings_module.INT4_KERNEL_ENV, "rows")  # asked for by name: an error, not a fallback
+        with pytest.raises(SpecEdgeError, match="SPECEDGE_INT4_KERNEL=rows, but the native 4-bit kernel was not"):
+            int4_kernel_here("int4")
     finally:
         native._load.cache_clear()
         native.warn_missing.cache_clear()
+
+
+@pytest.mark.parametrize(("machine", "flags", "rows"), [
+    ("x86_64", ("avx2", "fma"), True),  # the class measured: AVX2 without VNNI (Zen 2/3, older Intel)
+    ("x86_64", ("avx2", "fma", "avx512f", "avx512_vnni"), False),  # MatMulNBits has VNNI code there
+    ("x86_64", ("avx2", "fma", "avx_vnni"), False),
+    ("x86_64", ("avx2", "fma", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"), False),
+    ("aarch64", ("asimd", "asimddp"), False),  # the dot-product path is tested under qemu, never timed
+])
+def test_rows_kernel_where_it_was_measured(machine: str, flags: tuple[str, ...], rows: bool,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from specedge.device_profiles import cpu
+
+    monkeypatch.delenv(settings_module.INT4_KERNEL_ENV, raising=False)
+    monkeypatch.setattr(cpu, "cpu_info", lambda: cpu.CpuInfo("a CPU", machine, 2, flags))
+    assert int4_kernel_here("int4") == ("rows" if rows else "nbits")
+    monkeypatch.setenv(settings_module.INT4_KERNEL_ENV, "rows")
+    assert int4_kernel_here("int4") == "rows"  # asked for by name, on any CPU
+    assert int4_kernel_here("w8a8") == "nbits"
