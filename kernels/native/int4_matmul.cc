@@ -24,9 +24,13 @@ void quantize_rows(const float* x, int64_t m, int64_t k, int64_t block, int8_t* 
       const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
       int32_t s = 0;
       for (int64_t i = 0; i < block; ++i) {
-        float v = std::nearbyint(xb[i] * inv);  // round half to even (the default rounding mode)
+        float v = xb[i] * inv;
         v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
         if (v != v) v = 0.0f;  // NaN input
+        // round half to even without a libm call: adding and taking away 1.5 * 2^23 leaves the nearest
+        // integer for |v| < 2^22 in round-to-nearest-even mode (the default); the clamp keeps |v| <= 127
+        const volatile float magic = 12582912.0f;
+        v = (v + magic) - magic;
         qb[i] = static_cast<int8_t>(v);
         s += qb[i];
       }
@@ -70,17 +74,17 @@ void groups_portable(const Int4Weights& w, const QuantizedRows& x, int64_t g0, i
 
 int available_isas(Isa* out, int capacity) {
   int n = 0;
-  auto add = [&](const char* name, GroupsFn fn) {
-    if (n < capacity) out[n++] = Isa{name, fn};
+  auto add = [&](const char* name, GroupsFn fn, QuantizeFn quantize) {
+    if (n < capacity) out[n++] = Isa{name, fn, quantize};
   };
 #if defined(__x86_64__) || defined(_M_X64)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) add("avx2", groups_avx2);
+  if (__builtin_cpu_supports("avx2")) add("avx2", groups_avx2, quantize_rows_avx2);
 #endif
 #if defined(__aarch64__) && defined(__linux__)
-  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) add("neon-dot", groups_neon_dot);
+  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) add("neon-dot", groups_neon_dot, quantize_rows);
 #endif
-  add("portable", groups_portable);
+  add("portable", groups_portable, quantize_rows);
   return n;
 }
 

@@ -9,6 +9,7 @@
 // (scale = absmax / 127, codes = round-half-even(x * (127 / absmax)), 0 where absmax is 0); per row,
 // column and block the integer sum d = sum(code * xq) - zero * sum(xq) is exact in int32; then
 // acc = acc + float(d) * (scale * xscale), blocks in order from acc = 0, no fused multiply-add.
+// (For finite inputs: a NaN or infinity in a row makes that row's output unspecified.)
 // So a row's result depends only on that row and the weights, never on M, the row's position,
 // the thread count or the instruction set.
 #pragma once
@@ -32,8 +33,14 @@ struct QuantizedRows {
   int64_t m;
 };
 
-// Quantize rows of x [M][K] per block into q, scale and sum (sizes as in QuantizedRows).
+// Quantize rows of x [M][K] per block into q, scale and sum (sizes as in QuantizedRows): the portable
+// path; every ISA's quantizer gives the same bytes (IEEE abs, max, division, product, round half to even).
 void quantize_rows(const float* x, int64_t m, int64_t k, int64_t block, int8_t* q, float* scale, int32_t* sum);
+using QuantizeFn = void (*)(const float* x, int64_t m, int64_t k, int64_t block, int8_t* q, float* scale,
+                            int32_t* sum);
+#if defined(__x86_64__) || defined(_M_X64)
+void quantize_rows_avx2(const float* x, int64_t m, int64_t k, int64_t block, int8_t* q, float* scale, int32_t* sum);
+#endif
 
 // Y[:, 8*g0 : 8*g1] for every row; y has row stride n.
 using GroupsFn = void (*)(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
@@ -49,6 +56,7 @@ void groups_neon_dot(const Int4Weights& w, const QuantizedRows& x, int64_t g0, i
 struct Isa {
   const char* name;
   GroupsFn fn;
+  QuantizeFn quantize;
 };
 
 // Instruction sets this CPU runs, the best first; the portable path is always last.

@@ -78,6 +78,46 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, f
 
 }  // namespace
 
+void quantize_rows_avx2(const float* x, int64_t m, int64_t k, int64_t block, int8_t* q, float* scale, int32_t* sum) {
+  const int64_t blocks = k / block;
+  const __m256 sign = _mm256_set1_ps(-0.0f), top = _mm256_set1_ps(127.0f), bottom = _mm256_set1_ps(-127.0f);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + r * k + b * block;
+      int8_t* qb = q + r * k + b * block;
+      __m256 amax8 = _mm256_setzero_ps();
+      for (int64_t i = 0; i < block; i += 8) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + i)));
+      __m128 a4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+      a4 = _mm_max_ps(a4, _mm_movehl_ps(a4, a4));
+      a4 = _mm_max_ss(a4, _mm_shuffle_ps(a4, a4, 1));
+      const float amax = _mm_cvtss_f32(a4);
+      const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      const __m256 inv8 = _mm256_set1_ps(inv);
+      __m256i s8 = _mm256_setzero_si256();
+      for (int64_t i = 0; i < block; i += 32) {
+        __m256i v[4];
+        for (int j = 0; j < 4; ++j) {
+          __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xb + i + 8 * j), inv8);
+          t = _mm256_max_ps(_mm256_min_ps(t, top), bottom);  // finite inputs: the portable path's clamp
+          t = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+          v[j] = _mm256_cvtps_epi32(t);
+          s8 = _mm256_add_epi32(s8, v[j]);
+        }
+        // int32 lanes -> int8, in order: pack to int16 then int8 (each 128-bit lane), then fix the lane order
+        const __m256i w01 = _mm256_packs_epi32(v[0], v[1]), w23 = _mm256_packs_epi32(v[2], v[3]);
+        const __m256i b = _mm256_packs_epi16(w01, w23);
+        const __m256i ordered = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + i), ordered);
+      }
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      scale[r * blocks + b] = amax / 127.0f;
+      sum[r * blocks + b] = _mm_cvtsi128_si32(s4);
+    }
+  }
+}
+
 void groups_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y) {
   for (int64_t g = g0; g < g1; ++g) {
     int64_t r = 0;

@@ -82,11 +82,11 @@ bool run_case(const Case& c, std::mt19937& rng, const Isa* isas, int count) {
   std::vector<int8_t> q(c.m * c.k);
   std::vector<float> xs(c.m * blocks);
   std::vector<int32_t> xsum(c.m * blocks);
-  quantize_rows(x.data(), c.m, c.k, c.block, q.data(), xs.data(), xsum.data());
   const QuantizedRows rows{q.data(), xs.data(), xsum.data(), c.m};
   const std::vector<float> want = formula(x, codes, scales, zeros, c);
   bool ok = true;
   for (int i = 0; i < count; ++i) {
+    isas[i].quantize(x.data(), c.m, c.k, c.block, q.data(), xs.data(), xsum.data());
     std::vector<float> y(c.m * c.n, NAN);
     isas[i].fn(w, rows, 0, c.n / 8, y.data());
     if (std::memcmp(y.data(), want.data(), y.size() * sizeof(float)) != 0) {

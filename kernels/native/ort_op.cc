@@ -176,7 +176,7 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   std::vector<int8_t> q(static_cast<size_t>(m * kn.k));
   std::vector<float> xs(static_cast<size_t>(m * blocks));
   std::vector<int32_t> xsum(static_cast<size_t>(m * blocks));
-  specedge::quantize_rows(static_cast<const float*>(ptr[0]), m, kn.k, kn.block, q.data(), xs.data(), xsum.data());
+  kn.isa->quantize(static_cast<const float*>(ptr[0]), m, kn.k, kn.block, q.data(), xs.data(), xsum.data());
 
   const int64_t groups = (kn.n + 7) / 8;
   std::vector<float> padded;  // N not a multiple of 8: whole groups into a buffer, then the N columns
