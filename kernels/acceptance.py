@@ -13,6 +13,7 @@ any draft, and γ auto whatever it picks; the law of the output is the target's 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,3 +58,64 @@ def accept_sampled(draft_tokens: np.ndarray, p: np.ndarray, draws: Draws, start:
             return AcceptResult(n_accepted=i, next_token=token)
     k = len(draft_tokens)
     return AcceptResult(n_accepted=k, next_token=draws.sample(p[k], start + k))
+
+
+# -- the rejection rule (Leviathan et al. 2023; Chen et al. 2023) ----------------------------------
+# A draft token d drawn from q is accepted with probability min(1, p(d) / q(d)); on a rejection the
+# token is drawn from the residual max(0, p - q), normalised; after every draft is accepted the
+# bonus is drawn from p. Each position then accepts exactly 1 - TV(p, q), the most any rule with
+# one draft can, and what is emitted has the law p. A deterministic draft (n-gram lookup, a
+# predicted output, a forced token) has q = one-hot(d): accepted with probability p(d), its
+# residual is p without d. The randomness (one uniform per verified draft, one draw for the
+# correction or the bonus) comes from `rng`, apart from whatever drew the drafts.
+
+
+def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """One index of probs [V] (non-negative, not necessarily normalised) drawn in proportion to it."""
+    cdf = np.cumsum(probs, dtype=np.float64)
+    index = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
+    return min(index, len(cdf) - 1)
+
+
+def residual(p: np.ndarray, q: np.ndarray | None, drafted: int) -> np.ndarray:
+    """max(0, p - q) over p's ids (q may cover only the first ids: a truncated head), or p without
+    `drafted` where q is None (a deterministic draft: q = one-hot). Not normalised."""
+    if q is None:
+        out = p.astype(np.float64, copy=True)
+        out[drafted] = 0.0
+        return out
+    out = p.astype(np.float64, copy=True)
+    out[:len(q)] = np.maximum(out[:len(q)] - q, 0.0)
+    return out
+
+
+def accepts(p_drafted: float, q_drafted: float, u: float) -> bool:
+    """Is a draft with p(d) = p_drafted, q(d) = q_drafted accepted by the uniform u? (u < p/q)"""
+    return u * q_drafted < p_drafted
+
+
+def accept_rejection(draft_tokens: np.ndarray, q: Sequence[np.ndarray | None], p: np.ndarray,
+                     rng: np.random.Generator) -> AcceptResult:
+    """draft_tokens [k], each drawn from its q[i] (the draft's distribution after the same sampling
+    transform as p; None: a deterministic draft); p [k+1, V], the target's distributions. Accept
+    d_i with probability min(1, p_i(d_i) / q_i(d_i)); at the first rejection draw the correction
+    from max(0, p_i - q_i); after k acceptances draw the bonus from p_k."""
+    for i, drafted in enumerate(int(t) for t in draft_tokens):
+        qi = q[i]
+        q_drafted = 1.0 if qi is None else (float(qi[drafted]) if drafted < len(qi) else 0.0)
+        if accepts(float(p[i, drafted]), q_drafted, rng.random()):
+            continue
+        rest = residual(p[i], qi, drafted)
+        return AcceptResult(n_accepted=i, next_token=draw(rest if rest.sum() > 0 else p[i], rng))
+    k = len(draft_tokens)
+    return AcceptResult(n_accepted=k, next_token=draw(p[k], rng))
+
+
+def acceptance_probability(p: np.ndarray, q: np.ndarray | None, drafted: int | None = None) -> float:
+    """The chance that the rule accepts a draft at one position: 1 - TV(p, q) for a draft drawn
+    from q, p(drafted) for a deterministic one."""
+    if q is None:
+        return float(p[drafted])
+    full = np.zeros_like(p, dtype=np.float64)
+    full[:len(q)] = q
+    return float(np.minimum(p, full).sum())

@@ -11,9 +11,12 @@ commit (`KVCache.commit`; rejected entries lie beyond the cache's length). A tar
 whole groups of rows (runtime/rows.py) would pad a round's pass with copies of its last token;
 `pad_guesses` fills those rows with the prompt lookup's guesses instead, verified at no cost.
 
-When sampling, the token at each position (its index in prompt + generated tokens) is the
-target's draw with that position's noise from `Draws`, keyed by (seed, position): a seeded run
-gives the same tokens as plain sampling with that seed, whatever γ each round took.
+When sampling, by the race (the rule with a seed): the token at each position (its index in
+prompt + generated tokens) is the target's draw with that position's noise from `Draws`, keyed by
+(seed, position), so a seeded run gives the same tokens as plain sampling with that seed, whatever γ
+each round took. By the rejection rule (without a seed, or asked for): each draft is accepted
+with probability min(1, p/q) against the q it was drawn from (`Draft.q`), corrections drawn from
+the residual, from a random stream of the run's own; the law is still exactly the target's.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specedge.errors import SpecEdgeError
-from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_sampled
+from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_rejection, accept_sampled
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count, probabilities
 from specedge.runtime.drafters import Draft, Drafter, NgramDrafter
 from specedge.runtime.gamma import GammaController
@@ -33,6 +36,8 @@ from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.model import ForwardOutput, OnnxModel
 from specedge.runtime.rows import ONE_ROW, RowPolicy
 from specedge.runtime.stats import GenerationStats
+
+ACCEPTANCE = ("auto", "race", "rejection")
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,9 @@ class SpecConfig:
     stop_strings: tuple[str, ...] = ()
     seed: int | None = None  # sampling: the same seed gives the same tokens at any γ (None: a fresh seed)
     ignore_eos: bool = False  # decode exactly max_new_tokens (benchmarks)
+    # sampling: "race" (a seeded run is plain sampling's tokens), "rejection" (min(1, p/q): more tokens
+    # per pass), "auto" (race with a seed, rejection without; see `acceptance_rule`)
+    acceptance: str = "auto"
 
     def __post_init__(self) -> None:
         if not is_count(self.gamma):
@@ -57,6 +65,20 @@ class SpecConfig:
                                 "pass sampling=SamplingParams(temperature=..., top_k=..., top_p=...)")
         check_seed(self.seed)
         check_stop_strings(self.stop_strings)
+        if self.acceptance not in ACCEPTANCE:
+            raise SpecEdgeError(f"unknown acceptance rule {self.acceptance!r}",
+                                f"use one of {', '.join(ACCEPTANCE)}")
+
+    @property
+    def acceptance_rule(self) -> str:
+        """The rule sampled rounds verify by: the race keeps a seeded run's promise (plain sampling's
+        tokens with that seed); without a seed, the rejection rule, which accepts more per position
+        (1 - TV(p, q) against at least (1 - TV) / (1 + TV)); greedy decoding has neither."""
+        if self.sampling.greedy:
+            return "greedy"
+        if self.acceptance != "auto":
+            return self.acceptance
+        return "race" if self.seed is not None else "rejection"
 
 
 def check_stop_strings(stop_strings: object) -> None:
@@ -81,6 +103,7 @@ def fit_width(k: int, widths: Sequence[int]) -> int:
 
 
 PAD_LOOKUP = NgramDrafter()
+REJECTION_STREAM = 1  # the spawn key of the rejection rule's random stream (Draws' token noise is 0)
 
 
 def pad_guesses(context: Sequence[int], drafts: Sequence[int], group: int, room: int) -> list[int]:
@@ -91,12 +114,17 @@ def pad_guesses(context: Sequence[int], drafts: Sequence[int], group: int, room:
     return PAD_LOOKUP.lookup([*context, *drafts], pad) if pad > 0 else []
 
 
-def accept(draft: Draft, out: ForwardOutput, params: SamplingParams, draws: Draws, start: int) -> AcceptResult:
-    """The verification pass's k+1 rows, for positions start .. start+k, against the draft's k tokens."""
+def accept(draft: Draft, out: ForwardOutput, params: SamplingParams, draws: Draws, start: int,
+           rule: str = "race", rng: np.random.Generator | None = None) -> AcceptResult:
+    """The verification pass's k+1 rows, for positions start .. start+k, against the draft's k
+    tokens, by `rule` (SpecConfig.acceptance_rule; "rejection" draws from `rng`)."""
     tokens = np.asarray(draft.tokens, dtype=np.int64)
     if params.greedy:
         return accept_greedy(tokens, out.next_ids)
-    return accept_sampled(tokens, probabilities(out.logits, params), draws, start)
+    p = probabilities(out.logits, params)
+    if rule == "rejection" and rng is not None:
+        return accept_rejection(tokens, [draft.q_of(i) for i in range(len(tokens))], p, rng)
+    return accept_sampled(tokens, p, draws, start)
 
 
 def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int], rows: RowPolicy = ONE_ROW) -> np.ndarray:
@@ -115,6 +143,10 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
     target's row policy (runtime/rows.py), which every target pass, plain steps too, runs under."""
     params, capacity, widths = config.sampling, target.manifest.context, target.manifest.widths
     draws = Draws(config.seed, target.manifest.vocab_size)
+    rule = config.acceptance_rule
+    stats.acceptance_rule = rule
+    # the rejection rule's uniforms and corrections: a stream of their own, seeded from the run's seed
+    rng = np.random.default_rng(np.random.SeedSequence(draws.seed, spawn_key=(REJECTION_STREAM,)))
     t0 = time.perf_counter()
     context = list(prompt)
     context.append(choose(prefill(target, cache, prompt, rows), params, draws, len(context)))
@@ -151,7 +183,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         t = time.perf_counter()
         out = target.forward([context[-1], *draft.tokens], cache, all_logits=True, rows=rows)
         # accept: the longest agreeing prefix, then the target's own token
-        result = accept(draft, out, params, draws, len(context))
+        result = accept(draft, out, params, draws, len(context), rule, rng)
         # commit: the pending token's and the accepted drafts' entries; the rest lie beyond length
         cache.commit(out.new_keys, out.new_values, [context[-1], *draft.tokens[:result.n_accepted]])
         stats.target_traffic.add(out.traffic)

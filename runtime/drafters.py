@@ -29,6 +29,12 @@ class Draft:
     tokens: list[int]
     calls: int = 0  # model passes spent on this draft
     traffic: Traffic = field(default_factory=Traffic)  # bytes those passes moved
+    # sampling: the distribution each token was drawn from (the draft model's transformed q), None for a
+    # deterministic token (lookup, pad guesses): what the rejection rule accepts against
+    q: list[np.ndarray | None] = field(default_factory=list)
+
+    def q_of(self, i: int) -> np.ndarray | None:
+        return self.q[i] if i < len(self.q) else None
 
 
 class Drafter(Protocol):
@@ -111,6 +117,7 @@ class DraftModelDrafter:
         k = min(k, self.model.manifest.context - len(context) + 1)
         feed = self.model.catch_up(context, self.cache)  # the tokens the draft has not seen, pending last
         tokens: list[int] = []
+        qs: list[np.ndarray | None] = []
         traffic = Traffic()
         for j in range(max(k, 0)):
             out = self.model.forward(feed, self.cache, all_logits=False)
@@ -119,10 +126,12 @@ class DraftModelDrafter:
             if params.greedy:
                 token = int(out.next_ids[-1])
             else:  # a truncated head's q covers the first ids only: the others have probability 0
-                token = draws.sample(probabilities(out.logits[-1], params), len(context) + j)
+                q = probabilities(out.logits[-1], params)
+                token = draws.sample(q, len(context) + j)  # drawn from this very q (the race is exact)
+                qs.append(q)
             tokens.append(token)
             feed = [token]
-        return Draft(tokens=tokens, calls=len(tokens), traffic=traffic)
+        return Draft(tokens=tokens, calls=len(tokens), traffic=traffic, q=qs)
 
 
 class HybridDrafter:

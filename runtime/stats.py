@@ -18,6 +18,7 @@ class GenerationStats:
     gamma_auto: bool = False
     gamma_counts: dict[int, int] = field(default_factory=dict)  # γ chosen -> rounds
     drafter: str = "none"
+    acceptance_rule: str = "greedy"  # how drafts were verified: greedy, race or rejection (runtime/decoding.py)
     target_calls: int = 0  # target passes after prefill (plain steps and verifications)
     draft_calls: int = 0  # draft-model passes after prefill
     drafted: int = 0  # draft tokens proposed

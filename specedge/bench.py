@@ -32,6 +32,7 @@ from pathlib import Path
 
 from specedge.device_profiles.cpu import CpuInfo, cpu_info
 from specedge.errors import SpecEdgeError
+from specedge.kernels.sampling import SamplingParams
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.drafters import Drafter, build_drafter
 from specedge.runtime.row_groups import probe_rows
@@ -242,10 +243,26 @@ def plot(summary: dict, gammas: Sequence[int], path: Path) -> bool:
     return True
 
 
+def sampled(jobs: list[Job], sampling: SamplingParams, seed: int) -> list[Job]:
+    """The jobs sampling with `sampling` and `seed` by the race (a speculative run's tokens are then plain
+    sampling's with that seed: 'same' checks it), each speculative one followed by its twin under the
+    rejection rule (MODE-rejection: the same law, other tokens, more accepted per position)."""
+    out = []
+    for job in jobs:
+        config = dataclasses.replace(job.config, sampling=sampling, seed=seed, acceptance="race")
+        out.append(dataclasses.replace(job, config=config))
+        if job.drafter is not None:
+            out.append(dataclasses.replace(job, mode=f"{job.mode}-rejection",
+                                           config=dataclasses.replace(config, acceptance="rejection")))
+    return out
+
+
 def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, max_new_tokens: int = 128,
               gammas: Sequence[int] = tuple(range(1, 9)), limit: int | None = None, command: str = "",
-              only: Sequence[str] | None = None, baseline_dir: Path | None = None, default=None) -> Path:
-    """default: how chat decodes here (a defaults.Decoding), run as the mode 'default' when `only` names it."""
+              only: Sequence[str] | None = None, baseline_dir: Path | None = None, default=None,
+              sampling: SamplingParams | None = None, seed: int = 0) -> Path:
+    """default: how chat decodes here (a defaults.Decoding), run as the mode 'default' when `only` names it.
+    sampling: sample (temperature > 0) instead of greedy decoding, each speculative mode under both rules."""
     rows = load_prompts(prompts_file)[:limit]
     target, draft = OnnxModel(target_dir), OnnxModel(draft_dir)
     plain_target = OnnxModel(target_dir, spin=True)  # plain decoding as a user gets it: the session alone
@@ -257,6 +274,8 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
     jobs[1:1] = extra  # the baseline's modes right after plain decoding
     if default is not None:
         jobs.append(default_job(default, target_dir, baseline_dir, draft))
+    if sampling is not None and not sampling.greedy:
+        jobs = sampled(jobs, sampling, seed)
     single = next((j.model for j in extra if j.rows == SINGLE_STEPS), None)
     for model in (target, plain_target):
         Generator(model, None, SpecConfig(gamma=0, max_new_tokens=8), rows=policy).generate("warm up")
@@ -279,6 +298,7 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
             "default": default.line if default is not None else None,
             "baseline": baseline_dir.name if baseline_dir else None,
             "max_new_tokens": max_new_tokens, "date": time.strftime("%Y-%m-%d"), "cpu": cpu_info().to_dict(),
+            "sampling": dataclasses.asdict(sampling) if sampling is not None else None,
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "t_of_s": curves,

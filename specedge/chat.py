@@ -30,6 +30,9 @@ class ChatTotals:
     accepted: int = 0
     produced: int = 0
     target_calls: int = 0
+    rule: str = "greedy"
+    proposed_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
 
     def add(self, s: GenerationStats) -> None:
         self.answers += 1
@@ -39,13 +42,22 @@ class ChatTotals:
         self.accepted += s.accepted
         self.produced += s.produced
         self.target_calls += s.target_calls
+        self.rule = s.acceptance_rule
+        for mine, theirs in ((self.proposed_by_position, s.proposed_by_position),
+                             (self.accepted_by_position, s.accepted_by_position)):
+            mine += [0] * (len(theirs) - len(mine))
+            for i, n in enumerate(theirs):
+                mine[i] += n
 
     def line(self) -> str:
         speed = (self.tokens - self.answers) / self.decode_s if self.decode_s else 0.0
         acc = self.accepted / self.drafted if self.drafted else 0.0
         per_pass = self.produced / self.target_calls if self.target_calls else 0.0
+        by_position = " ".join(f"{a / p:.0%}" for a, p in zip(self.accepted_by_position, self.proposed_by_position,
+                                                              strict=True) if p)
         return (f"[session: {self.answers} answers, {self.tokens} tokens, {speed:.1f} tok/s, "
-                f"acceptance {acc:.0%}, {per_pass:.2f} tokens/target pass]")
+                f"acceptance {acc:.0%} ({self.rule}; by position {by_position or '-'}), "
+                f"{per_pass:.2f} tokens/target pass]")
 
 
 def stats_line(s: GenerationStats) -> str:

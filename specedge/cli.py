@@ -30,9 +30,12 @@ from specedge.options import (
     build_config,
     default_pair,
     load_generator,
+    nonnegative_float,
+    nonnegative_int,
     pair_paths,
     parse_widths,
     positive_int,
+    probability_mass,
 )
 from specedge.serve.command import add_serve_parser
 
@@ -226,10 +229,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         default = pair_decoding(args.pair)
         print(f"specedge bench: mode 'default': {default.line}", file=sys.stderr)
+    from specedge.kernels.sampling import SamplingParams
+
     report = run_bench(target, draft, Path(args.prompts), Path(args.out), max_new_tokens=args.max_new_tokens,
                        gammas=gammas, limit=args.limit, command="specedge " + " ".join(sys.argv[1:]),
                        only=only, baseline_dir=artifact_arg(args.baseline) if args.baseline else None,
-                       default=default)
+                       default=default, sampling=SamplingParams(temperature=args.temperature, top_p=args.top_p),
+                       seed=args.seed)
     print(report.read_text())
     return 0
 
@@ -247,6 +253,12 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--baseline", default=None,
                    help="another export of the target (folder or NAME:QUANT, e.g. qwen2.5-coder-1.5b:int4) whose "
                         "plain decoding runs too, as the speed to beat")
+    p.add_argument("--temperature", type=nonnegative_float, default=0.0,
+                   help="sample at this temperature (default 0: greedy); each speculative mode then runs under both "
+                        "acceptance rules: MODE by the race (tokens of plain sampling with --seed), MODE-rejection by "
+                        "min(1, p/q)")
+    p.add_argument("--top-p", type=probability_mass, default=1.0, help="nucleus mass when sampling (default 1: all)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="the seed of every sampled run (default 0)")
     p.set_defaults(func=cmd_bench)
 
 

@@ -119,6 +119,10 @@ def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int, temperat
                    help=f"sample from the likeliest tokens of this probability mass{when} (default 1: all)")
     p.add_argument("--seed", type=nonnegative_int, default=None,
                    help=f"the same seed draws the same tokens{when} (default: a fresh seed)")
+    p.add_argument("--acceptance", choices=["race", "rejection"], default=None,
+                   help=f"how sampled drafts are verified{when}: race, the tokens of plain sampling with the "
+                        "same seed; rejection, min(1, p/q) with residual resampling, more tokens per pass "
+                        "(default: race with --seed, rejection without)")
 
 
 def add_provider_flags(p: argparse.ArgumentParser) -> None:
@@ -147,7 +151,8 @@ def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequenc
     auto = args.gamma in (None, "auto") and not no_draft  # None: not given, auto
     gamma = 0 if no_draft else (4 if auto else int(args.gamma))
     return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens, sampling=sampling,
-                      stop_strings=tuple(stop or ()), seed=args.seed, ignore_eos=ignore_eos)
+                      stop_strings=tuple(stop or ()), seed=args.seed, ignore_eos=ignore_eos,
+                      acceptance=getattr(args, "acceptance", None) or "auto")
 
 
 def artifact_arg(value: str) -> Path:

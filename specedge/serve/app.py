@@ -249,7 +249,8 @@ class Server:
                                   top_p=d.top_p if req.top_p is None else req.top_p)
         fields: dict[str, object] = {"max_new_tokens": req.max_tokens or d.max_tokens, "sampling": sampling,
                                      "stop_strings": req.stop, "ignore_eos": req.ignore_eos,
-                                     "seed": config.seed if req.seed is None else req.seed}
+                                     "seed": config.seed if req.seed is None else req.seed,
+                                     "acceptance": req.acceptance or config.acceptance}
         dataclasses.replace(config, **fields)
         return fields
 

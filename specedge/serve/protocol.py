@@ -139,6 +139,7 @@ class GenerationRequest:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # not in the OpenAI API: decode exactly max_tokens (benchmarks)
+    acceptance: str | None = None  # not in the OpenAI API: {"specedge": {"acceptance": "race"|"rejection"}}
 
 
 # Known parameters this server cannot honour, each with the test that a value is the API's default
@@ -239,8 +240,24 @@ def parse_common(body: dict[str, Any]) -> dict[str, Any]:
         "temperature": _number(body, "temperature", 0.0, 2.0, "a number from 0 to 2"),
         "top_p": _number(body, "top_p", 0.0, 1.0, "a number in (0, 1]", low_open=True),
         "top_k": _int(body, "top_k", 0), "seed": _seed(body), "stop": _stop(body.get("stop")),
-        "ignore_eos": _bool(body, "ignore_eos"),
+        "ignore_eos": _bool(body, "ignore_eos"), "acceptance": _acceptance(body.get("specedge")),
     }
+
+
+ACCEPTANCE_RULES = ("race", "rejection")
+
+
+def _acceptance(extension: object) -> str | None:
+    """specedge's own request field: {"specedge": {"acceptance": "race" | "rejection"}}."""
+    if extension is None:
+        return None
+    if not isinstance(extension, dict) or set(extension) - {"acceptance"}:
+        raise invalid("specedge", 'must be an object such as {"acceptance": "rejection"}')
+    rule = extension.get("acceptance")
+    if rule is not None and rule not in ACCEPTANCE_RULES:
+        rules = ", ".join(ACCEPTANCE_RULES)
+        raise invalid("specedge.acceptance", f"must be one of {rules}, got {json.dumps(rule)[:40]}")
+    return rule
 
 
 def _bool(body: dict[str, Any], name: str) -> bool:

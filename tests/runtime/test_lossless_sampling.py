@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specedge.errors import SpecEdgeError
 from specedge.kernels.acceptance import accept_sampled
 from specedge.kernels.sampling import Draws, SamplingParams, probabilities
 from specedge.runtime import Generator, OnnxModel, SpecConfig
@@ -101,7 +102,7 @@ def exact_laws(target: Path, params: SamplingParams) -> tuple[np.ndarray, np.nda
 def draw(gen: Generator, seed: int) -> np.ndarray:
     """DRAWS samples of the first TOKENS generated tokens: [DRAWS, TOKENS]."""
     gen.config = SpecConfig(gamma=gen.config.gamma, max_new_tokens=TOKENS, sampling=gen.config.sampling,
-                            seed=seed, ignore_eos=True)
+                            seed=seed, ignore_eos=True, acceptance=gen.config.acceptance)
     out = np.empty((DRAWS, TOKENS), dtype=np.int64)
     seeds = np.random.SeedSequence(seed).generate_state(DRAWS)
     for i, s in enumerate(seeds):
@@ -265,6 +266,42 @@ def test_sampled_tokens_follow_target_law(small_vocab_pair: tuple[Path, Path, Pa
         assert power(law, DRAWS) >= 0.85, f"token {position + 1}: too few draws to see a 1% shift"
         ok, chi_z, cell_z = fits(samples[:, position], law)
         assert ok, f"token {position + 1}: chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["draft-model", "hybrid", "truncated-draft"])
+def test_the_rejection_rule_through_the_loop_follows_the_target_law(small_vocab_pair: tuple[Path, Path, Path],
+                                                                   mode: str) -> None:
+    """The min(1, p/q) rule (kernels/acceptance.accept_rejection) through the real Generator: the draft
+    model's q as sampled (a truncated head's q over 8 of the 12 ids), hybrid rounds' one-hot lookups;
+    20,000 draws at temperature 1, the power as above."""
+    params = CASES["temperature"]
+    gen = load(small_vocab_pair, mode, SpecConfig(gamma=3, sampling=params, acceptance="rejection"))
+    samples = draw(gen, seed=zlib.crc32(f"rejection/{mode}".encode()))
+    assert gen.generate(PROMPT, seed=1).stats.acceptance_rule == "rejection"
+    p2, p3 = exact_laws(small_vocab_pair[0], params)
+    for position, law in ((1, p2), (2, p3)):
+        assert power(law, DRAWS) >= 0.85, f"token {position + 1}: too few draws to see a 1% shift"
+        ok, chi_z, cell_z = fits(samples[:, position], law)
+        assert ok, f"token {position + 1}: chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
+
+
+def test_the_rule_follows_the_seed(small_vocab_pair: tuple[Path, Path, Path]) -> None:
+    """With a seed the race (plain sampling's tokens); without, the rejection rule; asked for by name, it.
+    A seeded rejection run repeats itself."""
+    params = SamplingParams(temperature=1.0)
+    gen = load(small_vocab_pair, "draft-model", SpecConfig(gamma=3, max_new_tokens=12, sampling=params))
+    assert gen.generate(PROMPT, seed=3).stats.acceptance_rule == "race"
+    assert gen.generate(PROMPT).stats.acceptance_rule == "rejection"
+    greedy = load(small_vocab_pair, "draft-model", SpecConfig(gamma=3, max_new_tokens=12))
+    assert greedy.generate(PROMPT).stats.acceptance_rule == "greedy"
+    rejection = load(small_vocab_pair, "draft-model",
+                     SpecConfig(gamma=3, max_new_tokens=12, sampling=params, acceptance="rejection"))
+    first = rejection.generate(PROMPT, seed=3, ignore_eos=True)
+    assert first.stats.acceptance_rule == "rejection"
+    assert rejection.generate(PROMPT, seed=3, ignore_eos=True).token_ids == first.token_ids
+    with pytest.raises(SpecEdgeError, match="unknown acceptance rule"):
+        SpecConfig(acceptance="coin")
 
 
 @pytest.mark.parametrize("mode", ["draft-model", "ngram", "hybrid", "truncated-draft", "auto"])
