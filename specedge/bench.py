@@ -55,6 +55,7 @@ class Run:
     identical: bool  # same tokens as plain decoding of its target (baseline modes: 'baseline-rows')
     gamma: int
     host_fraction: float  # share of decoding spent outside model passes
+    acceptance_by_position: tuple[float, ...] = ()  # accepted share of the drafts at each place in a round
 
 
 def load_prompts(path: Path) -> list[dict[str, str]]:
@@ -147,7 +148,8 @@ def run_prompt(index: int, row: dict[str, str], jobs: Sequence[Job], max_new_tok
                         ratio_best_plain=0.0,  # set below, once both plain decodings have run
                         tokens_per_pass=s.tokens_per_target_pass, acceptance=s.acceptance_rate,
                         identical=result.token_ids == tokens[job.reference], gamma=s.gamma,
-                        host_fraction=s.time_host_s / s.time_decode_s if s.time_decode_s else 0.0))
+                        host_fraction=s.time_host_s / s.time_decode_s if s.time_decode_s else 0.0,
+                        acceptance_by_position=tuple(round(a, 4) for a in s.acceptance_by_position)))
     return with_best_plain(runs)
 
 

@@ -53,6 +53,15 @@ def test_build_config_reads_the_sampling_flags() -> None:
     config = build_config(args, stop=["x"], ignore_eos=True)
     assert (config.max_new_tokens, config.seed, config.stop_strings, config.ignore_eos) == (9, 5, ("x",), True)
     assert (config.sampling.temperature, config.sampling.top_k, config.sampling.top_p) == (0.5, 3, 0.8)
+    assert (config.acceptance, config.acceptance_rule) == ("auto", "race")  # a seed: the race keeps its promise
+
+
+@pytest.mark.parametrize(("flags", "rule"), [
+    (["--temperature", "0.7"], "rejection"), (["--temperature", "0.7", "--seed", "1"], "race"),
+    (["--temperature", "0.7", "--seed", "1", "--acceptance", "rejection"], "rejection"),
+    (["--temperature", "0.7", "--acceptance", "race"], "race"), (["--acceptance", "rejection"], "greedy")])
+def test_the_acceptance_rule_follows_the_flags(flags: list[str], rule: str) -> None:
+    assert build_config(parser().parse_args(flags)).acceptance_rule == rule
 
 
 def test_a_server_takes_max_tokens_too() -> None:

@@ -120,16 +120,7 @@ void quantize_rows_avx2(const float* x, int64_t m, int64_t k, int64_t block, int
 
 void groups_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y) {
   for (int64_t g = g0; g < g1; ++g) {
-    int64_t r = 0;
-    for (; r + 6 <= x.m; r += 6) tile<6>(w, x, g, r, y);
-    switch (x.m - r) {
-      case 5: tile<5>(w, x, g, r, y); break;
-      case 4: tile<4>(w, x, g, r, y); break;
-      case 3: tile<3>(w, x, g, r, y); break;
-      case 2: tile<2>(w, x, g, r, y); break;
-      case 1: tile<1>(w, x, g, r, y); break;
-      default: break;
-    }
+    each_row_tile(x.m, [&](auto rows, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
   }
 }
 

@@ -31,6 +31,15 @@ def test_chat_defaults_and_parameters() -> None:
     assert req.seed == (1 << 64) - 1 and req.stop == ("x",) and req.stream and req.include_usage
 
 
+def test_the_acceptance_rule_is_a_request_field() -> None:
+    assert parse_chat({"messages": USER}).acceptance is None
+    assert parse_chat({"messages": USER, "specedge": {"acceptance": "rejection"}}).acceptance == "rejection"
+    assert parse_completion({"prompt": "x", "specedge": {"acceptance": "race"}}).acceptance == "race"
+    assert status_of(parse_chat, {"messages": USER, "specedge": {"acceptance": "coin"}}) == 400
+    assert status_of(parse_chat, {"messages": USER, "specedge": {"gamma": 3}}) == 400
+    assert status_of(parse_chat, {"messages": USER, "specedge": "rejection"}) == 400
+
+
 def test_message_content_parts_and_roles() -> None:
     req = parse_chat({"messages": [{"role": "developer", "content": "be brief"},
                                    {"role": "user", "content": [{"type": "text", "text": "a"},
