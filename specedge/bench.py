@@ -245,15 +245,17 @@ def plot(summary: dict, gammas: Sequence[int], path: Path) -> bool:
     return True
 
 
-def sampled(jobs: list[Job], sampling: SamplingParams, seed: int) -> list[Job]:
-    """The jobs sampling with `sampling` and `seed` by the race (a speculative run's tokens are then plain
-    sampling's with that seed: 'same' checks it), each speculative one followed by its twin under the
-    rejection rule (MODE-rejection: the same law, other tokens, more accepted per position)."""
+def sampled(jobs: list[Job], sampling: SamplingParams, seed: int, rules: Sequence[str] = ("race", "rejection")
+            ) -> list[Job]:
+    """The jobs sampling with `sampling` and `seed`: each speculative one under each of `rules` - by
+    the race as MODE (its tokens are then plain sampling's with that seed: 'same' checks it), by the
+    rejection rule as MODE-rejection (the same law, other tokens, more accepted per position)."""
     out = []
     for job in jobs:
         config = dataclasses.replace(job.config, sampling=sampling, seed=seed, acceptance="race")
-        out.append(dataclasses.replace(job, config=config))
-        if job.drafter is not None:
+        if job.drafter is None or "race" in rules:
+            out.append(dataclasses.replace(job, config=config))
+        if job.drafter is not None and "rejection" in rules:
             out.append(dataclasses.replace(job, mode=f"{job.mode}-rejection",
                                            config=dataclasses.replace(config, acceptance="rejection")))
     return out
@@ -262,7 +264,8 @@ def sampled(jobs: list[Job], sampling: SamplingParams, seed: int) -> list[Job]:
 def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, max_new_tokens: int = 128,
               gammas: Sequence[int] = tuple(range(1, 9)), limit: int | None = None, command: str = "",
               only: Sequence[str] | None = None, baseline_dir: Path | None = None, default=None,
-              sampling: SamplingParams | None = None, seed: int = 0) -> Path:
+              sampling: SamplingParams | None = None, seed: int = 0,
+              rules: Sequence[str] = ("race", "rejection")) -> Path:
     """default: how chat decodes here (a defaults.Decoding), run as the mode 'default' when `only` names it.
     sampling: sample (temperature > 0) instead of greedy decoding, each speculative mode under both rules."""
     rows = load_prompts(prompts_file)[:limit]
@@ -277,7 +280,7 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
     if default is not None:
         jobs.append(default_job(default, target_dir, baseline_dir, draft))
     if sampling is not None and not sampling.greedy:
-        jobs = sampled(jobs, sampling, seed)
+        jobs = sampled(jobs, sampling, seed, rules)
     single = next((j.model for j in extra if j.rows == SINGLE_STEPS), None)
     for model in (target, plain_target):
         Generator(model, None, SpecConfig(gamma=0, max_new_tokens=8), rows=policy).generate("warm up")

@@ -235,7 +235,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        gammas=gammas, limit=args.limit, command="specedge " + " ".join(sys.argv[1:]),
                        only=only, baseline_dir=artifact_arg(args.baseline) if args.baseline else None,
                        default=default, sampling=SamplingParams(temperature=args.temperature, top_p=args.top_p),
-                       seed=args.seed)
+                       seed=args.seed, rules=(args.acceptance,) if args.acceptance else ("race", "rejection"))
     print(report.read_text())
     return 0
 
@@ -259,6 +259,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
                         "min(1, p/q)")
     p.add_argument("--top-p", type=probability_mass, default=1.0, help="nucleus mass when sampling (default 1: all)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="the seed of every sampled run (default 0)")
+    p.add_argument("--acceptance", choices=["race", "rejection"], default=None,
+                   help="when sampling, run the speculative modes under this rule only (default: both)")
     p.set_defaults(func=cmd_bench)
 
 

@@ -39,6 +39,28 @@ def test_bench_runs_a_subset_of_modes(tiny_llama: tuple[Path, Path, Path], tmp_p
     assert {r["mode"] for r in data["runs"]} == {"plain", "ngram"}
 
 
+def test_a_sampled_bench_runs_both_acceptance_rules(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """--temperature: each speculative mode by the race (seeded: plain sampling's tokens) and by the
+    rejection rule, with acceptance per position; --acceptance keeps one rule."""
+    from specedge.kernels.sampling import SamplingParams
+
+    _, target, draft = tiny_llama
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"kind": "edit", "prompt": "abcabc abcabc"}))
+    sampling = SamplingParams(temperature=0.8, top_p=0.95)
+    run_bench(target, draft, prompts, tmp_path / "out", max_new_tokens=12, gammas=(2,), only=["draft-g2"],
+              sampling=sampling, seed=3)
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    runs = {r["mode"]: r for r in data["runs"]}
+    assert set(runs) == {"plain", "draft-g2", "draft-g2-rejection"}
+    assert runs["draft-g2"]["identical"]  # the race with a seed: plain sampling's tokens
+    assert runs["draft-g2-rejection"]["acceptance_by_position"] and data["meta"]["sampling"]["temperature"] == 0.8
+    run_bench(target, draft, prompts, tmp_path / "one", max_new_tokens=8, gammas=(2,), only=["draft-g2"],
+              sampling=sampling, seed=3, rules=("rejection",))
+    data = json.loads((tmp_path / "one" / "results.json").read_text())
+    assert {r["mode"] for r in data["runs"]} == {"plain", "draft-g2-rejection"}
+
+
 def test_bench_compares_with_a_baseline_export(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
     """--baseline: plain decoding of another export runs too; ratios to the faster plain are reported."""
     _, target, draft = tiny_llama
