@@ -49,12 +49,23 @@ def pack_codes(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray) -> Rows
                       k=k, n=n, block=k // blocks)
 
 
+CHUNK_COLUMNS = 4096  # columns converted at once (a multiple of GROUP): an output head stays ~20 MB at a time
+
+
 def from_nbits(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray, k: int, n: int) -> RowsWeight:
-    """MatMulNBits' 4-bit layout (export/quantize.py's PackedWeight) -> this layout, the same codes."""
+    """MatMulNBits' 4-bit layout (export/quantize.py's PackedWeight) -> this layout, the same codes;
+    CHUNK_COLUMNS columns at a time."""
     blocks = scales.shape[1]
-    codes = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(n, k)
-    zeros = np.stack([zero_points & 0x0F, zero_points >> 4], axis=-1).reshape(n, -1)[:, :blocks]
-    return pack_codes(codes, scales, zeros)
+    parts = []
+    for c in range(0, n, CHUNK_COLUMNS):
+        rows = slice(c, min(c + CHUNK_COLUMNS, n))
+        codes = np.stack([packed[rows] & 0x0F, packed[rows] >> 4], axis=-1).reshape(-1, k)
+        zeros = np.stack([zero_points[rows] & 0x0F, zero_points[rows] >> 4], axis=-1).reshape(len(codes), -1)
+        parts.append(pack_codes(codes, scales[rows], zeros[:, :blocks]))
+    if len(parts) == 1:
+        return parts[0]
+    joined = {name: np.concatenate([getattr(p, name) for p in parts]) for name in ("packed", "scales", "zero_points")}
+    return RowsWeight(**joined, k=k, n=n, block=parts[0].block)
 
 
 def unpack(w: RowsWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
