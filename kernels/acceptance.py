@@ -80,12 +80,11 @@ def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
 def residual(p: np.ndarray, q: np.ndarray | None, drafted: int) -> np.ndarray:
     """max(0, p - q) over p's ids (q may cover only the first ids: a truncated head), or p without
     `drafted` where q is None (a deterministic draft: q = one-hot). Not normalised."""
-    if q is None:
-        out = p.astype(np.float64, copy=True)
-        out[drafted] = 0.0
-        return out
     out = p.astype(np.float64, copy=True)
-    out[:len(q)] = np.maximum(out[:len(q)] - q, 0.0)
+    if q is None:
+        out[drafted] = 0.0
+    else:
+        out[:len(q)] = np.maximum(out[:len(q)] - q, 0.0)
     return out
 
 

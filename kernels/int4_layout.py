@@ -29,6 +29,11 @@ class RowsWeight:
     block: int
 
 
+def nibbles(packed: np.ndarray) -> np.ndarray:
+    """uint8 [..., m] -> [..., m, 2]: each byte's low nibble, then its high one."""
+    return np.stack([packed & 0x0F, packed >> 4], axis=-1)
+
+
 def pack_codes(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray) -> RowsWeight:
     """codes uint8 [N, K] (0..15), scales float32 [N, blocks], zero points uint8 [N, blocks]. N is
     padded to whole groups of 8 with zero columns (the op computes and drops them)."""
@@ -59,8 +64,8 @@ def from_nbits(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray, 
     parts = []
     for c in range(0, n, CHUNK_COLUMNS):
         rows = slice(c, min(c + CHUNK_COLUMNS, n))
-        codes = np.stack([packed[rows] & 0x0F, packed[rows] >> 4], axis=-1).reshape(-1, k)
-        zeros = np.stack([zero_points[rows] & 0x0F, zero_points[rows] >> 4], axis=-1).reshape(len(codes), -1)
+        codes = nibbles(packed[rows]).reshape(-1, k)
+        zeros = nibbles(zero_points[rows]).reshape(len(codes), -1)
         parts.append(pack_codes(codes, scales[rows], zeros[:, :blocks]))
     if len(parts) == 1:
         return parts[0]
@@ -71,7 +76,7 @@ def from_nbits(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray, 
 def unpack(w: RowsWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """-> codes uint8 [N, K], scales float32 [N, blocks], zero points uint8 [N, blocks]."""
     g, k8 = w.packed.shape[:2]
-    halves = np.stack([w.packed & 0x0F, w.packed >> 4], axis=-1).reshape(g, k8, GROUP, 4, 2)
+    halves = nibbles(w.packed).reshape(g, k8, GROUP, 4, 2)
     codes = halves.transpose(0, 2, 1, 4, 3).reshape(g * GROUP, w.k)[:w.n]
     return (codes, w.scales.transpose(0, 2, 1).reshape(g * GROUP, -1)[:w.n],
             w.zero_points.transpose(0, 2, 1).reshape(g * GROUP, -1)[:w.n])

@@ -75,10 +75,9 @@ def isas() -> tuple[str, ...]:
 
 def register(options) -> None:  # onnxruntime.SessionOptions
     """Make ai.specedge ops available to sessions made with `options` (the library must be there)."""
-    path = library_path()
-    if not available() or path is None:
+    if not available():
         raise RuntimeError(missing())
-    options.register_custom_ops_library(str(path))
+    options.register_custom_ops_library(str(library_path()))
 
 
 def read_bandwidth(nbytes: int, threads: int, rounds: int = 3) -> float:

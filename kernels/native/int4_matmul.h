@@ -54,19 +54,22 @@ void groups_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64
 void groups_neon_dot(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
 #endif
 
-// Calls tile(std::integral_constant<int, R>{}, r0) for the row tiles of m rows: tiles of 6, then one of
-// the 1..5 left (the SIMD paths' register tiles; their unpacked chunk is reused across a tile's rows).
+// Calls tile(std::integral_constant<int, R>{}, g, r0) for each column group g in [g0, g1) and the row
+// tiles of m rows: tiles of 6, then one of the 1..5 left (the SIMD paths' register tiles; their
+// unpacked chunk is reused across a tile's rows).
 template <class Tile>
-inline void each_row_tile(int64_t m, Tile&& tile) {
-  int64_t r = 0;
-  for (; r + 6 <= m; r += 6) tile(std::integral_constant<int, 6>{}, r);
-  switch (m - r) {
-    case 5: tile(std::integral_constant<int, 5>{}, r); break;
-    case 4: tile(std::integral_constant<int, 4>{}, r); break;
-    case 3: tile(std::integral_constant<int, 3>{}, r); break;
-    case 2: tile(std::integral_constant<int, 2>{}, r); break;
-    case 1: tile(std::integral_constant<int, 1>{}, r); break;
-    default: break;
+inline void each_tile(int64_t g0, int64_t g1, int64_t m, Tile&& tile) {
+  for (int64_t g = g0; g < g1; ++g) {
+    int64_t r = 0;
+    for (; r + 6 <= m; r += 6) tile(std::integral_constant<int, 6>{}, g, r);
+    switch (m - r) {
+      case 5: tile(std::integral_constant<int, 5>{}, g, r); break;
+      case 4: tile(std::integral_constant<int, 4>{}, g, r); break;
+      case 3: tile(std::integral_constant<int, 3>{}, g, r); break;
+      case 2: tile(std::integral_constant<int, 2>{}, g, r); break;
+      case 1: tile(std::integral_constant<int, 1>{}, g, r); break;
+      default: break;
+    }
   }
 }
 

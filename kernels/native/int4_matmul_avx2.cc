@@ -119,9 +119,7 @@ void quantize_rows_avx2(const float* x, int64_t m, int64_t k, int64_t block, int
 }
 
 void groups_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y) {
-  for (int64_t g = g0; g < g1; ++g) {
-    each_row_tile(x.m, [&](auto rows, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
-  }
+  each_tile(g0, g1, x.m, [&](auto rows, int64_t g, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
 }
 
 }  // namespace specedge

@@ -60,9 +60,7 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, f
 }  // namespace
 
 void groups_neon_dot(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y) {
-  for (int64_t g = g0; g < g1; ++g) {
-    each_row_tile(x.m, [&](auto rows, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
-  }
+  each_tile(g0, g1, x.m, [&](auto rows, int64_t g, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
 }
 
 }  // namespace specedge

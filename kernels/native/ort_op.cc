@@ -31,6 +31,7 @@ const OrtApi* g_api = nullptr;
 struct Kernel {
   int64_t k, n, block;
   const specedge::Isa* isa;
+  bool weights_checked;  // all three weight inputs are constants, checked when the session was made
 };
 
 OrtStatus* fail(const std::string& what) { return g_api->CreateStatus(ORT_INVALID_ARGUMENT, what.c_str()); }
@@ -108,15 +109,16 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp*, const OrtApi*, const O
   if (kn.isa == nullptr) {
     return fail(std::string(kIsaEnv) + "=" + forced + " names no instruction set this CPU runs (unset it)");
   }
-  for (size_t input = 1; input <= 3; ++input) {  // constant weights: checked now, not at the first run
+  kn.weights_checked = true;
+  for (size_t input = 1; input <= 3; ++input) {  // constant weights: checked now, not at every run
     int is_constant = 0;
     const OrtValue* value = nullptr;
     OrtStatus* st = g_api->KernelInfoGetConstantInput_tensor(info, input, &is_constant, &value);
-    if (st != nullptr) {
-      g_api->ReleaseStatus(st);
+    if (st != nullptr) g_api->ReleaseStatus(st);
+    if (st != nullptr || !is_constant || value == nullptr) {
+      kn.weights_checked = false;  // fed at run time: checked at each run
       continue;
     }
-    if (!is_constant || value == nullptr) continue;
     OrtTensorTypeAndShapeInfo* shape = nullptr;
     RETURN_IF(g_api->GetTensorTypeAndShape(value, &shape));
     const auto dims = dims_of(shape);
@@ -157,7 +159,7 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   const void* ptr[4];
   std::vector<int64_t> dims[4];
   for (size_t i = 0; i < 4; ++i) RETURN_IF(tensor_data(ctx, i, &ptr[i], &dims[i]));
-  for (size_t i = 1; i < 4; ++i) RETURN_IF(check_weight(kn, i, dims[i]));
+  for (size_t i = 1; i < 4 && !kn.weights_checked; ++i) RETURN_IF(check_weight(kn, i, dims[i]));
   const auto& a = dims[0];
   if (a.empty() || a.back() != kn.k) {
     return fail("MatMulInt4Rows: input of shape " + shape_text(a) + " has no last dimension K=" + std::to_string(kn.k));
