@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import resource
 import shutil
@@ -28,7 +29,9 @@ from specedge.runtime.manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
     Manifest,
+    ManifestFieldError,
     Quantization,
+    check_fields,
     load_manifest,
     sha256_file,
     tokenizer_fingerprint,
@@ -199,8 +202,20 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         files={name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
                for name in (*(graphs.values() if graphs else [GRAPH_FILE]), DATA_FILE, TOKENIZER_NAME)},
     )
+    check_before_writing(manifest, source)
     (folder / MANIFEST_NAME).write_text(manifest.to_json())
     return manifest
+
+
+def check_before_writing(manifest: Manifest, source: SourceModel) -> None:
+    """The manifest passes the checks the runtime applies when it loads one, before it is written:
+    no export succeeds that cannot load (the source's checks should have refused it earlier)."""
+    try:
+        check_fields(json.loads(manifest.to_json()))
+    except ManifestFieldError as e:
+        raise SpecEdgeError(f"the export of {source.path} would write an artifact that cannot load: "
+                            f"its manifest's {e}", "the checkpoint's config does not fit specedge's limits; "
+                            "nothing was written") from None
 
 
 # bytes an export writes per weight value, by format (scales and zero points included, rounded up);
@@ -231,6 +246,15 @@ def check_out(out: Path, overwrite: bool) -> None:
         raise SpecEdgeError(f"--out {out} holds the working directory", "run the export from another folder")
 
 
+def resolve_out(out: Path) -> Path:
+    """--out as an absolute path, its links followed; a loop of links is one line."""
+    try:
+        return out.resolve()
+    except (RuntimeError, OSError) as e:  # Python 3.11 raises RuntimeError for a loop, 3.13 OSError
+        raise SpecEdgeError(f"--out {out} cannot be followed: {e}",
+                            "pass a new folder for the artifact (not a loop of symbolic links)") from None
+
+
 def export_model(src: Path, out: Path, settings: ExportSettings | None = None, overwrite: bool = False,
                  expected_sha256: str | None = None, reuse: bool = False) -> ExportResult:
     """Export `src` (HF folder or .gguf) to the artifact folder `out`.
@@ -242,7 +266,7 @@ def export_model(src: Path, out: Path, settings: ExportSettings | None = None, o
     """
     settings = settings or ExportSettings()
     settings.validate()
-    out = Path(out).resolve()
+    out = resolve_out(Path(out))
     check_out(out, overwrite or reuse)
     summary = inspect_source(Path(src))
     ensure_writable(out.parent)

@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from specedge.errors import SpecEdgeError
-from specedge.export.source_check import ARRAY, GGUF_MAGIC, MAX_DIMS, STRING, _Reader
+from specedge.export.source_check import ARRAY, GGUF_MAGIC, MAX_DIMS, STRING, _Reader, overlapping
 
 # GGUF value types -> struct formats (little-endian); 8 = string and 9 = array are read apart
 FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
 DEFAULT_ALIGNMENT = 32
+MAX_ALIGNMENT = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def read_header(path: Path) -> GgufFile:
             dims = tuple(r.u64() for _ in range(n_dims))
             qtype, offset = r.u32(), r.u64()
             infos.append((name, dims, qtype, offset))
-        alignment = int(fields.get("general.alignment", DEFAULT_ALIGNMENT)) or DEFAULT_ALIGNMENT
+        alignment = _alignment(fields.get("general.alignment", DEFAULT_ALIGNMENT), r)
         start = -(-f.tell() // alignment) * alignment
     tensors = {}
     for name, dims, qtype, offset in infos:
@@ -109,7 +110,18 @@ def read_header(path: Path) -> GgufFile:
             raise SpecEdgeError(f"{path} is not a valid GGUF file: tensor {name[:80]} is duplicated, misshapen "
                                 "or runs past the end of the file", "the file is damaged; download it again")
         tensors[name] = TensorInfo(name, dims, qtype, start + offset, nbytes)
+    if overlapping(sorted((t.offset, t.offset + t.nbytes) for t in tensors.values())):
+        raise SpecEdgeError(f"{path} is not a valid GGUF file: two of its tensors share bytes",
+                            "the file is damaged or was made to mislead; download it again")
     return GgufFile(path, fields, tensors)
+
+
+def _alignment(value: object, r: _Reader) -> int:
+    """general.alignment: a power of two the tensor data starts at (GGUF's default 32)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_ALIGNMENT \
+            or value & (value - 1):
+        raise r.bad(f"general.alignment is {str(value)[:40]!r}, not a power of two up to {MAX_ALIGNMENT}")
+    return value
 
 
 def read_raw(path: Path, info: TensorInfo) -> np.ndarray:

@@ -14,6 +14,8 @@ import numpy as np
 
 from specedge.errors import SpecEdgeError
 from specedge.export.gguf_file import GgufFile, TensorInfo, dequantize, read_raw
+from specedge.export.source_config import CRAFTED
+from specedge.runtime.manifest import MAX_VOCAB
 
 # what transformers' config classes default to when the file does not say
 CLASS_DEFAULTS = {
@@ -72,6 +74,26 @@ def config_values(g: GgufFile) -> dict[str, object]:
     values["permute"] = arch == "llama" and "num_attention_heads" in found and "num_key_value_heads" in found
     values["tie_word_embeddings"] = "output.weight" not in g.tensors
     return values
+
+
+def field_names(g: GgufFile) -> dict[str, str]:
+    """Config name -> the GGUF key it was read from (for messages that name the file's own field)."""
+    arch = str(g.fields["general.architecture"])
+    names = {name: f"{arch}.{key}" for key, name in KEYS.items()}
+    return {**names, "head_dim": f"{arch}.rope.dimension_count", "eos_token_id": "tokenizer.ggml.eos_token_id"}
+
+
+def check_vocabulary_fields(g: GgufFile) -> None:
+    """The tokenizer's lists are lists of strings (and token types of integers), within bounds,
+    before the tokenizer is built from them."""
+    for key, kind in (("tokenizer.ggml.tokens", str), ("tokenizer.ggml.merges", str),
+                      ("tokenizer.ggml.token_type", int), ("tokenizer.ggml.scores", float)):
+        value = g.fields.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or len(value) > MAX_VOCAB or not all(isinstance(v, kind) for v in value):
+            raise SpecEdgeError(f"{g.path}: {key} must be a list of at most {MAX_VOCAB} {kind.__name__} values",
+                                CRAFTED)
 
 
 def hf_name(gguf_name: str) -> str | None:

@@ -8,13 +8,14 @@ top half of a float32). safetensors' own numpy reader has no bfloat16, so the he
 from __future__ import annotations
 
 import json
-import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from specedge.errors import SpecEdgeError
+from specedge.export.source_check import safetensors_entries
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 # what transformers' config classes default to when config.json does not say
@@ -54,26 +55,21 @@ def config_values(folder: Path) -> dict[str, object]:
 
 
 def tensor_index(folder: Path) -> dict[str, StoredTensor]:
-    """Every tensor of the folder's *.safetensors files (headers checked by source_check first)."""
+    """Every tensor of the folder's *.safetensors files, from headers checked field by field."""
     index = {}
     for path in sorted(folder.glob("*.safetensors")):
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            length = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(length))
-        start = 8 + length
-        for name, meta in header.items():
-            if name == "__metadata__":
-                continue
-            begin, end = (start + int(o) for o in meta["data_offsets"])
-            stored = StoredTensor(path, str(meta["dtype"]), tuple(int(d) for d in meta["shape"]), begin, end)
-            count = int(np.prod(stored.shape, dtype=np.int64))
-            itemsize = np.dtype(DTYPES[stored.dtype]).itemsize if stored.dtype in DTYPES else 0
-            if not begin <= end <= size or (itemsize and end - begin != count * itemsize):
-                raise SpecEdgeError(f"{path} has a damaged safetensors header (tensor {name[:80]})",
-                                    "download the weights again")
-            index[name] = stored
+        for e in safetensors_entries(path):
+            index[e.name] = StoredTensor(path, e.dtype, e.shape, e.begin, e.end)
     return index
+
+
+def check_dtypes(index: dict[str, StoredTensor], needed: Iterable[str]) -> None:
+    """Each tensor the export reads is float32, float16 or bfloat16, before any is read."""
+    for name in needed:
+        if name in index and index[name].dtype not in DTYPES:
+            t = index[name]
+            raise SpecEdgeError(f"{t.file} stores {name} as {t.dtype}",
+                                "specedge reads float32, float16 and bfloat16 weights")
 
 
 def read_tensor(t: StoredTensor, name: str) -> np.ndarray:

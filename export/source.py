@@ -14,6 +14,16 @@ import numpy as np
 from specedge.errors import SpecEdgeError
 from specedge.export.lazy_weights import LazyWeights
 from specedge.export.source_check import SourceSummary, check_gguf, check_hf_folder
+from specedge.export.source_config import (
+    DecoderConfig,
+    Fields,
+    check_template,
+    check_tensor_table,
+    check_token_ids,
+    check_tokenizer_fits,
+    decoder_config,
+    expected_shapes,
+)
 from specedge.export.source_tokenizer import SourceTokenizer, gguf_tokenizer, hf_tokenizer
 from specedge.runtime.manifest import sha256_file
 
@@ -21,24 +31,6 @@ SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "mistral")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt")
 DEFAULT_RMS_EPS = 1e-6  # transformers' config classes' defaults for llama, qwen2 and mistral
 DEFAULT_ROPE_THETA = 10000.0
-
-
-@dataclass(frozen=True)
-class DecoderConfig:
-    """What the graph builder needs to know about a decoder-only transformer."""
-
-    architecture: str
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    rope_theta: float
-    attention_bias: bool  # q/k/v projections carry a bias (qwen2)
-    tie_word_embeddings: bool
 
 
 @dataclass
@@ -91,62 +83,36 @@ def _rope_type(values: dict) -> object:
     return None
 
 
-def decoder_config(values: dict) -> DecoderConfig:
-    """The graph builder's config from a config dict (config.json, or what a GGUF header says) over
-    the transformers config class's defaults."""
+def checked_config(values: dict, where: Path, names: dict[str, str] | None = None) -> tuple[DecoderConfig, Fields]:
+    """The graph builder's config from a checkpoint's config values (config.json, or what a GGUF
+    header says, over the transformers config class's defaults), every value checked
+    (source_config.py); names: how the file names each value, for messages."""
     arch = values.get("model_type")
     if arch not in SUPPORTED_ARCHITECTURES:
-        raise SpecEdgeError(f"architecture '{arch}' is not supported",
+        raise SpecEdgeError(f"architecture '{str(arch)[:80]}' is not supported",
                             f"specedge exports {', '.join(SUPPORTED_ARCHITECTURES)} models")
     scaling = _rope_type(values)
     if scaling:
-        raise SpecEdgeError(f"rope scaling {scaling} is not supported yet",
+        raise SpecEdgeError(f"rope scaling {str(scaling)[:200]} is not supported yet",
                             "export a model with plain rotary embeddings")
     params = values.get("rope_parameters") if isinstance(values.get("rope_parameters"), dict) else {}
     theta = params.get("rope_theta", values.get("rope_theta", DEFAULT_ROPE_THETA))  # type: ignore[union-attr]
-    try:
-        heads = int(values["num_attention_heads"])
-        hidden = int(values["hidden_size"])
-        return DecoderConfig(
-            architecture=arch,
-            vocab_size=int(values["vocab_size"]),
-            hidden_size=hidden,
-            intermediate_size=int(values["intermediate_size"]),
-            num_layers=int(values["num_hidden_layers"]),
-            num_heads=heads,
-            num_kv_heads=int(values.get("num_key_value_heads") or heads),
-            head_dim=int(values.get("head_dim") or hidden // heads),
-            rms_norm_eps=float(values.get("rms_norm_eps", DEFAULT_RMS_EPS)),
-            rope_theta=float(theta),
-            attention_bias=arch == "qwen2" or bool(values.get("attention_bias", False)),
-            tie_word_embeddings=bool(values.get("tie_word_embeddings", False)),
-        )
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
-        raise SpecEdgeError(f"the model's config has a missing or bad value ({type(e).__name__}: {e})",
-                            "check that the checkpoint is complete") from None
+    f = Fields({"rms_norm_eps": DEFAULT_RMS_EPS, **values, "rope_theta": theta}, where, names or {})
+    return decoder_config(f, str(arch)), f
 
 
-def eos_ids(tokenizer_eos: int | None, generation_eos: object) -> tuple[int, ...]:
-    """The tokenizer's eos id, then the generation config's (one id or a list), once each."""
+def eos_ids(tokenizer_eos: int | None, generation_eos: tuple[int, ...]) -> tuple[int, ...]:
+    """The tokenizer's eos id, then the config's (checked ids), once each."""
     ids: list[int] = []
-    for value in (tokenizer_eos, generation_eos):
-        for v in value if isinstance(value, list) else [value]:
-            if v is not None and int(v) not in ids:
-                ids.append(int(v))
+    for v in (tokenizer_eos, *generation_eos):
+        if v is not None and v not in ids:
+            ids.append(v)
     return tuple(ids)
 
 
 def read_order(cfg: DecoderConfig) -> list[str]:
     """The order the graph builder takes the weights in (what the reader reads ahead)."""
-    names = ["model.embed_tokens.weight"]
-    for i in range(cfg.num_layers):
-        p = f"model.layers.{i}"
-        names.append(f"{p}.input_layernorm.weight")
-        for n in ("q", "k", "v"):
-            names += [f"{p}.self_attn.{n}_proj.weight", f"{p}.self_attn.{n}_proj.bias"]
-        names += [f"{p}.self_attn.o_proj.weight", f"{p}.post_attention_layernorm.weight",
-                  f"{p}.mlp.gate_proj.weight", f"{p}.mlp.up_proj.weight", f"{p}.mlp.down_proj.weight"]
-    return [*names, "model.norm.weight", "lm_head.weight"]
+    return list(expected_shapes(cfg))
 
 
 def inspect_source(src: Path) -> SourceSummary:
@@ -177,44 +143,65 @@ def load_source(src: Path, expected_sha256: str | None = None,
     if expected_sha256 is not None and digest != expected_sha256:
         raise SpecEdgeError(f"{src} has sha256 {digest[:16]}…, expected {expected_sha256[:16]}…",
                             "the file was damaged or replaced; fetch it again (specedge fetch NAME)")
-    if kind == "gguf":
-        values, tokenizer, names, load = _open_gguf(folder / gguf)  # type: ignore[operator]
-    else:
-        values, tokenizer, names, load = _open_hf(folder)
-    config = decoder_config(values)
+    opened = _open_gguf(folder / gguf) if kind == "gguf" else _open_hf(folder)  # type: ignore[operator]
+    config, tokenizer = opened.config, opened.tokenizer
+    eos = eos_ids(tokenizer.eos_token_id, check_token_ids(opened.fields, "eos_token_id", config.vocab_size))
+    bos = () if tokenizer.bos_token_id is None else (tokenizer.bos_token_id,)
+    check_template(tokenizer.chat_template, Path(src))
+    check_tokenizer_fits(tokenizer.json, {"beginning-of-sequence": bos, "end-of-sequence": eos}, config.vocab_size,
+                         Path(src))
     return SourceModel(
         config=config,
-        weights=LazyWeights(names, load, order=read_order(config), where=str(src)),
+        weights=LazyWeights(opened.names, opened.load, order=read_order(config), where=str(src)),
         tokenizer_json=tokenizer.json,
         chat_template=tokenizer.chat_template,
         bos_token_id=tokenizer.bos_token_id,
-        eos_token_ids=eos_ids(tokenizer.eos_token_id, values.get("eos_token_id")),
+        eos_token_ids=eos,
         kind=kind,
         path=Path(src).resolve(),
         sha256=digest,
     )
 
 
-def _open_gguf(path: Path) -> tuple[dict, SourceTokenizer, list[str], Callable[[str], np.ndarray]]:
+@dataclass(frozen=True)
+class _Opened:
+    """A checkpoint opened as data, its config and tensor table checked against each other."""
+
+    config: DecoderConfig
+    fields: Fields
+    tokenizer: SourceTokenizer
+    names: list[str]
+    load: Callable[[str], np.ndarray]
+
+
+def _open_gguf(path: Path) -> _Opened:
     from specedge.export import gguf_source
     from specedge.export.gguf_file import read_header
 
     g = read_header(path)
     kind = gguf_source.model_type(g)
     if kind not in SUPPORTED_ARCHITECTURES:
-        raise SpecEdgeError(f"architecture '{kind}' is not supported",
+        raise SpecEdgeError(f"architecture '{kind[:80]}' is not supported",
                             f"specedge exports {', '.join(SUPPORTED_ARCHITECTURES)} models")
+    gguf_source.check_vocabulary_fields(g)
     values = {**gguf_source.config_values(g), "model_type": kind}
+    config, fields = checked_config(values, path, gguf_source.field_names(g))
+    weights = gguf_source.GgufWeights(g, values)
+    check_tensor_table(expected_shapes(config), {hf: (name, g.tensors[name].shape)
+                                                 for hf, name in weights.by_hf.items()}, path)
     gguf_source.check_tensors(g)
     tokenizer = gguf_tokenizer(g.fields, path)
-    weights = gguf_source.GgufWeights(g, values)
-    return values, tokenizer, list(weights.by_hf), weights.load
+    return _Opened(config, fields, tokenizer, list(weights.by_hf), weights.load)
 
 
-def _open_hf(folder: Path) -> tuple[dict, SourceTokenizer, list[str], Callable[[str], np.ndarray]]:
+def _open_hf(folder: Path) -> _Opened:
     from specedge.export import hf_source
 
     values = hf_source.config_values(folder)
-    tokenizer = hf_tokenizer(folder)
+    config, fields = checked_config(values, folder / "config.json")
     index = hf_source.tensor_index(folder)
-    return values, tokenizer, list(index), lambda name: hf_source.read_tensor(index[name], name)
+    check_tensor_table(expected_shapes(config), {name: (name, t.shape) for name, t in index.items()}, folder)
+    hf_source.check_dtypes(index, expected_shapes(config))
+    tokenizer = hf_tokenizer(folder)
+    return _Opened(config, fields, tokenizer, list(index),
+                   lambda name: hf_source.read_tensor(index[name], name))

@@ -24,6 +24,9 @@ MAX_DIMS = 8
 SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 STRING, ARRAY = 8, 9
 EMBEDDING_NAMES = ("token_embd.weight", "model.embed_tokens.weight")
+MAX_SAFETENSORS_HEADER = 100 << 20
+SAFETENSORS_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U64": 8,
+                        "U32": 4, "U16": 2, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,9 @@ def check_gguf(path: Path) -> SourceSummary:
 def check_hf_folder(folder: Path) -> SourceSummary:
     """A Hugging Face folder as data only: no remote code, safetensors weights, counted from headers."""
     config = _read_json(folder / "config.json")
+    if not isinstance(config, dict):
+        raise SpecEdgeError(f"{folder / 'config.json'} is a JSON {type(config).__name__}, not an object",
+                            "pass a complete Hugging Face checkpoint folder")
     for name in ("config.json", "tokenizer_config.json"):
         data = config if name == "config.json" else _read_json(folder / name, required=False)
         if isinstance(data, dict) and data.get("auto_map"):
@@ -150,24 +156,85 @@ def _read_json(path: Path, required: bool = True) -> object:
         raise SpecEdgeError(f"{path} is not valid JSON ({e})", "the checkpoint is damaged; download it again") from None
 
 
-def _safetensors_counts(path: Path) -> list[tuple[str, int]]:
-    """(tensor name, number of values) from a safetensors header, bounds checked."""
+@dataclass(frozen=True)
+class SafetensorsEntry:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int  # from the start of the file
+    end: int
+
+    @property
+    def count(self) -> int:
+        count = 1
+        for d in self.shape:
+            count *= d
+        return count
+
+
+def safetensors_entries(path: Path) -> list[SafetensorsEntry]:
+    """A safetensors file's tensors from its header, every field checked: a JSON object of entries
+    with a dtype, a shape of non-negative integers and data offsets inside the file that hold
+    exactly the shape's bytes, no two tensors sharing a byte."""
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(8)
         length = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
-        if not 0 < length <= min(size - 8, 100 << 20):
+        if not 0 < length <= min(size - 8, MAX_SAFETENSORS_HEADER):
             raise SpecEdgeError(f"{path} is not a valid safetensors file", "download the weights again")
         try:
             header = json.loads(f.read(length))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             raise SpecEdgeError(f"{path} has a damaged safetensors header", "download the weights again") from None
-    counts = []
-    for name, meta in header.items() if isinstance(header, dict) else ():
-        if name == "__metadata__" or not isinstance(meta, dict):
-            continue
-        count = 1
-        for d in meta.get("shape", []):
-            count *= int(d)
-        counts.append((name, count))
-    return counts
+    if not isinstance(header, dict):
+        raise SpecEdgeError(f"{path} has a damaged safetensors header (a JSON {type(header).__name__}, "
+                            "not an object)", "download the weights again")
+    entries = [_entry(path, name, meta, size - 8 - length) for name, meta in header.items() if name != "__metadata__"]
+    if overlapping(sorted((e.begin, e.end) for e in entries)):
+        raise SpecEdgeError(f"{path} has a damaged safetensors header (two tensors share bytes)",
+                            "download the weights again")
+    return [SafetensorsEntry(e.name, e.dtype, e.shape, e.begin + 8 + length, e.end + 8 + length) for e in entries]
+
+
+def _entry(path: Path, name: str, meta: object, data_size: int) -> SafetensorsEntry:
+    def bad(what: str) -> SpecEdgeError:
+        return SpecEdgeError(f"{path} has a damaged safetensors header: tensor {name[:80]} {what}",
+                             "download the weights again")
+
+    if not isinstance(meta, dict):
+        raise bad("is not an object")
+    dtype, shape, offsets = meta.get("dtype"), meta.get("shape"), meta.get("data_offsets")
+    if not isinstance(dtype, str) or len(dtype) > 16:
+        raise bad(f"has the dtype {str(dtype)[:20]!r}")
+    if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(_natural(d) for d in shape):
+        raise bad(f"has the shape {str(shape)[:60]}, not a list of non-negative integers")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_natural(o) for o in offsets) \
+            or not offsets[0] <= offsets[1] <= data_size:
+        raise bad(f"has the data offsets {str(offsets)[:60]}, not a range inside the file")
+    entry = SafetensorsEntry(name, dtype, tuple(shape), offsets[0], offsets[1])
+    nbytes = entry.end - entry.begin
+    itemsize = SAFETENSORS_ITEMSIZE.get(dtype)
+    if (itemsize and nbytes != entry.count * itemsize) or (not itemsize and entry.count > nbytes * 8):
+        raise bad(f"has {nbytes} bytes for its shape {list(shape)} of {dtype}")
+    return entry
+
+
+def overlapping(extents: list[tuple[int, int]]) -> bool:
+    """Whether two of these sorted (begin, end) byte ranges share a byte: with none shared, what a
+    file's tensors hold adds up to no more than the file."""
+    reached = 0
+    for begin, end in extents:
+        if begin < end:
+            if begin < reached:
+                return True
+            reached = end
+    return False
+
+
+def _natural(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _safetensors_counts(path: Path) -> list[tuple[str, int]]:
+    """(tensor name, number of values) from a safetensors header, bounds checked."""
+    return [(e.name, e.count) for e in safetensors_entries(path)]

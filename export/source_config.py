@@ -1,0 +1,189 @@
+"""A checkpoint's config - what it says about itself - checked before anything is allocated from it.
+
+Every number of a config (config.json, or a GGUF file's `{arch}.*` metadata) is checked for type
+and range - the ranges the runtime's manifest check applies, so an export that passes here writes
+a manifest that loads - and for consistency: heads that divide, a rotary head of even size, token
+ids inside the vocabulary. Then the tensor table must hold every weight the graph builder takes,
+with the shape the config implies: the export's memory and disk are then bounded by the tensors
+actually in the file, not by what its header claims.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specedge.errors import SpecEdgeError
+from specedge.runtime.manifest import (
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_ITEMS,
+    MAX_LAYERS,
+    MAX_TEMPLATE_CHARS,
+    MAX_VOCAB,
+)
+
+MAX_INTERMEDIATE = 1 << 20
+MAX_ROPE_THETA = 1e12
+CRAFTED = "the checkpoint's header is damaged or was made to mislead; use the model's original files"
+
+
+@dataclass(frozen=True)
+class Fields:
+    """A checkpoint's config values by Hugging Face name, and how its file names each (for messages)."""
+
+    values: Mapping[str, object]
+    where: Path
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def bad(self, key: str, problem: str) -> SpecEdgeError:
+        return SpecEdgeError(f"{self.where}: {self.names.get(key, key)} {problem}", CRAFTED)
+
+    def integer(self, key: str, lo: int, hi: int) -> int:
+        value = self.values.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.bad(key, f"must be an integer, not {_shown(value)}")
+        if not lo <= value <= hi:
+            raise self.bad(key, f"is {value}, outside {lo}..{hi}")
+        return value
+
+    def real(self, key: str, lo: float, hi: float) -> float:
+        value = self.values.get(key)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise self.bad(key, f"must be a number, not {_shown(value)}")
+        if not (math.isfinite(value) and lo < value <= hi):
+            raise self.bad(key, f"is {value}, outside ({lo}, {hi}]")
+        return float(value)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'…' if len(text) > 40 else ''}" if value is not None else "missing"
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """What the graph builder needs to know about a decoder-only transformer."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    attention_bias: bool  # q/k/v projections carry a bias (qwen2)
+    tie_word_embeddings: bool
+
+
+def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
+    """The decoder's sizes, each in range, with heads that divide and an even rotary head
+    (f.values: config names over the transformers config class's defaults, rope_theta resolved)."""
+    hidden = f.integer("hidden_size", 1, MAX_HIDDEN)
+    heads = f.integer("num_attention_heads", 1, MAX_HEADS)
+    kv_heads = f.integer("num_key_value_heads", 1, heads) if f.values.get("num_key_value_heads") else heads
+    if heads % kv_heads:
+        raise f.bad("num_key_value_heads", f"is {kv_heads}, which does not divide the {heads} attention heads")
+    if f.values.get("head_dim"):
+        head_dim = f.integer("head_dim", 2, MAX_HEAD_DIM)
+    elif hidden % heads:
+        raise f.bad("hidden_size", f"is {hidden}, which the {heads} attention heads do not divide")
+    else:
+        head_dim = hidden // heads
+    if head_dim % 2:
+        raise f.bad("head_dim" if f.values.get("head_dim") else "num_attention_heads",
+                    f"gives heads of {head_dim} values, an odd size rotary embeddings cannot split in halves")
+    return DecoderConfig(
+        architecture=architecture,
+        vocab_size=f.integer("vocab_size", 1, MAX_VOCAB),
+        hidden_size=hidden,
+        intermediate_size=f.integer("intermediate_size", 1, MAX_INTERMEDIATE),
+        num_layers=f.integer("num_hidden_layers", 1, MAX_LAYERS),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        rms_norm_eps=f.real("rms_norm_eps", 0.0, 1.0),
+        rope_theta=f.real("rope_theta", 0.0, MAX_ROPE_THETA),
+        attention_bias=architecture == "qwen2" or bool(f.values.get("attention_bias", False)),
+        tie_word_embeddings=bool(f.values.get("tie_word_embeddings", False)),
+    )
+
+
+def check_token_ids(f: Fields, key: str, vocab: int) -> tuple[int, ...]:
+    """The id or list of ids under `key` (absent: none), each an integer inside the vocabulary."""
+    value = f.values.get(key)
+    ids = value if isinstance(value, list) else [] if value is None else [value]
+    if len(ids) > MAX_ITEMS:
+        raise f.bad(key, f"lists {len(ids)} ids, more than {MAX_ITEMS}")
+    for token in ids:
+        if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < vocab:
+            raise f.bad(key, f"holds {_shown(token)}, not a token id of the {vocab}-token vocabulary")
+    return tuple(ids)
+
+
+def check_template(template: str | None, where: Path) -> None:
+    if template is not None and len(template) > MAX_TEMPLATE_CHARS:
+        raise SpecEdgeError(f"{where}: its chat template is {len(template):,} characters long, more than the "
+                            f"{MAX_TEMPLATE_CHARS:,} specedge takes", CRAFTED)
+
+
+def check_tokenizer_fits(tokenizer_json: str, ids: Mapping[str, tuple[int, ...]], vocab: int, where: Path) -> None:
+    """The tokenizer's ids within the vocabulary the graph scores, and each special id one of its
+    tokens (what the runtime checks when it loads the artifact, runtime/text_checks.py)."""
+    from tokenizers import Tokenizer
+
+    from specedge.runtime.text_checks import vocabulary_size
+
+    tok = Tokenizer.from_str(tokenizer_json)
+    if (size := vocabulary_size(tok)) > vocab:
+        raise SpecEdgeError(f"{where}: its tokenizer has {size} tokens, more than the model's vocabulary of {vocab}",
+                            CRAFTED)
+    for role, tokens in ids.items():
+        for token in tokens:
+            if tok.id_to_token(token) is None:
+                raise SpecEdgeError(f"{where}: its {role} token id {token} is not a token of its tokenizer", CRAFTED)
+
+
+def expected_shapes(cfg: DecoderConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the graph builder takes, by Hugging Face name, in the order it takes them, with
+    the shape the config implies (numpy's order: [out, in]); the head only when not tied."""
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    hidden, inter = cfg.hidden_size, cfg.intermediate_size
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (cfg.vocab_size, hidden)}
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}"
+        shapes[f"{p}.input_layernorm.weight"] = (hidden,)
+        for n, rows in (("q", q), ("k", kv), ("v", kv)):
+            shapes[f"{p}.self_attn.{n}_proj.weight"] = (rows, hidden)
+            if cfg.attention_bias:
+                shapes[f"{p}.self_attn.{n}_proj.bias"] = (rows,)
+        shapes |= {f"{p}.self_attn.o_proj.weight": (hidden, q), f"{p}.post_attention_layernorm.weight": (hidden,),
+                   f"{p}.mlp.gate_proj.weight": (inter, hidden), f"{p}.mlp.up_proj.weight": (inter, hidden),
+                   f"{p}.mlp.down_proj.weight": (hidden, inter)}
+    shapes["model.norm.weight"] = (hidden,)
+    if not cfg.tie_word_embeddings:
+        shapes["lm_head.weight"] = (cfg.vocab_size, hidden)
+    return shapes
+
+
+def check_tensor_table(expected: Mapping[str, tuple[int, ...]], table: Mapping[str, tuple[str, tuple[int, ...]]],
+                       where: Path) -> None:
+    """`table`: Hugging Face name -> (the file's own name, stored shape). Every expected tensor is
+    there with its shape; an untied head may be left out (the embedding is used, as transformers does)."""
+    for name, shape in expected.items():
+        if name not in table:
+            if name == "lm_head.weight":
+                continue
+            raise SpecEdgeError(f"{where} has no tensor {name}, which its config implies",
+                                "the checkpoint is incomplete, or its config does not describe its tensors")
+        stored, found = table[name]
+        if tuple(found) != shape:
+            raise SpecEdgeError(f"{where}: tensor {stored} has shape {list(found)}, its config implies {list(shape)}",
+                                "the checkpoint's config does not describe its tensors; use the model's "
+                                "original files")
