@@ -246,6 +246,21 @@ def check_out(out: Path, overwrite: bool) -> None:
         raise SpecEdgeError(f"--out {out} holds the working directory", "run the export from another folder")
 
 
+def check_blocks(source: SourceModel, settings: ExportSettings) -> None:
+    """Block-quantized weights need every matrix's input size (hidden, attention, MLP) to be a
+    whole number of blocks."""
+    if settings.quant not in ("int4", "int8"):
+        return
+    cfg = source.config
+    for what, k in (("hidden size", cfg.hidden_size), ("attention size", cfg.num_heads * cfg.head_dim),
+                    ("MLP size", cfg.intermediate_size)):
+        if k % settings.block_size:
+            fits = [b for b in (32, 64, 128) if k % b == 0 and cfg.hidden_size % b == 0
+                    and cfg.intermediate_size % b == 0 and cfg.num_heads * cfg.head_dim % b == 0]
+            raise SpecEdgeError(f"the model's {what} {k} is not a whole number of --block-size {settings.block_size} "
+                                "blocks", f"pass --block-size {fits[-1]}" if fits else "export with --quant fp32")
+
+
 def resolve_out(out: Path) -> Path:
     """--out as an absolute path, its links followed; a loop of links is one line."""
     try:
@@ -287,6 +302,7 @@ def _export_locked(src: Path, out: Path, settings: ExportSettings, expected_sha2
     if settings.head_vocab >= source.config.vocab_size:
         raise SpecEdgeError(f"--head-vocab {settings.head_vocab} is not below the model's vocabulary of "
                             f"{source.config.vocab_size} tokens", "pass a smaller N, or leave it out")
+    check_blocks(source, settings)
     partial = out.parent / f".{out.name}{PARTIAL_MARK}{os.getpid()}"
     partial.mkdir()
     try:

@@ -246,3 +246,19 @@ def test_a_source_that_is_not_the_registrys_is_refused(smollm2_gguf: Path, tmp_p
     with pytest.raises(SpecEdgeError, match="expected 0000"):
         export_model(smollm2_gguf, tmp_path / "out", SETTINGS, expected_sha256="0" * 64)
     assert not (tmp_path / "out").exists()
+
+
+def test_out_as_a_loop_of_links_is_one_line(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    with pytest.raises(SpecEdgeError, match="cannot be followed"):
+        export_model(tiny_llama[0], loop, SETTINGS)
+
+
+def test_a_block_that_does_not_divide_the_model_is_one_line(tiny_llama: tuple[Path, Path, Path],
+                                                            tmp_path: Path) -> None:
+    """The tiny model's hidden size is 64: blocks of 128 cannot cover it (an internal error before)."""
+    settings = ExportSettings(quant="int4", context=64, widths=(1, 5), block_size=128, int4_kernel="nbits")
+    with pytest.raises(SpecEdgeError, match="hidden size 64 .* --block-size 128.*pass --block-size 64"):
+        export_model(tiny_llama[0], tmp_path / "out", settings)
+    assert not (tmp_path / "out").exists()
