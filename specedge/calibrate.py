@@ -1,5 +1,10 @@
 """Measure the ways a model may decode on this machine: pass timings to prune, then the decoding
-loop itself on the calibration texts (specedge/calibration.py), greedy, as chat runs it."""
+loop itself on the calibration texts (specedge/calibration.py), greedy, as chat runs it.
+
+The measurement runs in a child process that dies with its caller (however the caller dies: the
+child leaves nothing behind and prints nothing). One measurement runs on a machine at a time
+(defaults.py holds the lock): one under another's load would keep figures several times too slow.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,10 @@ import ctypes
 import gc
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,6 +37,7 @@ from specedge.runtime.rows import SINGLE_STEPS, RowPolicy
 
 PRUNE_CONTEXT = 128  # cached tokens under the pruning timings: about a calibration text's
 TIMING_WIDTHS = (2, 4, 5, 8, 9)  # verification widths timed for pruning (γ 1 to 8), under the row policy
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 T = TypeVar("T")
 
 
@@ -149,13 +157,25 @@ def measure_in_child(exports: Mapping[str, Path], draft: Path | None,
     argv = [sys.executable, "-m", "specedge.calibrate", *(f"--export={q}={p}" for q, p in exports.items())]
     argv += [f"--draft={draft}"] if draft is not None else []
     argv += ["--every-way"] if every_way else []
+    return from_json(run_child([*argv, f"--parent={os.getpid()}"]))
+
+
+def run_child(argv: Sequence[str]) -> dict:
+    """The JSON the calibration child prints. Its stdin is a pipe this process holds open until it
+    ends: the child exits when the pipe closes, should this process die first."""
     # few malloc arenas: ONNX Runtime's threads would each keep one, holding what a session freed
     env = {**os.environ, "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")}
-    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env=env)
-    if done.returncode != 0:
-        raise SpecEdgeError(f"measuring how the model decodes fastest here failed (exit {done.returncode})",
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env) as child:
+        try:
+            assert child.stdout is not None
+            out, code = child.stdout.read(), child.wait()
+        except BaseException:
+            child.kill()
+            raise
+    if code != 0:
+        raise SpecEdgeError(f"measuring how the model decodes fastest here failed (exit {code})",
                             "see the lines above; `specedge profile measure` measures again")
-    return from_json(json.loads(done.stdout))
+    return json.loads(out)
 
 
 def to_json(candidates: Sequence[Candidate], t_draft: float | None, runs: Sequence[WayRun]) -> dict[str, object]:
@@ -168,16 +188,57 @@ def from_json(data: dict) -> tuple[list[Candidate], float | None, list[WayRun]]:
             [WayRun(Way(*r["way"]), tuple(r["rates"])) for r in data["runs"]])
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def follow_parent(parent: int) -> None:
+    """End this process when `parent` ends, quietly: on Linux the kernel kills it; anywhere, a
+    thread ends it when the parent's pipe on stdin closes."""
+    if die_with_parent() and os.getppid() != parent:  # it ended before the kernel was asked
+        os._exit(1)
+    threading.Thread(target=exit_at_eof, name="follow-parent", daemon=True).start()
+
+
+def die_with_parent() -> bool:
+    """Have the kernel kill this process when its parent ends (Linux: prctl PR_SET_PDEATHSIG);
+    False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def exit_at_eof() -> None:
+    """Wait for stdin to close (the parent ended), then end this process at once, printing nothing."""
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:  # no stdin to watch
+        return
+    os._exit(1)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specedge.calibrate",
                                      description="measure the ways exports of a model decode here; JSON on stdout")
     parser.add_argument("--export", action="append", required=True, metavar="QUANT=FOLDER")
     parser.add_argument("--draft", type=Path, default=None)
     parser.add_argument("--every-way", action="store_true", help="decode every way, none pruned by pass timings")
+    parser.add_argument("--parent", type=int, default=None, metavar="PID",
+                        help="end with this process, whose pipe is on stdin (the caller's)")
     args = parser.parse_args(argv)
+    if args.parent is not None:
+        follow_parent(args.parent)
     exports = {q: Path(p) for q, _, p in (e.partition("=") for e in args.export)}
-    print(json.dumps(to_json(*measure(exports, args.draft, args.every_way))))
+    try:
+        print(json.dumps(to_json(*measure(exports, args.draft, args.every_way))), flush=True)
+    except KeyboardInterrupt:  # Ctrl-C reaches the caller too, which says so
+        return 130
+    except BrokenPipeError:  # the caller stopped reading
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush error at exit
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -7,7 +7,9 @@ measure`; where the profile cannot be read, once a process.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -15,11 +17,14 @@ from specedge.calibration import CALIBRATION
 from specedge.choose import Choice, pick, recorded_choice, verdict
 from specedge.device_profiles.cpu import cpu_info
 from specedge.device_profiles.profiles import DeviceProfile, ProfileError, load_profile, save_profile
+from specedge.errors import SpecEdgeError
+from specedge.models.locks import ensure_writable, exclusive
 from specedge.models.registry import PAIRS, get_model, get_pair
 from specedge.profiling import THIS_DEVICE, new_profile, profiles_dir
 from specedge.resolve import resolve_model
 
 EVERY_WAY = False  # decode every way, none pruned by pass timings (tests: two tiny exports' timings are a coin toss)
+CALIBRATION_LOCK = "decoding"  # its lock file, .decoding.lock, sits in the profiles' folder
 UNSAVED: dict[str, Choice] = {}  # choices no profile could keep (it cannot be read): measured once a process
 
 
@@ -94,15 +99,36 @@ def default_choice(name: str, remeasure: bool = False) -> Choice | None:
 
     if len(candidate_quants(name)) == 1:
         return None
-    profile, path = read_profile()
-    if not remeasure:
-        kept = UNSAVED.get(name) if path is None else None if profile is None else recorded_choice(
-            profile.choices, name, cpu_info().to_dict(), profile.cpu, onnxruntime.__version__)
+    with one_measurement_at_a_time():  # another process measuring now: its verdict, once it is kept
+        profile, path = read_profile()
+        kept = None if remeasure else kept_choice(name, profile, path, onnxruntime.__version__)
         if kept is not None:
             return kept
-    choice = measure_choice(name)
-    keep_choice(choice, profile, path)
+        choice = measure_choice(name)
+        keep_choice(choice, profile, path)
     return choice
+
+
+def kept_choice(name: str, profile: DeviceProfile | None, path: Path | None, onnxruntime: str) -> Choice | None:
+    if path is None:
+        return UNSAVED.get(name)
+    return None if profile is None else recorded_choice(profile.choices, name, cpu_info().to_dict(), profile.cpu,
+                                                        onnxruntime)
+
+
+@contextlib.contextmanager
+def one_measurement_at_a_time() -> Iterator[None]:
+    """This machine's calibration lock, beside the device profiles (waiting, and saying so, while
+    another process measures: two at once would each time the other's load); none where the
+    profiles' folder cannot be written."""
+    folder = profiles_dir()
+    try:
+        ensure_writable(folder)
+    except SpecEdgeError:
+        yield
+        return
+    with exclusive(folder / CALIBRATION_LOCK, "measuring"):
+        yield
 
 
 def default_quant(name: str) -> str:

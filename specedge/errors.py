@@ -14,16 +14,31 @@ class SpecEdgeError(Exception):
         super().__init__(f"{problem}. {fix}" if fix else problem)
 
 
+def move_and_export(folder: Path) -> str:
+    """What rebuilds a damaged artifact in a folder of the user's, whatever is damaged: a new export
+    into the same path once the user has moved the folder (and whatever else it holds) away."""
+    return (f"move {folder} out of the way and re-export it with "
+            f"`specedge export --model SOURCE --out {folder}` and the flags it was exported with")
+
+
+def export_with_force(folder: Path) -> str:
+    """What rebuilds a damaged artifact whose manifest still reads: --force replaces the files it
+    lists and keeps the rest (export/replace.py)."""
+    return (f"re-export it with `specedge export --model SOURCE --out {folder} --force` "
+            "and the flags it was exported with")
+
+
 class DamagedArtifactError(SpecEdgeError):
     """An artifact whose files disagree with its manifest, or its manifest with its graph or its
-    tokenizer: only a new export mends it. `folder` is the artifact; for a registry model's export
-    in specedge's cache the CLI names the command that rebuilds it (specedge/resolve.py)."""
+    tokenizer: only a new export mends it. `folder` is the artifact. By default the advice works
+    whatever is damaged (`move_and_export`); the CLI names a shorter way where one works
+    (specedge/rebuild.py): `--force` where the manifest still reads, and for a registry model's
+    export in specedge's cache, `specedge fetch NAME:QUANT --reexport`."""
 
     def __init__(self, folder: str | Path, problem: str, why: str = "", rebuild: str = "") -> None:
         self.folder = Path(folder)
         self.why = why
-        rebuild = rebuild or (f"re-export it with `specedge export --model SOURCE --out {self.folder} --force` "
-                              "and the flags it was exported with")
+        rebuild = rebuild or move_and_export(self.folder)
         super().__init__(problem, f"{why}; {rebuild}" if why else rebuild)
 
     def rebuilt_by(self, rebuild: str) -> DamagedArtifactError:

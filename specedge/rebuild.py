@@ -1,8 +1,10 @@
 """A registry model's export in specedge's cache is specedge's to replace. When one is damaged (a
-file that no longer matches its manifest, a manifest that contradicts its graph or tokenizer), the
-error names `specedge fetch NAME:QUANT --reexport`, which checks the weights (fetching them again
-if they changed) and exports them into the cache anew. A folder of the user's own is never rebuilt
-by specedge: its error names `specedge export` (specedge/errors.py DamagedArtifactError)."""
+file that no longer matches its manifest, a manifest that contradicts its graph or tokenizer, or
+cannot be read at all), the error names `specedge fetch NAME:QUANT --reexport`, which checks the
+weights (fetching them again if they changed) and exports them into the cache anew. A folder of the
+user's own is never rebuilt by specedge: its error names `specedge export`, with `--force` where
+that replaces it (its manifest reads), else into the same path once the user has moved the folder
+away (specedge/errors.py DamagedArtifactError)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import sys
 from pathlib import Path
 
 from specedge.contract import MANIFEST_NAME, QUANT_BITS
-from specedge.errors import DamagedArtifactError, SpecEdgeError
+from specedge.errors import DamagedArtifactError, SpecEdgeError, export_with_force
 from specedge.models.fetch import fetch
+from specedge.models.locks import exclusive
 from specedge.models.paths import artifacts_dir
 from specedge.models.registry import MODELS, ModelEntry, get_model
 from specedge.resolve import cached_artifact, export_settings
+from specedge.runtime.manifest import parse_manifest
 
 
 def export_quants(entry: ModelEntry) -> tuple[str, ...]:
@@ -41,14 +45,29 @@ def cached_export_of(folder: Path) -> str | None:
     return None
 
 
+def manifest_problem(folder: Path) -> str:
+    """Why `folder`'s manifest cannot be read as a specedge artifact's ('' if it can): an export
+    replaces only a folder whose manifest it reads (export/replace.py listed_files)."""
+    if not (folder / MANIFEST_NAME).is_file():
+        return f"it has lost its {MANIFEST_NAME}"
+    try:
+        parse_manifest(folder / MANIFEST_NAME)
+    except SpecEdgeError as e:
+        return e.problem
+    return ""
+
+
 def rebuild_advice(error: DamagedArtifactError) -> DamagedArtifactError:
-    """`error` naming the command that rebuilds its artifact where it is a registry export in the
-    cache; unchanged for any other folder."""
+    """`error` naming the command that rebuilds its artifact: `fetch --reexport` for a registry
+    export in the cache, `export --force` for a folder of the user's whose manifest still reads;
+    for any other folder the error's own advice (move it away, then export)."""
     spec = cached_export_of(error.folder)
-    if spec is None:
-        return error
-    return error.rebuilt_by(f"it is specedge's cached export of {spec}: rebuild it with "
-                            f"`specedge fetch {spec} --reexport`")
+    if spec is not None:
+        return error.rebuilt_by(f"it is specedge's cached export of {spec}: rebuild it with "
+                                f"`specedge fetch {spec} --reexport`")
+    if error.folder.is_dir() and not error.folder.is_symlink() and not manifest_problem(error.folder):
+        return error.rebuilt_by(export_with_force(error.folder))
+    return error
 
 
 def cached_quants(entry: ModelEntry) -> list[str]:
@@ -56,12 +75,22 @@ def cached_quants(entry: ModelEntry) -> list[str]:
     return [q for q in export_quants(entry) if cached_artifact(entry.name, q).exists()]
 
 
+def in_cache(folder: Path) -> bool:
+    """Whether `folder` is a folder of specedge's export cache (never a folder of the user's)."""
+    return folder.is_dir() and not folder.is_symlink() and folder.resolve().parent == artifacts_dir().resolve()
+
+
 def clear_unloadable(out: Path) -> None:
-    """A cached export folder without its manifest can neither be loaded nor replaced by an export
-    (which replaces only a folder that has one): it is specedge's own, so it is removed."""
-    if out.is_dir() and not out.is_symlink() and not (out / MANIFEST_NAME).is_file():
-        print(f"specedge: removing {out}, which has lost its {MANIFEST_NAME}", file=sys.stderr)
-        shutil.rmtree(out)
+    """A cached export folder whose manifest is lost or damaged can neither be loaded nor replaced
+    by an export (which replaces only a folder whose manifest it reads): it is specedge's own, in
+    its cache, so it is removed, holding its export lock. Any other folder is left alone."""
+    if not in_cache(out):
+        return
+    with exclusive(out, "exporting"):
+        problem = manifest_problem(out) if in_cache(out) else ""
+        if problem:
+            print(f"specedge: removing {out}, specedge's cached export: {problem}", file=sys.stderr)
+            shutil.rmtree(out)
 
 
 def reexport(name: str, quant: str | None = None, weights: Path | None = None) -> list[Path]:

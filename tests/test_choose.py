@@ -79,11 +79,14 @@ def test_prune_keeps_plain_steps_of_the_fastest_export_and_the_ways_that_could_w
     assert prune([AVX2_W8A8, AVX2_INT4], t_draft=None) == [Way("int4", "none")]  # no draft
 
 
+TARGET = "qwen2.5-coder-1.5b"  # exported as w8a8 and as int4, the candidates measured above
+
+
 def choice(quant: str = "int4") -> Choice:
     import onnxruntime
 
     way, reason = pick(AMX, KINDS)
-    return Choice(model="m", way=way, reason=reason, onnxruntime=onnxruntime.__version__, kinds=KINDS,
+    return Choice(model=TARGET, way=way, reason=reason, onnxruntime=onnxruntime.__version__, kinds=KINDS,
                   runs=tuple(AMX), candidates=(AVX2_W8A8, AVX2_INT4), t_draft=0.02)
 
 
@@ -92,12 +95,21 @@ def test_a_choice_holds_only_on_the_cpu_and_release_it_was_measured_on() -> None
 
     ort = onnxruntime.__version__
     cpu = cpu_info().to_dict()
-    kept = {"m": json.loads(json.dumps(choice().to_dict()))}  # as read back from the profile file
-    assert recorded_choice(kept, "m", cpu, cpu, ort) == choice()
+    kept = {TARGET: json.loads(json.dumps(choice().to_dict()))}  # as read back from the profile file
+    assert recorded_choice(kept, TARGET, cpu, cpu, ort) == choice()
     assert recorded_choice(kept, "other", cpu, cpu, ort) is None
-    assert recorded_choice(kept, "m", cpu, {**cpu, "flags": ["avx2", "amx_int8"]}, ort) is None
-    assert recorded_choice(kept, "m", cpu, cpu, "1.0.0") is None
-    assert recorded_choice({"m": {"quant": "int4"}}, "m", cpu, cpu, ort) is None  # another specedge's format
+    assert recorded_choice(kept, TARGET, cpu, {**cpu, "flags": ["avx2", "amx_int8"]}, ort) is None
+    assert recorded_choice(kept, TARGET, cpu, cpu, "1.0.0") is None
+    assert recorded_choice({TARGET: {"quant": "int4"}}, TARGET, cpu, cpu, ort) is None  # another specedge's format
+
+
+def test_a_choice_that_names_no_way_it_measured_is_set_aside(capsys: pytest.CaptureFixture[str]) -> None:
+    import onnxruntime
+
+    cpu = cpu_info().to_dict()
+    unmeasured = dataclasses.replace(choice(), way=Way("w8a8", "hybrid"))  # an export of it, a way not measured
+    assert recorded_choice({TARGET: unmeasured.to_dict()}, TARGET, cpu, cpu, onnxruntime.__version__) is None
+    assert "names a way it did not measure (w8a8 with its draft and n-gram lookup" in capsys.readouterr().err
 
 
 @pytest.fixture
@@ -198,3 +210,43 @@ def test_a_failed_measurement_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(SpecEdgeError, match="failed") as e:
         calibrate.measure_in_child({"int4": tmp_path / "missing"}, None)
     assert "profile measure" in e.value.fix
+
+
+@pytest.mark.parametrize("quant", ["int7", "../../x", 5, "w8a8"])
+def test_a_kept_choice_of_an_export_the_model_lacks_is_named_and_measured_again(
+        two_ways: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], quant: object) -> None:
+    defaults.default_quant("two-ways")
+    path = tmp_path / "devices" / "this-device.json"
+    profile = json.loads(path.read_text())
+    profile["choices"]["two-ways"]["way"]["quant"] = quant  # w8a8: an export, but not one of this model's
+    path.write_text(json.dumps(profile))
+    capsys.readouterr()
+    again = defaults.default_quant("two-ways")
+    err = capsys.readouterr().err
+    warned = [line for line in err.splitlines() if "warning" in line]
+    assert len(warned) == 1 and str(path) in warned[0] and "measuring again" in warned[0], err
+    assert "Traceback" not in err
+    assert again in ("fp32", "int4") and two_ways == ["fp32", "int4"] * 2  # measured again
+    kept = Choice.from_dict(json.loads(path.read_text())["choices"]["two-ways"])
+    assert kept.quant == again and (kept.way, kept.reason) == pick(kept.runs, kept.kinds)  # the new verdict, kept
+    assert defaults.default_quant("two-ways") == again and two_ways == ["fp32", "int4"] * 2
+
+
+def test_two_first_uses_at_once_measure_once(two_ways: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both find no choice kept; one measures while the other waits for the lock, then takes the
+    verdict the first kept (two measurements at once would each time the other's load)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    measured: list[str] = []
+    real = defaults.measure_choice
+
+    def slow_measure(name: str) -> Choice:
+        measured.append(name)
+        time.sleep(0.5)  # the other first use arrives meanwhile
+        return real(name)
+
+    monkeypatch.setattr(defaults, "measure_choice", slow_measure)
+    with ThreadPoolExecutor(2) as pool:
+        quants = list(pool.map(defaults.default_quant, ["two-ways", "two-ways"]))
+    assert measured == ["two-ways"] and two_ways == ["fp32", "int4"] and quants[0] == quants[1]

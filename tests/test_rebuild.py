@@ -101,3 +101,56 @@ def test_a_damaged_folder_of_the_users_is_never_rebuilt(tiny_registry: Path, tin
 def test_reexport_takes_only_known_quants_and_no_quant_for_a_pair(tiny_registry: Path, cli_here) -> None:
     assert "unknown quant 'int3'" in error_line(cli_here("fetch", "tiny:int3", "--reexport"))
     assert "a pair takes no :QUANT" in error_line(cli_here("fetch", "qwen2.5-coder:int4", "--reexport"))
+
+
+DAMAGED_MANIFESTS = {"not JSON": "{not json", "another schema": json.dumps({"schema_version": 999})}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED_MANIFESTS))
+def test_a_cached_export_with_a_damaged_manifest_is_rebuilt_by_reexport(tiny_registry: Path, cli_here,
+                                                                        damage: str) -> None:
+    assert cli_here(*GENERATE).returncode == 0
+    out = cached_artifact("tiny", "fp32")
+    (out / "manifest.json").write_text(DAMAGED_MANIFESTS[damage])
+    line = error_line(cli_here(*GENERATE))
+    assert "`specedge fetch tiny:fp32 --reexport`" in line, line
+    rebuilt = cli_here("fetch", "tiny:fp32", "--reexport")
+    assert rebuilt.returncode == 0 and f"tiny: exported again to {out}" in rebuilt.stdout, rebuilt.stderr
+    assert cli_here(*GENERATE).returncode == 0
+
+
+EXPORT_FLAGS = ("--quant", "fp32", "--context", "64", "--widths", "1,2,3,5,8")  # the tiny pair's (conftest.py)
+
+
+def test_a_users_folder_with_a_damaged_manifest_is_named_with_a_way_that_works(
+        tiny_registry: Path, tiny_llama: tuple[Path, Path, Path], tmp_path: Path, cli_here) -> None:
+    src, target, _ = tiny_llama
+    mine = tmp_path / "mine"
+    shutil.copytree(target, mine)
+    (mine / "notes.txt").write_text("mine")
+    (mine / "manifest.json").write_text("{not json")
+    before = {p.name: p.read_bytes() for p in mine.iterdir()}
+    line = error_line(cli_here("generate", "--target", str(mine), "--no-draft", "--prompt", "hi"))
+    assert f"move {mine} out of the way" in line and "--force" not in line, line
+    forced = cli_here("export", "--model", str(src), "--out", str(mine), "--force", *EXPORT_FLAGS)
+    assert forced.returncode == 2 and "Traceback" not in forced.stderr  # --force replaces only what it can read
+    assert {p.name: p.read_bytes() for p in mine.iterdir()} == before  # nothing of the user's touched
+    mine.rename(tmp_path / "mine.old")  # the advice, followed
+    assert cli_here("export", "--model", str(src), "--out", str(mine), *EXPORT_FLAGS).returncode == 0
+    assert cli_here("generate", "--target", str(mine), "--no-draft", "--prompt", "hi",
+                    "--max-new-tokens", "2").returncode == 0
+
+
+def test_the_force_advice_for_a_users_folder_whose_manifest_reads_works(
+        tiny_registry: Path, tiny_llama: tuple[Path, Path, Path], tmp_path: Path, cli_here) -> None:
+    src, target, _ = tiny_llama
+    mine = tmp_path / "mine"
+    shutil.copytree(target, mine)
+    (mine / "notes.txt").write_text("mine")
+    flip_a_byte(mine / "model.onnx.data")
+    line = error_line(cli_here("generate", "--target", str(mine), "--no-draft", "--prompt", "hi"))
+    assert f"`specedge export --model SOURCE --out {mine} --force`" in line, line
+    assert cli_here("export", "--model", str(src), "--out", str(mine), "--force", *EXPORT_FLAGS).returncode == 0
+    assert (mine / "notes.txt").read_text() == "mine"
+    assert cli_here("generate", "--target", str(mine), "--no-draft", "--prompt", "hi",
+                    "--max-new-tokens", "2").returncode == 0

@@ -1,0 +1,81 @@
+"""The first-use calibration's child process dies with its caller, printing nothing (two first
+uses at once: tests/test_choose.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# a caller of the calibration: `python -c CALLER TARGET DRAFT QUANTS...`; the figures on stdout
+CALLER = """
+import json, sys
+from pathlib import Path
+from specedge.calibrate import measure_in_child, to_json
+target, draft, *quants = sys.argv[1:]
+print(json.dumps(to_json(*measure_in_child({q: Path(target) for q in quants}, Path(draft), every_way=True))))
+"""
+
+
+def caller(tiny_llama: tuple[Path, Path, Path], cache: Path, logs: Path, quants: list[str]) -> subprocess.Popen:
+    """A process measuring the tiny target (as each of `quants`) with its draft; its stdout and
+    stderr (which the calibration child shares) go to logs.out and logs.err."""
+    _, target, draft = tiny_llama
+    env = {**os.environ, "SPECEDGE_CACHE": str(cache)}
+    with open(f"{logs}.out", "w") as out, open(f"{logs}.err", "w") as err:
+        return subprocess.Popen([sys.executable, "-c", CALLER, str(target), str(draft), *quants], cwd=ROOT, env=env,
+                                stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+
+
+def wait_for(condition: Callable[[], bool], seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie, dead and not yet reaped, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists(),
+                    reason="finds the calibration child through Linux's /proc")
+def test_the_calibration_child_dies_with_its_caller_and_prints_nothing(tiny_llama: tuple[Path, Path, Path],
+                                                                       tmp_path: Path) -> None:
+    logs = tmp_path / "caller"
+    parent = caller(tiny_llama, tmp_path / "cache", logs, [f"q{i}" for i in range(12)])  # long enough to be killed
+    try:
+        assert wait_for(lambda: "decoding the calibration texts" in Path(f"{logs}.err").read_text(), 60), \
+            Path(f"{logs}.err").read_text()
+        (child,) = children(parent.pid)
+        os.kill(parent.pid, signal.SIGKILL)  # kill -9, mid-measurement
+        parent.wait()
+        assert wait_for(lambda: not running(child), 3), "the calibration child outlived its caller"
+        err = Path(f"{logs}.err").read_text()
+        time.sleep(0.5)
+        assert Path(f"{logs}.err").read_text() == err and not Path(f"{logs}.out").read_text()  # nothing after
+        assert "passes timed in" not in err and "Traceback" not in err and "Error" not in err, err  # stopped quietly
+    finally:
+        parent.kill()
+        for pid in children(parent.pid):
+            os.kill(pid, signal.SIGKILL)
