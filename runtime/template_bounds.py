@@ -294,8 +294,11 @@ def _nested(value: object, limit: int) -> tuple[int, int]:
 def _laid_out(value: object, indent: object, mode: str, limit: int) -> int:
     """JSON or pprint text of `value`: its items' text, and a line per item indented per level."""
     step = len(indent) if isinstance(indent, str) else _int(indent)
-    items, depth = _nested(value, limit)
-    return text_size(value, limit, mode) + (items + 1) * (depth * max(step, 1) + 2)
+    size = text_size(value, limit, mode)
+    if size > limit:
+        return size
+    items, depth = _nested(value, limit // ITEM_CHARS + 1)  # more items: their text alone is past the limit
+    return size + (items + 1) * (depth * max(step, 1) + 2)
 
 
 def _lipsum(a: Mapping[str, Any], limit: int) -> int:

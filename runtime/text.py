@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from types import FrameType, TracebackType
+from typing import Any, TypeVar
 
 from jinja2 import Template, nodes
 from jinja2.compiler import CodeGenerator, Frame
@@ -20,17 +21,26 @@ from specedge.runtime.template_bounds import FILTER_SIZES, GLOBAL_SIZES, call_si
 from specedge.runtime.text_checks import check_ids, check_messages, check_text, check_vocabulary
 
 Message = dict[str, str]
+T = TypeVar("T")
 
 # A chat template is code from the model's publisher: it runs sandboxed (no attribute starting
 # with _, no mutation of lists or dicts) and bounded, checked at every call, attribute, loop item,
 # operator and piece of output it makes; what a call, filter or operator would make is sized
-# before it runs (runtime/template_bounds.py), so a huge string is refused, never built.
+# before it runs (runtime/template_bounds.py), so a huge string is refused, never built. A render
+# has a total budget too, of time and of what it builds (every string, list or slice it makes,
+# counted as made), so many values each within the bounds cannot add up to gigabytes; and a
+# render that fails frees what it built at once (release), not at the next garbage collection.
 RENDER_SECONDS = 2.0  # a chat template renders in milliseconds
 MAX_ITEMS = 100_000  # items of one range() or one loop
 MAX_CHARS = 1 << 24  # characters of the rendered text, or of one string or list the template builds
+MAX_RENDER_CHARS = 1 << 26  # characters and items of all the values one render builds
 MAX_NUMBER = 1 << 24  # a larger integer passed to a function or filter (a width, a count) is refused
 MAX_POWER_BITS = 1 << 16  # bits of the result of **
 SEQUENCES = (str, list, tuple)
+CONTAINERS = (list, tuple, dict, set, frozenset)
+WALKERS = frozenset({  # filters that take a string's characters one at a time, in Python
+    "batch", "dictsort", "groupby", "join", "map", "max", "min", "reject", "rejectattr", "select", "selectattr",
+    "sort", "sum", "unique"})
 
 
 class TemplateLimit(SecurityError):
@@ -67,23 +77,37 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
     def __init__(self, **options: Any) -> None:
         super().__init__(finalize=self.bounded_output, **options)
         self.deadline = time.monotonic() + RENDER_SECONDS
+        self.built = 0  # characters and items the current render has made
         self.globals["range"] = self.bounded_range
         self.filters = {name: self.bounded_filter(name, f) for name, f in self.filters.items()}
 
     def render_bounded(self, template: Template, **variables: Any) -> str:
         self.deadline = time.monotonic() + RENDER_SECONDS
+        self.built = 0
         pieces, size = [], 0
         for piece in template.generate(**variables):
             size += len(piece)
             if size > MAX_CHARS:
                 raise TemplateLimit(f"its output passed {MAX_CHARS} characters")
             self.tick()
+            self.charge(len(piece))
             pieces.append(piece)
         return "".join(pieces)
 
     def tick(self) -> None:
         if time.monotonic() > self.deadline:
             raise TemplateLimit(f"it ran for more than {RENDER_SECONDS:g} s")
+
+    def charge(self, size: int) -> None:
+        """Count `size` characters or items the render makes against its total budget."""
+        self.built += size
+        if self.built > MAX_RENDER_CHARS:
+            raise TemplateLimit(f"it built more than {MAX_RENDER_CHARS} characters and items in all")
+
+    def charged(self, value: T) -> T:
+        """A value the render has just made, once counted against its total budget."""
+        self.charge(built_size(value))
+        return value
 
     def bounded_iter(self, iterable: Iterable[Any]) -> Iterator[Any]:
         for i, item in enumerate(iterable):
@@ -104,6 +128,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         for piece in pieces:
             total += text_size(piece, MAX_CHARS - total)
             self.refuse_over(total, "~")
+        self.charge(total)  # what their join will make
         return pieces
 
     def bounded_output(self, value: Any) -> Any:
@@ -118,7 +143,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             total += len(piece)
             self.refuse_over(total, "a block")
             parts.append(piece)
-        return "".join(parts)
+        return self.charged("".join(parts))
 
     def bounded_join(self, items: Iterable[Any], separator: object, escaped: bool = False) -> Iterator[Any]:
         """The items of a join, their text counted as they come (escaped: as a Markup join
@@ -145,10 +170,22 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
                 raise TemplateLimit(f"{name} was given {value}, more than the {MAX_NUMBER} a template may ask for")
 
+    def check_items(self, name: str, f: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Stop a filter given more items than a loop may take (a list, tuple, dict or set, or the
+        string it walks): it walks them in one step, which the clock cannot stop (min of 16M items: 70 s)."""
+        lead = 1 if hasattr(f, "jinja_pass_arg") else 0  # the context before the value
+        value = args[lead] if len(args) > lead else None
+        for arg in (*args[lead:], *kwargs.values()):
+            walked = isinstance(arg, CONTAINERS) or (arg is value and isinstance(arg, str) and name in WALKERS)
+            if walked and len(arg) > MAX_ITEMS:
+                raise TemplateLimit(f"filter {name} was given {len(arg)} items, more than the {MAX_ITEMS} a loop "
+                                    "may take")
+
     def bounded_filter(self, name: str, f: Callable[..., Any]) -> Callable[..., Any]:
         @wraps(f)  # keeps jinja2's pass_context / pass_environment marks
         def bounded(*args: Any, **kwargs: Any) -> Any:
             self.tick()
+            self.check_items(name, f, args, kwargs)
             self.check_numbers(f"filter {name}", [*args[1:], *kwargs.values()])  # args[0]: the value or context
             self.refuse_over(call_size(FILTER_SIZES, name, f, args, kwargs, MAX_CHARS), f"filter {name}")
             if name == "join":
@@ -156,7 +193,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             out = f(*args, **kwargs)
             if isinstance(out, SEQUENCES) and len(out) > MAX_CHARS:
                 raise TemplateLimit(f"filter {name} made {len(out)} items")
-            return out
+            return self.charged(out)
 
         return bounded
 
@@ -201,7 +238,7 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         out = super().call(__context, __obj, *args, **kwargs)
         if isinstance(out, SEQUENCES) and len(out) > MAX_CHARS:
             raise TemplateLimit(f"a call made {len(out)} items")
-        return out
+        return __self.charged(out)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         self.tick()
@@ -209,7 +246,8 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
 
     def getitem(self, obj: Any, argument: Any) -> Any:
         self.tick()
-        return super().getitem(obj, argument)
+        item = super().getitem(obj, argument)
+        return self.charged(item) if isinstance(argument, slice) else item  # a slice is a new value; an item is not
 
     def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
         self.tick()
@@ -220,7 +258,12 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         if operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0 \
                 and left.bit_length() * right > MAX_POWER_BITS:
             raise TemplateLimit(f"{left} ** {right} is too large")
-        return super().call_binop(context, operator, left, right)
+        return self.charged(super().call_binop(context, operator, left, right))
+
+
+def built_size(value: object) -> int:
+    """What a value just made counts against a render's budget: its characters or items."""
+    return len(value) if isinstance(value, (*SEQUENCES, dict, set, frozenset)) else 0
 
 
 def result_size(operator: str, left: object, right: object) -> int:
@@ -284,21 +327,57 @@ class TextCodec:
 
     @staticmethod
     def _guard(work: Callable[[], Any]) -> Any:
-        """Run template code: whatever it raises (it is the model's code) becomes one clear error."""
+        """Run template code: whatever it raises (it is the model's code) becomes one clear error,
+        raised once what the failed render built is freed."""
         try:
             return work()
-        except SpecEdgeError:
-            raise
-        except TemplateLimit as e:
-            raise SpecEdgeError(f"the model's chat template was stopped: {e}",
-                                "drop --chat and pass the raw prompt, or fix the template") from None
         except Exception as e:  # TemplateError, TypeError, RecursionError, OverflowError, MemoryError...
-            raise SpecEdgeError(f"the model's chat template failed to render ({type(e).__name__}: {e})",
-                                "drop --chat and pass the raw prompt") from None
+            release(e)
+            raise template_error(e) from None
 
     def encode_chat(self, messages: Sequence[Message]) -> list[int]:
         check_messages(messages)
         return self.encode(self.render_chat(messages), add_special_tokens=False, what="the rendered chat")
+
+
+def template_error(e: Exception) -> SpecEdgeError:
+    """What a chat template raised, as one clear error."""
+    if isinstance(e, SpecEdgeError):  # raise_exception: the template's own words
+        return e
+    if isinstance(e, TemplateLimit):
+        return SpecEdgeError(f"the model's chat template was stopped: {e}",
+                             "drop --chat and pass the raw prompt, or fix the template")
+    return SpecEdgeError(f"the model's chat template failed to render ({type(e).__name__}: {e})",
+                         "drop --chat and pass the raw prompt")
+
+
+def release(error: BaseException | None) -> None:
+    """Free what a failed render built, now: the frames of the error's traceback (and of the
+    errors chained to it) hold the template's variables in reference cycles, which only a
+    garbage collection would free, gigabytes staying with an idle process meanwhile."""
+    while error is not None:
+        clear_frames(error.__traceback__)
+        chained = error.__cause__ or error.__context__
+        error.__traceback__ = error.__cause__ = error.__context__ = None
+        error = chained
+
+
+def clear_frames(tb: TracebackType | None) -> None:
+    """Drop the variables of each finished frame of a traceback and of the frames that called
+    them (jinja2's rewritten traceback holds the real one in such a caller), up to the first
+    frame still running: the caller of the render."""
+    cleared: set[int] = set()
+    while tb is not None:
+        frame: FrameType | None = tb.tb_frame
+        while frame is not None and id(frame) not in cleared:
+            caller = frame.f_back
+            try:
+                frame.clear()
+            except RuntimeError:  # still running
+                break
+            cleared.add(id(frame))
+            frame = caller
+        tb = tb.tb_next
 
 
 class StreamDecoder:

@@ -2,6 +2,8 @@
 
 Commands: /reset, /stats, /gamma N, /quit. Ctrl-C stops the current answer. When the
 conversation would overflow the context, the oldest turns are dropped (and the user is told).
+A message that cannot be answered is told in brackets and the chat goes on; the one message of
+`chat --prompt` raises its error instead, for the command to exit non-zero with it.
 """
 
 from __future__ import annotations
@@ -173,19 +175,31 @@ class ChatSession:
         gen.config = config
         self.say(f"[gamma is now {'auto' if auto else config.gamma}]")
 
+    def handle(self, line: str) -> bool:
+        """Answer a line, or run it (a /command); False means quit. A message that cannot be
+        answered raises its SpecEdgeError."""
+        if line.startswith("/"):
+            return self.command(line)
+        self.answer(line)
+        return True
+
+    def ask(self, text: str) -> None:
+        """One message and its answer (`chat --prompt`): an error is raised for the command to
+        exit with, not printed for a conversation to go on."""
+        if line := text.strip():
+            self.handle(line)
+
     def run(self, lines: Iterable[str]) -> None:
-        """Answer each line (or run it, a /command); lines may be a text stream such as stdin."""
+        """Answer each line (or run it, a /command); lines may be a text stream such as stdin.
+        An error is printed in brackets, and the conversation goes on."""
         tolerate_bad_bytes(lines)
         for raw in lines:
             line = raw.strip()
             if not line:
                 continue
-            if line.startswith("/"):
-                if not self.command(line):
-                    return
-                continue
             try:
-                self.answer(line)
+                if not self.handle(line):
+                    return
             except SpecEdgeError as e:
                 self.say(f"[{e}]")
 

@@ -141,7 +141,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     session = ChatSession(gen, system=args.system, max_new_tokens=args.max_new_tokens,
                           show_draft=args.show_draft)
     if args.prompt is not None:
-        session.run([args.prompt])
+        session.ask(args.prompt)  # an error ends the command, as `generate`'s does
     elif sys.stdin.isatty():
         print(f"specedge chat: {way.target.name}" + (f" + {Path(way.draft).name}" if way.draft else "") + f". {HELP}")
         session.run(terminal_lines())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tiny_models import byte_tokenizer, make_tiny_model
+from tests.tiny_models import VOCAB, byte_tokenizer, make_tiny_model
 
 JSON_KEYS = {"text", "token_ids", "n_tokens", "tokens_per_s", "stop_reason", "target_calls", "draft_calls",
              "acceptance_rate", "tokens_per_target_pass", "mean_accepted_per_target_call",  # its first name
@@ -76,7 +76,7 @@ def other_tokenizer_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from specedge.export.settings import ExportSettings
 
     root = tmp_path_factory.mktemp("other-tok")
-    src = make_tiny_model(root / "src", "llama", seed=9)
+    src = make_tiny_model(root / "src", "llama", seed=9, vocab_size=VOCAB + 1)  # room for one more token
     tok = byte_tokenizer()
     tok.add_special_tokens(["<|tool|>"])  # one more token: a different tokenizer
     tok.save(str(src / "tokenizer.json"))
@@ -215,9 +215,22 @@ def test_a_prompt_that_is_not_utf8_is_one_line(tiny_llama: tuple[Path, Path, Pat
     proc = cli_here("generate", "--target", str(target), "--no-draft", "--prompt", "ab\udcffcd")
     assert_one_line_error(proc, "the prompt is not valid UTF-8 text", "byte 0xff", "character 3")
     assert proc.returncode == 2
-    chat = cli_here("chat", "--target", str(target), "--prompt", "ab\udcffcd", "--max-new-tokens", "2")
-    assert chat.returncode == 0 and "internal error" not in chat.stderr, chat.stderr
-    assert "[the content of message 1 is not valid UTF-8 text" in chat.stdout
+
+
+@pytest.mark.parametrize(("prompt", "words"), [
+    ("ab\udcffcd", ("the content of message 1 is not valid UTF-8 text", "byte 0xff")),
+    ("x" * 70, ("this message takes", "send a shorter message")),  # context 64
+])
+def test_a_chat_prompt_that_fails_exits_non_zero(tiny_llama: tuple[Path, Path, Path], cli_here: Run, prompt: str,
+                                                 words: tuple[str, ...]) -> None:
+    """`chat --prompt` answers one message: its error ends the command as `generate`'s does (the
+    old code printed it in brackets on stdout and exited 0)."""
+    _, target, _ = tiny_llama
+    chat = cli_here("chat", "--target", str(target), "--prompt", prompt, "--max-new-tokens", "2")
+    assert chat.returncode == 2 and chat.stdout == "", (chat.returncode, chat.stdout)
+    errors = [line for line in chat.stderr.splitlines() if line.startswith("specedge: error:")]
+    assert len(errors) == 1 and "Traceback" not in chat.stderr, chat.stderr  # after the line on how it decodes
+    assert all(word in errors[0] for word in words), errors[0]
 
 
 def forged(art: Path, **manifest_values: object) -> None:

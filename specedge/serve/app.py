@@ -80,13 +80,22 @@ def api(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awa
             return await handler(request)
         except Exception as e:
             err = error_for(e)
-            if err.status >= 500:
-                log.error("%s %s: %s", request.method, request.url.path, err.message, exc_info=e)
-            else:
-                log.info("%s %s: %d %s", request.method, request.url.path, err.status, err.message)
+            log_error(request, err, e)
             return error_response(err)
 
     return endpoint
+
+
+def log_error(request: Request, err: APIError, cause: Exception) -> None:
+    """One log line for an error answered on purpose (a refusal, the 503 of a full queue, a fault
+    the worker has logged already); the traceback too for a fault raised here."""
+    where = f"{request.method} {request.url.path}"
+    if isinstance(cause, APIError) and err.status >= 500:
+        log.warning("%s: %d %s", where, err.status, err.message)
+    elif err.status >= 500:
+        log.error("%s: %s", where, err.message, exc_info=cause)
+    else:
+        log.info("%s: %d %s", where, err.status, err.message)
 
 
 async def read_body(request: Request) -> bytes:

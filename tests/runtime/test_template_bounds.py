@@ -1,8 +1,15 @@
 """A chat template that would amplify its operands into gigabytes is refused before the work is
-done: sized up front (runtime/template_bounds.py), not stopped by the clock or after the fact."""
+done: sized up front (runtime/template_bounds.py), not stopped by the clock or after the fact.
+One that builds many values each within the bounds is stopped by the render's total budget, one
+that hands a filter more items than a loop may take is refused before the filter walks them, and
+a failed render frees what it built at once (the hostile ones run in a child process under a
+memory limit, so a regression fails instead of taking the machine's memory)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tracemalloc
 
 import pytest
@@ -10,7 +17,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from specedge.errors import SpecEdgeError
 from specedge.runtime import template_bounds as tb
-from specedge.runtime.text import MAX_CHARS, BoundedSandbox, TextCodec
+from specedge.runtime.text import MAX_CHARS, RENDER_SECONDS, BoundedSandbox, TextCodec
 
 PEAK_BYTES = 64 << 20  # what refusing may take: the operands, never the result
 
@@ -187,3 +194,87 @@ def test_lipsum_bound_is_never_below_the_result() -> None:
     for kwargs in ({}, {"n": 3, "html": False}, {"n": 2, "min": 5, "max": 300}):
         size = tb.call_size(tb.GLOBAL_SIZES, "lipsum", generate_lorem_ipsum, (), kwargs, LIMIT)
         assert size is not None and size >= len(generate_lorem_ipsum(**kwargs))
+
+
+CHILD = """
+import gc, json, resource, sys, time
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+gc.disable()  # what a failed render built must go by reference counting alone, as in a server between collections
+from specedge.errors import SpecEdgeError
+from specedge.runtime.text import BoundedSandbox, TextCodec
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+env = BoundedSandbox()
+start, results = rss(), []
+for source in json.loads(sys.argv[2]):
+    template = env.from_string(source)
+    began = time.monotonic()
+    try:
+        TextCodec._guard(lambda: env.render_bounded(template))
+        message = "rendered"
+    except SpecEdgeError as e:
+        message = str(e)
+    results.append([time.monotonic() - began, message])
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"start": start, "end": rss(), "peak": peak, "results": results}))
+"""
+ADDRESS_SPACE = 3 << 30  # the child's memory limit: the old code took gigabytes for what follows
+GROWTH_BYTES = 256 << 20  # what a render may take from the process at its peak, and what may stay
+
+
+def render_in_child(templates: list[str], timeout: float = 60) -> dict[str, object]:
+    """Render each template (once each) through TextCodec._guard in a child process under
+    ADDRESS_SPACE with no garbage collection: its RSS at start, at end and at its peak, and
+    (seconds, message) per render."""
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(ADDRESS_SPACE), json.dumps(templates)],
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    report: dict[str, object] = json.loads(proc.stdout)
+    return report
+
+
+MANY_VALUES = ("{% set ns = namespace(items=[]) %}{% for i in range(100000) %}"  # each string within MAX_CHARS
+               "{% set ns.items = ns.items + ['x'.ljust(16000000)] %}{% endfor %}{{ ns.items | length }}")
+
+
+def test_renders_that_build_many_values_are_stopped_and_free_what_they_built() -> None:
+    """12 requests with a template that builds 16M-character strings into a list: each is stopped
+    by the render's total budget (not after 2 s and gigabytes), and what it built is freed at once
+    (the old code kept each failed render's frames alive through the error's traceback)."""
+    report = render_in_child([MANY_VALUES] * 12)
+    for seconds, message in report["results"]:  # type: ignore[attr-defined]
+        assert "chat template was stopped: it built more than" in message, message
+        assert seconds < RENDER_SECONDS / 2, seconds
+    start, end, peak = report["start"], report["end"], report["peak"]
+    assert end - start < GROWTH_BYTES, f"{start / 2**20:.0f} MiB at start, {end / 2**20:.0f} MiB after 12 renders"
+    assert peak - start < GROWTH_BYTES, f"{start / 2**20:.0f} MiB at start, {peak / 2**20:.0f} MiB at the peak"
+
+
+WALKED = "('jihgfedcba' * 1600000)"  # 16M characters: a string within MAX_CHARS, and a list of them
+WALKING = {  # each ran from 5 s to 74 s (the clock cannot stop one step) or took gigabytes
+    "sort of a long string": f"{{{{ {WALKED} | sort | length }}}}",
+    "min of a long list": f"{{{{ {WALKED} | list | min }}}}",
+    "unique of a long string": f"{{{{ {WALKED} | unique | list | length }}}}",
+    "batch of a long list": f"{{{{ {WALKED} | list | batch(2) | list | length }}}}",
+    "tojson of a list shared many times": "{% set l = [1] * 100000 %}{{ ([l] * 100000) | tojson | length }}",
+}
+
+
+def test_a_filter_given_more_items_than_a_loop_may_take_is_refused_at_once() -> None:
+    report = render_in_child(list(WALKING.values()))
+    for case, (seconds, message) in zip(WALKING, report["results"], strict=True):  # type: ignore[call-overload]
+        assert "chat template was stopped" in message, (case, message)
+        assert seconds < RENDER_SECONDS and "ran for more than" not in message, (case, seconds, message)
+    assert report["peak"] - report["start"] < GROWTH_BYTES  # type: ignore[operator]
+
+
+def test_ordinary_filters_of_a_conversation_still_render() -> None:
+    env = BoundedSandbox()
+    source = ("{{ messages | map(attribute='role') | unique | sort | join(',') }}|{{ messages | length }}|"
+              "{{ messages | selectattr('role', 'equalto', 'user') | list | length }}|{{ (m * 1000) | min }}")
+    template = env.from_string(source)
+    assert env.render_bounded(template, messages=MESSAGES * 500, m="hello") == "assistant,user|1000|500|e"
