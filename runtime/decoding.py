@@ -22,7 +22,7 @@ the residual, from a random stream of the run's own; the law is still exactly th
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,11 +33,13 @@ from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed,
 from specedge.runtime.drafters import Draft, Drafter, NgramDrafter
 from specedge.runtime.gamma import GammaController
 from specedge.runtime.kv_cache import KVCache
+from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
 from specedge.runtime.model import ForwardOutput, OnnxModel
 from specedge.runtime.rows import ONE_ROW, RowPolicy
 from specedge.runtime.stats import GenerationStats
 
 ACCEPTANCE = ("auto", "race", "rejection")
+OnLogits = Callable[[np.ndarray, list[int]], None]
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class SpecConfig:
     # sampling: "race" (a seeded run is plain sampling's tokens), "rejection" (min(1, p/q): more tokens
     # per pass), "auto" (race with a seed, rejection without; see `acceptance_rule`)
     acceptance: str = "auto"
+    logprobs: int | None = None  # report the target's log-probability of each token, and this many alternatives
 
     def __post_init__(self) -> None:
         if not is_count(self.gamma):
@@ -68,6 +71,9 @@ class SpecConfig:
         if self.acceptance not in ACCEPTANCE:
             raise SpecEdgeError(f"unknown acceptance rule {self.acceptance!r}",
                                 f"use one of {', '.join(ACCEPTANCE)}")
+        if self.logprobs is not None and not (is_count(self.logprobs) and self.logprobs <= MAX_TOP_LOGPROBS):
+            raise SpecEdgeError(f"logprobs asks for {self.logprobs!r} alternatives per token",
+                                f"pass a number from 0 to {MAX_TOP_LOGPROBS}, or None for no log-probabilities")
 
     @property
     def acceptance_rule(self) -> str:
@@ -138,9 +144,12 @@ def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int], rows: RowP
 
 
 def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, prompt: Sequence[int],
-                  config: SpecConfig, stats: GenerationStats, rows: RowPolicy = ONE_ROW) -> Iterator[list[int]]:
+                  config: SpecConfig, stats: GenerationStats, rows: RowPolicy = ONE_ROW,
+                  on_logits: OnLogits | None = None) -> Iterator[list[int]]:
     """Yield the tokens of each round. Ends by itself only when the context is full. `rows`: the
-    target's row policy (runtime/rows.py), which every target pass, plain steps too, runs under."""
+    target's row policy (runtime/rows.py), which every target pass, plain steps too, runs under.
+    on_logits(rows, tokens): the target's logits rows [>= len(tokens), V] each emitted token was
+    chosen from, before the tokens are yielded (the rows are valid only during the call)."""
     params, capacity, widths = config.sampling, target.manifest.context, target.manifest.widths
     draws = Draws(config.seed, target.manifest.vocab_size)
     rule = config.acceptance_rule
@@ -149,7 +158,10 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
     rng = np.random.default_rng(np.random.SeedSequence(draws.seed, spawn_key=(REJECTION_STREAM,)))
     t0 = time.perf_counter()
     context = list(prompt)
-    context.append(choose(prefill(target, cache, prompt, rows), params, draws, len(context)))
+    first = prefill(target, cache, prompt, rows)
+    context.append(choose(first, params, draws, len(context)))
+    if on_logits is not None:
+        on_logits(first[None], context[-1:])
     if drafter is not None:
         drafter.begin(context)
     stats.time_prefill_s += time.perf_counter() - t0
@@ -195,6 +207,8 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         if controller is not None:  # judged on the source's own drafts; the pass time is the padded one's
             controller.observe(drafted, n_drafts, t_draft, t_verify, source or "model", guessed_accepted=n_guesses)
         new = [*draft.tokens[:result.n_accepted], result.next_token]
+        if on_logits is not None:
+            on_logits(out.logits, new)
         context.extend(new)
         if drafter is not None:
             drafter.accept(cache.length)

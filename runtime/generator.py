@@ -21,6 +21,7 @@ from specedge.contract import gamma_choices
 from specedge.errors import SpecEdgeError
 from specedge.runtime.decoding import SpecConfig, decode_tokens
 from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, build_drafter
+from specedge.runtime.logprobs import LogprobRecorder, TokenLogprob
 from specedge.runtime.model import OnnxModel, check_token_ids
 from specedge.runtime.row_groups import probe_rows
 from specedge.runtime.rows import SINGLE_STEPS, RowPolicy
@@ -39,6 +40,7 @@ class GenerationResult:
     text: str
     token_ids: list[int]
     stats: GenerationStats
+    logprobs: list[TokenLogprob] | None = None  # with SpecConfig.logprobs: one per token of token_ids
 
     def to_dict(self) -> dict[str, object]:
         return {"text": self.text, "token_ids": self.token_ids, **self.stats.to_dict()}
@@ -118,6 +120,7 @@ def find_stop(text: str, stop_strings: Sequence[str], since: int) -> int:
 class Segment(NamedTuple):
     text: str
     drafted: bool  # True: a draft token the target accepted; False: the target's own token
+    tokens: range = range(0)  # the tokens (indices into token_ids) whose text ends in this segment
 
 
 class TextStream:
@@ -126,6 +129,8 @@ class TextStream:
 
     def __init__(self, make_segments: Callable[[TextStream], Iterator[Segment]]) -> None:
         self.result: GenerationResult | None = None
+        # with SpecConfig.logprobs: the tokens' log-probabilities as they are decoded (Segment.tokens index it)
+        self.logprobs: list[TokenLogprob] | None = None
         self._segments = make_segments(self)
 
     def __iter__(self) -> Iterator[str]:
@@ -145,7 +150,8 @@ def split_by_origin(text: str, start: int, end: int, ends: list[int], drafted: l
     for i in range(bisect.bisect_right(ends, start), len(ends)):
         stop = min(ends[i], end)
         if stop > pos:
-            yield Segment(text[pos:stop], drafted[i])
+            tokens = range(bisect.bisect_right(ends, pos), bisect.bisect_right(ends, stop))
+            yield Segment(text[pos:stop], drafted[i], tokens)
             pos = stop
         if pos >= end:
             return
@@ -231,7 +237,9 @@ class Generator:
         ends: list[int] = []  # per token: where its text ends, and whether the draft proposed it
         drafted: list[bool] = []
         start = time.perf_counter()
-        rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, self.rows)
+        recorder = LogprobRecorder(config.logprobs) if config.logprobs is not None else None
+        stream.logprobs = recorder.logprobs if recorder is not None else None
+        rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, self.rows, on_logits=recorder)
         reason = ""
         try:
             for new in rounds:
@@ -269,4 +277,5 @@ class Generator:
             rounds.close()
             stats.n_tokens = len(tokens)
             stats.time_total_s = time.perf_counter() - start
-            stream.result = GenerationResult(text=text, token_ids=tokens, stats=stats)
+            logprobs = recorder.logprobs[:len(tokens)] if recorder is not None else None
+            stream.result = GenerationResult(text=text, token_ids=tokens, stats=stats, logprobs=logprobs)
