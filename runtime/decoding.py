@@ -203,7 +203,8 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         stats.time_verify_s += t_verify
         n_drafts = min(result.n_accepted, drafted)
         n_guesses = result.n_accepted - n_drafts
-        stats.record_round(drafted, n_drafts, gamma, guessed=len(draft.tokens) - drafted, guessed_accepted=n_guesses)
+        stats.record_round(drafted, n_drafts, gamma, guessed=len(draft.tokens) - drafted, guessed_accepted=n_guesses,
+                           source=draft.source)
         if controller is not None:  # judged on the source's own drafts; the pass time is the padded one's
             controller.observe(drafted, n_drafts, t_draft, t_verify, source or "model", guessed_accepted=n_guesses)
         new = [*draft.tokens[:result.n_accepted], result.next_token]

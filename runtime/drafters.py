@@ -3,6 +3,8 @@
 - DraftModelDrafter: a small model with its own KV cache, one token per pass.
 - NgramDrafter: prompt lookup, no model: the continuation of the latest earlier occurrence of
   the context's last n tokens.
+- PredictionDrafter: the caller's prediction of the output (predicted outputs), looked up the
+  same way; PredictedDrafter takes it beside a request's other drafter.
 When sampling, the draft model draws the token at each position from its q with that
 position's noise in `Draws`, the noise the target draws its own token with there, so a draft
 agrees with the target's draw as often as q and p allow (kernels/acceptance.py); the n-gram
@@ -32,6 +34,7 @@ class Draft:
     # sampling: the distribution each token was drawn from (the draft model's transformed q), None for a
     # deterministic token (lookup, pad guesses): what the rejection rule accepts against
     q: list[np.ndarray | None] = field(default_factory=list)
+    source: str = ""  # where the tokens came from: "model", "ngram", "prediction" ("" none)
 
     def q_of(self, i: int) -> np.ndarray | None:
         return self.q[i] if i < len(self.q) else None
@@ -89,7 +92,7 @@ class NgramDrafter:
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
                 source: str | None = None) -> Draft:
-        return Draft(tokens=self.lookup(context, k) if k > 0 else [])
+        return Draft(tokens=self.lookup(context, k) if k > 0 else [], source="ngram")
 
 
 class DraftModelDrafter:
@@ -131,7 +134,7 @@ class DraftModelDrafter:
                 qs.append(q)
             tokens.append(token)
             feed = [token]
-        return Draft(tokens=tokens, calls=len(tokens), traffic=traffic, q=qs)
+        return Draft(tokens=tokens, calls=len(tokens), traffic=traffic, q=qs, source="model")
 
 
 class HybridDrafter:
@@ -167,6 +170,77 @@ class HybridDrafter:
         if (source or self.sources(context)[0]) == "ngram":
             return self.ngram.propose(context, k, params, draws)
         return self.model.propose(context, k, params, draws)
+
+
+class PredictionDrafter:
+    """A caller's prediction of the output (OpenAI's predicted outputs: the file an edit keeps
+    most of) as drafts: the continuation of the place in the prediction where the context's last
+    tokens occur - the longest such suffix, up to `max_ngram`, at the first occurrence from where
+    the previous round left off (an edit keeps the file's order). Deterministic drafts, verified
+    like any others: the output is the target's whatever the prediction says."""
+
+    name = "prediction"
+
+    def __init__(self, prediction: Sequence[int], max_ngram: int = 8) -> None:
+        self.tokens = np.asarray(list(prediction), dtype=np.int64)
+        self.max_ngram = max_ngram
+        self.cursor = 0  # where in the prediction the last proposal started
+
+    def begin(self, context: Sequence[int]) -> None:
+        self.cursor = 0
+
+    def accept(self, committed: int) -> None:
+        pass
+
+    def place(self, context: Sequence[int]) -> int:
+        """Where in the prediction the context continues (-1: nowhere)."""
+        tail = np.asarray(context[-self.max_ngram:], dtype=np.int64)
+        for n in range(min(len(tail), len(self.tokens) - 1), 0, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(self.tokens[:-1], n)
+            ends = np.flatnonzero((windows == tail[-n:]).all(axis=1)) + n
+            if ends.size:
+                ahead = ends[ends >= self.cursor]
+                return int(ahead[0] if ahead.size else ends[-1])
+        return -1
+
+    def sources(self, context: Sequence[int]) -> tuple[str, ...]:
+        return ("prediction",) if self.place(context) >= 0 else ()
+
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
+                source: str | None = None) -> Draft:
+        start = self.place(context)
+        if start < 0 or k <= 0:
+            return Draft(tokens=[], source="prediction")
+        self.cursor = start
+        return Draft(tokens=self.tokens[start:start + k].tolist(), source="prediction")
+
+
+class PredictedDrafter:
+    """The caller's prediction where the context continues it, else the request's other drafter
+    (if any), per round: γ auto judges each source on its own record."""
+
+    def __init__(self, prediction: PredictionDrafter, other: Drafter | None) -> None:
+        self.prediction = prediction
+        self.other = other
+        self.name = f"prediction+{other.name}" if other is not None else "prediction"
+
+    def begin(self, context: Sequence[int]) -> None:
+        self.prediction.begin(context)
+        if self.other is not None:
+            self.other.begin(context)
+
+    def accept(self, committed: int) -> None:
+        if self.other is not None:
+            self.other.accept(committed)
+
+    def sources(self, context: Sequence[int]) -> tuple[str, ...]:
+        return self.prediction.sources(context) + (self.other.sources(context) if self.other is not None else ())
+
+    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
+                source: str | None = None) -> Draft:
+        if self.other is None or (source or next(iter(self.sources(context)), "")) == "prediction":
+            return self.prediction.propose(context, k, params, draws)
+        return self.other.propose(context, k, params, draws, source=source)
 
 
 def build_drafter(draft: OnnxModel | None, ngram: bool) -> Drafter | None:

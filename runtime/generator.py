@@ -20,7 +20,14 @@ from typing import NamedTuple
 from specedge.contract import gamma_choices
 from specedge.errors import SpecEdgeError
 from specedge.runtime.decoding import SpecConfig, decode_tokens
-from specedge.runtime.drafters import Drafter, DraftModelDrafter, HybridDrafter, build_drafter
+from specedge.runtime.drafters import (
+    Drafter,
+    DraftModelDrafter,
+    HybridDrafter,
+    PredictedDrafter,
+    PredictionDrafter,
+    build_drafter,
+)
 from specedge.runtime.logprobs import LogprobRecorder, TokenLogprob
 from specedge.runtime.model import OnnxModel, check_token_ids
 from specedge.runtime.row_groups import probe_rows
@@ -210,22 +217,35 @@ class Generator:
             return self.codec.encode_chat(items)
         return check_token_ids(items, self.target.manifest.vocab_size)
 
-    def stream(self, prompt: Prompt, chat: bool = False, **overrides: object) -> TextStream:
-        """Decode `prompt` (text, token ids, or chat messages); overrides replace SpecConfig fields."""
+    def stream(self, prompt: Prompt, chat: bool = False, prediction: str | Sequence[int] | None = None,
+               **overrides: object) -> TextStream:
+        """Decode `prompt` (text, token ids, or chat messages); overrides replace SpecConfig fields.
+        prediction: what the output is expected to be, mostly (OpenAI's predicted outputs; text
+        or token ids), drafted from wherever the output follows it, beside the other drafters."""
         config = dataclasses.replace(self.config, **overrides) if overrides else self.config
         check_gamma(config, self.target, self.drafter)
         ids = self.encode(prompt, chat)
-        return TextStream(lambda stream: self._segments(ids, config, stream))
+        drafter = self.drafter if config.gamma > 0 else None
+        if prediction is not None and self.rows.exact:  # else speculation would change the output: unused
+            drafter = PredictedDrafter(PredictionDrafter(self.encode_prediction(prediction)), drafter)
+            config = dataclasses.replace(config, auto_gamma=True, gamma=config.gamma or SpecConfig.gamma)
+        return TextStream(lambda stream: self._segments(ids, config, stream, drafter))
 
-    def generate(self, prompt: Prompt, chat: bool = False, **overrides: object) -> GenerationResult:
-        stream = self.stream(prompt, chat, **overrides)
+    def encode_prediction(self, prediction: str | Sequence[int]) -> list[int]:
+        if isinstance(prediction, str):
+            return self.codec.encode(prediction, add_special_tokens=False, what="the prediction")
+        return check_token_ids(list(prediction), self.target.manifest.vocab_size)
+
+    def generate(self, prompt: Prompt, chat: bool = False, prediction: str | Sequence[int] | None = None,
+                 **overrides: object) -> GenerationResult:
+        stream = self.stream(prompt, chat, prediction, **overrides)
         for _ in stream:
             pass
         assert stream.result is not None
         return stream.result
 
-    def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream) -> Iterator[Segment]:
-        drafter = self.drafter if config.gamma > 0 else None
+    def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream,
+                  drafter: Drafter | None) -> Iterator[Segment]:
         stats = GenerationStats(prompt_tokens=len(prompt), gamma=config.gamma if drafter else 0,
                                 gamma_auto=config.auto_gamma and drafter is not None,
                                 drafter=drafter.name if drafter else "none", bandwidth_gb_per_s=self.bandwidth_gb_per_s)

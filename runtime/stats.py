@@ -26,6 +26,8 @@ class GenerationStats:
     guessed: int = 0  # prompt-lookup guesses in rows a padded pass runs anyway (runtime/decoding.py)
     guessed_accepted: int = 0
     produced: int = 0  # tokens made by target passes after prefill (accepted drafts + the target's own)
+    drafted_by_source: dict[str, int] = field(default_factory=dict)  # "model", "ngram", "prediction"
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
     proposed_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
     time_prefill_s: float = 0.0  # prompt passes of target and draft, and the first token
@@ -88,9 +90,13 @@ class GenerationStats:
         }
 
     def record_round(self, proposed: int, accepted: int, gamma: int, guessed: int = 0,
-                     guessed_accepted: int = 0) -> None:
-        """A target pass after prefill: `proposed` drafts asked for at `gamma`, `accepted` of them,
-        then `guessed_accepted` of the `guessed` pad-row guesses after them, then the target's token."""
+                     guessed_accepted: int = 0, source: str = "") -> None:
+        """A target pass after prefill: `proposed` drafts from `source` asked for at `gamma`,
+        `accepted` of them, then `guessed_accepted` of the `guessed` pad-row guesses after them,
+        then the target's token."""
+        if proposed:
+            self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + proposed
+            self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
         self.gamma_counts[gamma] = self.gamma_counts.get(gamma, 0) + 1
         if self.gamma_auto:
             self.gamma = max(self.gamma_counts, key=lambda g: self.gamma_counts[g])

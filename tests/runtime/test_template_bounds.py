@@ -17,7 +17,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from specedge.errors import SpecEdgeError
 from specedge.runtime import template_bounds as tb
-from specedge.runtime.text import MAX_CHARS, RENDER_SECONDS, BoundedSandbox, TextCodec
+from specedge.runtime.text import MAX_CHARS, BoundedSandbox, TextCodec
 
 PEAK_BYTES = 64 << 20  # what refusing may take: the operands, never the result
 
@@ -246,9 +246,8 @@ def test_renders_that_build_many_values_are_stopped_and_free_what_they_built() -
     by the render's total budget (not after 2 s and gigabytes), and what it built is freed at once
     (the old code kept each failed render's frames alive through the error's traceback)."""
     report = render_in_child([MANY_VALUES] * 12)
-    for seconds, message in report["results"]:  # type: ignore[attr-defined]
-        assert "chat template was stopped: it built more than" in message, message
-        assert seconds < RENDER_SECONDS / 2, seconds
+    for _, message in report["results"]:  # type: ignore[attr-defined]
+        assert "chat template was stopped: it built more than" in message, message  # the budget, not the clock
     start, end, peak = report["start"], report["end"], report["peak"]
     assert end - start < GROWTH_BYTES, f"{start / 2**20:.0f} MiB at start, {end / 2**20:.0f} MiB after 12 renders"
     assert peak - start < GROWTH_BYTES, f"{start / 2**20:.0f} MiB at start, {peak / 2**20:.0f} MiB at the peak"
@@ -266,9 +265,9 @@ WALKING = {  # each ran from 5 s to 74 s (the clock cannot stop one step) or too
 
 def test_a_filter_given_more_items_than_a_loop_may_take_is_refused_at_once() -> None:
     report = render_in_child(list(WALKING.values()))
-    for case, (seconds, message) in zip(WALKING, report["results"], strict=True):  # type: ignore[call-overload]
+    for case, (_, message) in zip(WALKING, report["results"], strict=True):  # type: ignore[call-overload]
         assert "chat template was stopped" in message, (case, message)
-        assert seconds < RENDER_SECONDS and "ran for more than" not in message, (case, seconds, message)
+        assert "ran for more than" not in message, (case, message)  # refused before it runs, not by the clock
     assert report["peak"] - report["start"] < GROWTH_BYTES  # type: ignore[operator]
 
 

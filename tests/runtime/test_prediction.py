@@ -1,0 +1,52 @@
+"""Predicted outputs: the caller's prediction drafts where the output follows it, losslessly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specedge.kernels.sampling import SamplingParams
+from specedge.runtime import Generator, SpecConfig
+from specedge.runtime.drafters import PredictionDrafter
+
+PROMPT = "def fib(n):\n    return"
+
+
+def generator(target: Path, draft: Path | None = None, **config: object) -> Generator:
+    return Generator.load(target, draft=draft, config=SpecConfig(max_new_tokens=30, ignore_eos=True,
+                                                                **config))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0.8)])
+@pytest.mark.parametrize("with_draft", [False, True])
+def test_a_prediction_drafts_losslessly(tiny_llama: tuple[Path, Path, Path], sampling: SamplingParams,
+                                        with_draft: bool) -> None:
+    _, target, draft = tiny_llama
+    plain = generator(target, gamma=0, sampling=sampling, seed=5).generate(PROMPT)
+    gen = generator(target, draft if with_draft else None, gamma=4 if with_draft else 0, sampling=sampling, seed=5)
+    exact = gen.generate(PROMPT, prediction=plain.token_ids)
+    assert exact.token_ids == plain.token_ids
+    by = exact.stats.accepted_by_source
+    assert by["prediction"] >= 20 and exact.stats.target_calls <= 10  # a right prediction: long runs per pass
+    edited = list(plain.token_ids)  # a prediction that is partly wrong: two tokens changed inside runs
+    for i in (3, 20):
+        edited[i] = (edited[i] + 1) % 256
+    partly = gen.generate(PROMPT, prediction=edited)
+    assert partly.token_ids == plain.token_ids
+    assert 0 < partly.stats.accepted_by_source["prediction"] < partly.stats.drafted_by_source["prediction"]
+
+
+def test_a_prediction_as_text_is_encoded_as_plain_text(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, _ = tiny_llama
+    gen = generator(target, gamma=0)
+    assert gen.encode_prediction("fib(n) <|eos|>") == gen.codec.encode("fib(n) <|eos|>", add_special_tokens=False)
+    plain = gen.generate(PROMPT)
+    assert gen.generate(PROMPT, prediction="fib(n):\n    return fib").token_ids == plain.token_ids
+
+
+def test_the_prediction_is_followed_from_where_the_last_round_left_off() -> None:
+    drafter = PredictionDrafter([1, 2, 3, 9, 1, 2, 4, 9, 1, 2, 5])
+    assert drafter.propose([7, 1, 2], 2, SamplingParams(), None).tokens == [3, 9]  # type: ignore[arg-type]
+    assert drafter.propose([7, 1, 2, 3, 9, 1, 2], 2, SamplingParams(), None).tokens == [4, 9]  # type: ignore[arg-type]
+    assert drafter.sources([6]) == () and drafter.propose([6], 3, SamplingParams(), None).tokens == []  # type: ignore[arg-type]
