@@ -21,6 +21,7 @@ the residual, from a random stream of the run's own; the law is still exactly th
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ import numpy as np
 from specedge.errors import SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_rejection, accept_sampled
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count, probabilities
+from specedge.runtime.constraints import Constraint, Guide, mask_rows
 from specedge.runtime.drafters import Draft, Drafter, NgramDrafter
 from specedge.runtime.gamma import GammaController
 from specedge.runtime.kv_cache import KVCache
@@ -143,23 +145,56 @@ def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int], rows: RowP
     return target.prefill(prompt, cache, rows)
 
 
+def draft_round(drafter: Drafter | None, guide: Guide | None, context: list[int], k: int, room: int,
+                widths: Sequence[int], params: SamplingParams, draws: Draws, source: str | None,
+                forcing: bool) -> Draft:
+    """This round's drafts: what the grammar forces next (`forcing`: where a pass may hold them),
+    then up to k from the drafter after those, all trimmed to an exported verification width
+    (the guide rolled back to match); `Draft.forced` marks the tokens no model drew."""
+    forced = guide.follow(guide.constraint.forced()[:min(room, max(widths) - 1)]) if guide and forcing else []
+    draft = Draft(tokens=[])
+    if drafter is not None and (k := min(k, room - len(forced))) > 0:
+        draft = drafter.propose([*context, *forced] if forced else context, k, params, draws, source=source,
+                                guide=guide)
+    n = fit_width(len(forced) + len(draft.tokens), widths)
+    if guide is not None:
+        guide.back_to(n)
+    q = [None] * len(forced) + draft.q if draft.q else []
+    marks = [True] * len(forced) + (draft.forced or [False] * len(draft.tokens))
+    return dataclasses.replace(draft, tokens=[*forced, *draft.tokens][:n], q=q[:n], forced=marks[:n])
+
+
+def constrain(out: ForwardOutput, guide: Guide | None) -> ForwardOutput:
+    """The pass's rows under the grammar's mask of each row's position (the constrained law)."""
+    if guide is None:
+        return out
+    logits = mask_rows(out.logits, guide.row_masks())
+    return dataclasses.replace(out, logits=logits, next_ids=argmax(logits))
+
+
 def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, prompt: Sequence[int],
                   config: SpecConfig, stats: GenerationStats, rows: RowPolicy = ONE_ROW,
-                  on_logits: OnLogits | None = None) -> Iterator[list[int]]:
+                  on_logits: OnLogits | None = None, constraint: Constraint | None = None) -> Iterator[list[int]]:
     """Yield the tokens of each round. Ends by itself only when the context is full. `rows`: the
     target's row policy (runtime/rows.py), which every target pass, plain steps too, runs under.
     on_logits(rows, tokens): the target's logits rows [>= len(tokens), V] each emitted token was
-    chosen from, before the tokens are yielded (the rows are valid only during the call)."""
+    chosen from, before the tokens are yielded (the rows are valid only during the call).
+    constraint: a grammar every token obeys (runtime/constraints.py), its state advanced here."""
     params, capacity, widths = config.sampling, target.manifest.context, target.manifest.widths
     draws = Draws(config.seed, target.manifest.vocab_size)
     rule = config.acceptance_rule
     stats.acceptance_rule = rule
     # the rejection rule's uniforms and corrections: a stream of their own, seeded from the run's seed
     rng = np.random.default_rng(np.random.SeedSequence(draws.seed, spawn_key=(REJECTION_STREAM,)))
+    guide = Guide(constraint) if constraint is not None else None
+    forcing = drafter is not None or rows.exact  # a pass may hold forced tokens: its rows are exact
     t0 = time.perf_counter()
     context = list(prompt)
     first = prefill(target, cache, prompt, rows)
-    context.append(choose(first, params, draws, len(context)))
+    row = first if guide is None else mask_rows(first[None], guide.row_masks())[0]
+    context.append(choose(row, params, draws, len(context)))
+    if guide is not None:
+        guide.settle(0, context[-1])
     if on_logits is not None:
         on_logits(first[None], context[-1:])
     if drafter is not None:
@@ -176,26 +211,23 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         if controller is not None and drafter is not None:
             source, gamma = controller.plan(drafter.sources(context))
         room = min(capacity - len(context), max(remaining - 1, 0))
-        k = min(gamma, room)
-        # draft: up to k tokens, trimmed to an exported verification width
-        t_draft = 0.0
-        draft = Draft(tokens=[])
-        if drafter is not None and k > 0:
-            t = time.perf_counter()
-            draft = drafter.propose(context, k, params, draws, source=source)
-            t_draft = time.perf_counter() - t
-            stats.time_draft_s += t_draft
-            stats.draft_calls += draft.calls
-            stats.draft_traffic.add(draft.traffic)
-            draft.tokens = draft.tokens[:fit_width(len(draft.tokens), widths)]
+        # draft: forced tokens, then up to γ from the drafter, trimmed to an exported verification width
+        t = time.perf_counter()
+        draft = draft_round(drafter if gamma > 0 else None, guide, context, min(gamma, room), room, widths, params,
+                            draws, source, forcing)
+        t_draft = time.perf_counter() - t if drafter is not None and gamma > 0 else 0.0
+        stats.time_draft_s += t_draft
+        stats.draft_calls += draft.calls
+        stats.draft_traffic.add(draft.traffic)
         drafted = len(draft.tokens)
         if drafter is not None and rows.group > 1:  # a speculative round: guesses in the pad rows
-            draft.tokens += pad_guesses(context, draft.tokens, rows.group, room)
+            guesses = pad_guesses(context, draft.tokens, rows.group, room)
+            draft.tokens += guesses if guide is None else guide.follow(guesses)
         # verify: one target pass over the pending token and the drafts, a row each
         t = time.perf_counter()
         out = target.forward([context[-1], *draft.tokens], cache, all_logits=True, rows=rows)
         # accept: the longest agreeing prefix, then the target's own token
-        result = accept(draft, out, params, draws, len(context), rule, rng)
+        result = accept(draft, constrain(out, guide), params, draws, len(context), rule, rng)
         # commit: the pending token's and the accepted drafts' entries; the rest lie beyond length
         cache.commit(out.new_keys, out.new_values, [context[-1], *draft.tokens[:result.n_accepted]])
         stats.target_traffic.add(out.traffic)
@@ -203,11 +235,16 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         stats.time_verify_s += t_verify
         n_drafts = min(result.n_accepted, drafted)
         n_guesses = result.n_accepted - n_drafts
-        stats.record_round(drafted, n_drafts, gamma, guessed=len(draft.tokens) - drafted, guessed_accepted=n_guesses,
-                           source=draft.source)
+        n_forced = draft.forced_in(n_drafts)  # always accepted: the drafter's own are the rest
+        own, own_accepted = drafted - draft.forced_in(drafted), n_drafts - n_forced
+        stats.record_round(own, own_accepted, gamma, guessed=len(draft.tokens) - drafted,
+                           guessed_accepted=n_guesses, source=draft.source, forced=n_forced)
         if controller is not None:  # judged on the source's own drafts; the pass time is the padded one's
-            controller.observe(drafted, n_drafts, t_draft, t_verify, source or "model", guessed_accepted=n_guesses)
+            controller.observe(own, own_accepted, t_draft, t_verify, source or "model", guessed_accepted=n_guesses,
+                               width=drafted + 1)
         new = [*draft.tokens[:result.n_accepted], result.next_token]
+        if guide is not None:
+            guide.settle(result.n_accepted, result.next_token)
         if on_logits is not None:
             on_logits(out.logits, new)
         context.extend(new)

@@ -21,7 +21,8 @@ from typing import Protocol
 
 import numpy as np
 
-from specedge.kernels.sampling import Draws, SamplingParams, probabilities
+from specedge.kernels.sampling import Draws, SamplingParams, argmax, probabilities
+from specedge.runtime.constraints import Guide, mask_rows
 from specedge.runtime.model import OnnxModel
 from specedge.runtime.traffic import Traffic
 
@@ -35,6 +36,11 @@ class Draft:
     # deterministic token (lookup, pad guesses): what the rejection rule accepts against
     q: list[np.ndarray | None] = field(default_factory=list)
     source: str = ""  # where the tokens came from: "model", "ngram", "prediction" ("" none)
+    forced: list[bool] = field(default_factory=list)  # per token: a grammar forced it (no pass drew it)
+
+    def forced_in(self, n: int) -> int:
+        """How many of the first n tokens a grammar forced."""
+        return sum(self.forced[:n])
 
     def q_of(self, i: int) -> np.ndarray | None:
         return self.q[i] if i < len(self.q) else None
@@ -50,9 +56,10 @@ class Drafter(Protocol):
         """Where drafts for this context can come from, best first (empty: none this round)."""
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None) -> Draft:
+                source: str | None = None, guide: Guide | None = None) -> Draft:
         """Up to k tokens to follow context, from `source` (default: the drafter's first choice);
-        a sampled token at position len(context) + j is drawn with `draws` at that position."""
+        a sampled token at position len(context) + j is drawn with `draws` at that position.
+        guide: a grammar's masks (runtime/constraints.py), which every token proposed is consumed by."""
 
     def accept(self, committed: int) -> None:
         """The first `committed` tokens of the context are final; forget anything beyond."""
@@ -91,8 +98,8 @@ class NgramDrafter:
         return ("ngram",) if self.lookup(context, 1) else ()
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None) -> Draft:
-        return Draft(tokens=self.lookup(context, k) if k > 0 else [], source="ngram")
+                source: str | None = None, guide: Guide | None = None) -> Draft:
+        return Draft(tokens=guided(self.lookup(context, k) if k > 0 else [], guide), source="ngram")
 
 
 class DraftModelDrafter:
@@ -116,25 +123,39 @@ class DraftModelDrafter:
         return ("model",)
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None) -> Draft:
+                source: str | None = None, guide: Guide | None = None) -> Draft:
         k = min(k, self.model.manifest.context - len(context) + 1)
         feed = self.model.catch_up(context, self.cache)  # the tokens the draft has not seen, pending last
         tokens: list[int] = []
         qs: list[np.ndarray | None] = []
+        forced: list[bool] = []
         traffic = Traffic()
-        for j in range(max(k, 0)):
+        calls = 0
+        while len(tokens) < k:
             out = self.model.forward(feed, self.cache, all_logits=False)
             traffic.add(out.traffic)
+            calls += 1
             self.cache.commit(out.new_keys, out.new_values, feed)
+            logits = out.logits[-1] if guide is None else mask_rows(out.logits[-1:], [guide.allowed()])[0]
+            if guide is not None and not np.isfinite(logits).any():
+                break  # its head scores none of the tokens the grammar allows here (a truncated head)
             if params.greedy:
-                token = int(out.next_ids[-1])
+                token = int(out.next_ids[-1]) if guide is None else int(argmax(logits))
             else:  # a truncated head's q covers the first ids only: the others have probability 0
-                q = probabilities(out.logits[-1], params)
-                token = draws.sample(q, len(context) + j)  # drawn from this very q (the race is exact)
+                q = probabilities(logits, params)
+                token = draws.sample(q, len(context) + len(tokens))  # drawn from this very q (the race is exact)
                 qs.append(q)
             tokens.append(token)
+            forced.append(False)
             feed = [token]
-        return Draft(tokens=tokens, calls=len(tokens), traffic=traffic, q=qs, source="model")
+            if guide is not None:
+                guide.advance(token)  # allowed: drawn under its mask
+                free = guide.follow(guide.constraint.forced()[:k - len(tokens)])  # no pass draws these
+                tokens += free
+                qs += [None] * len(free) if qs else []
+                forced += [True] * len(free)
+                feed += free
+        return Draft(tokens=tokens, calls=calls, traffic=traffic, q=qs, source="model", forced=forced)
 
 
 class HybridDrafter:
@@ -166,10 +187,10 @@ class HybridDrafter:
         return ("ngram",) if tokens and n >= self.min_match else ("model",)
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None) -> Draft:
+                source: str | None = None, guide: Guide | None = None) -> Draft:
         if (source or self.sources(context)[0]) == "ngram":
-            return self.ngram.propose(context, k, params, draws)
-        return self.model.propose(context, k, params, draws)
+            return self.ngram.propose(context, k, params, draws, guide=guide)
+        return self.model.propose(context, k, params, draws, guide=guide)
 
 
 class PredictionDrafter:
@@ -207,12 +228,12 @@ class PredictionDrafter:
         return ("prediction",) if self.place(context) >= 0 else ()
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None) -> Draft:
+                source: str | None = None, guide: Guide | None = None) -> Draft:
         start = self.place(context)
         if start < 0 or k <= 0:
             return Draft(tokens=[], source="prediction")
         self.cursor = start
-        return Draft(tokens=self.tokens[start:start + k].tolist(), source="prediction")
+        return Draft(tokens=guided(self.tokens[start:start + k].tolist(), guide), source="prediction")
 
 
 class PredictedDrafter:
@@ -237,10 +258,15 @@ class PredictedDrafter:
         return self.prediction.sources(context) + (self.other.sources(context) if self.other is not None else ())
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None) -> Draft:
+                source: str | None = None, guide: Guide | None = None) -> Draft:
         if self.other is None or (source or next(iter(self.sources(context)), "")) == "prediction":
-            return self.prediction.propose(context, k, params, draws)
-        return self.other.propose(context, k, params, draws, source=source)
+            return self.prediction.propose(context, k, params, draws, guide=guide)
+        return self.other.propose(context, k, params, draws, source=source, guide=guide)
+
+
+def guided(tokens: list[int], guide: Guide | None) -> list[int]:
+    """Deterministic drafts up to the first one the grammar does not allow (consumed by the guide)."""
+    return tokens if guide is None else guide.follow(tokens)
 
 
 def build_drafter(draft: OnnxModel | None, ngram: bool) -> Drafter | None:

@@ -102,9 +102,10 @@ class GammaController:
         return None, 0
 
     def observe(self, proposed: int, accepted: int, draft_seconds: float, verify_seconds: float,
-                source: str = "model", guessed_accepted: int = 0) -> None:
+                source: str = "model", guessed_accepted: int = 0, width: int | None = None) -> None:
         """Record a round: proposed / accepted drafts from `source`, time spent drafting them, and
-        the verification pass of width proposed + 1; for a plain step, the pad-row guesses it accepted."""
+        the verification pass of `width` (proposed + 1 unless forced tokens rode along); for a
+        plain step, the pad-row guesses it accepted."""
         if not proposed:
             self.plain_bonus = (1 - EMA) * self.plain_bonus + EMA * guessed_accepted
         else:
@@ -113,6 +114,6 @@ class GammaController:
             s.rejected = self.decay * s.rejected + (accepted < proposed)
             per_token = draft_seconds / proposed
             s.t_draft = per_token if s.t_draft is None else (1 - EMA) * s.t_draft + EMA * per_token
-        width = proposed + 1
+        width = width or proposed + 1
         old = self.t_verify.get(width)
         self.t_verify[width] = verify_seconds if old is None else (1 - EMA) * old + EMA * verify_seconds

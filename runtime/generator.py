@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from specedge.contract import gamma_choices
 from specedge.errors import SpecEdgeError
+from specedge.runtime.constraints import Constraint
 from specedge.runtime.decoding import SpecConfig, decode_tokens
 from specedge.runtime.drafters import (
     Drafter,
@@ -218,10 +219,11 @@ class Generator:
         return check_token_ids(items, self.target.manifest.vocab_size)
 
     def stream(self, prompt: Prompt, chat: bool = False, prediction: str | Sequence[int] | None = None,
-               **overrides: object) -> TextStream:
+               constraint: Constraint | None = None, **overrides: object) -> TextStream:
         """Decode `prompt` (text, token ids, or chat messages); overrides replace SpecConfig fields.
         prediction: what the output is expected to be, mostly (OpenAI's predicted outputs; text
-        or token ids), drafted from wherever the output follows it, beside the other drafters."""
+        or token ids), drafted from wherever the output follows it, beside the other drafters.
+        constraint: a grammar every token obeys (runtime/grammar.py makes one; fresh per stream)."""
         config = dataclasses.replace(self.config, **overrides) if overrides else self.config
         check_gamma(config, self.target, self.drafter)
         ids = self.encode(prompt, chat)
@@ -229,7 +231,7 @@ class Generator:
         if prediction is not None and self.rows.exact:  # else speculation would change the output: unused
             drafter = PredictedDrafter(PredictionDrafter(self.encode_prediction(prediction)), drafter)
             config = dataclasses.replace(config, auto_gamma=True, gamma=config.gamma or SpecConfig.gamma)
-        return TextStream(lambda stream: self._segments(ids, config, stream, drafter))
+        return TextStream(lambda stream: self._segments(ids, config, stream, drafter, constraint))
 
     def encode_prediction(self, prediction: str | Sequence[int]) -> list[int]:
         if isinstance(prediction, str):
@@ -237,15 +239,15 @@ class Generator:
         return check_token_ids(list(prediction), self.target.manifest.vocab_size)
 
     def generate(self, prompt: Prompt, chat: bool = False, prediction: str | Sequence[int] | None = None,
-                 **overrides: object) -> GenerationResult:
-        stream = self.stream(prompt, chat, prediction, **overrides)
+                 constraint: Constraint | None = None, **overrides: object) -> GenerationResult:
+        stream = self.stream(prompt, chat, prediction, constraint, **overrides)
         for _ in stream:
             pass
         assert stream.result is not None
         return stream.result
 
     def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream,
-                  drafter: Drafter | None) -> Iterator[Segment]:
+                  drafter: Drafter | None, constraint: Constraint | None) -> Iterator[Segment]:
         stats = GenerationStats(prompt_tokens=len(prompt), gamma=config.gamma if drafter else 0,
                                 gamma_auto=config.auto_gamma and drafter is not None,
                                 drafter=drafter.name if drafter else "none", bandwidth_gb_per_s=self.bandwidth_gb_per_s)
@@ -259,7 +261,8 @@ class Generator:
         start = time.perf_counter()
         recorder = LogprobRecorder(config.logprobs) if config.logprobs is not None else None
         stream.logprobs = recorder.logprobs if recorder is not None else None
-        rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, self.rows, on_logits=recorder)
+        rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, self.rows, on_logits=recorder,
+                               constraint=constraint)
         reason = ""
         try:
             for new in rounds:

@@ -25,6 +25,7 @@ class GenerationStats:
     accepted: int = 0  # draft tokens accepted
     guessed: int = 0  # prompt-lookup guesses in rows a padded pass runs anyway (runtime/decoding.py)
     guessed_accepted: int = 0
+    forced: int = 0  # tokens a grammar forced, verified in the passes at no draft cost (runtime/constraints.py)
     produced: int = 0  # tokens made by target passes after prefill (accepted drafts + the target's own)
     drafted_by_source: dict[str, int] = field(default_factory=dict)  # "model", "ngram", "prediction"
     accepted_by_source: dict[str, int] = field(default_factory=dict)
@@ -90,10 +91,11 @@ class GenerationStats:
         }
 
     def record_round(self, proposed: int, accepted: int, gamma: int, guessed: int = 0,
-                     guessed_accepted: int = 0, source: str = "") -> None:
-        """A target pass after prefill: `proposed` drafts from `source` asked for at `gamma`,
-        `accepted` of them, then `guessed_accepted` of the `guessed` pad-row guesses after them,
-        then the target's token."""
+                     guessed_accepted: int = 0, source: str = "", forced: int = 0) -> None:
+        """A target pass after prefill: `forced` tokens a grammar forced, then `proposed` drafts
+        from `source` asked for at `gamma`, `accepted` of them, then `guessed_accepted` of the
+        `guessed` pad-row guesses after them, then the target's token."""
+        self.forced += forced
         if proposed:
             self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + proposed
             self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
@@ -111,7 +113,7 @@ class GenerationStats:
         self.accepted += accepted
         self.guessed += guessed
         self.guessed_accepted += guessed_accepted
-        self.produced += accepted + guessed_accepted + 1
+        self.produced += forced + accepted + guessed_accepted + 1
         self.target_calls += 1
 
     def to_dict(self) -> dict[str, object]:
