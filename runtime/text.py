@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import wraps
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -19,6 +19,7 @@ from specedge.errors import DamagedArtifactError, SpecEdgeError
 from specedge.runtime.manifest import TOKENIZER_NAME, Manifest
 from specedge.runtime.template_bounds import FILTER_SIZES, GLOBAL_SIZES, call_size, method_size, percent_size, text_size
 from specedge.runtime.text_checks import check_ids, check_messages, check_text, check_vocabulary
+from specedge.runtime.tools import template_messages
 
 Message = dict[str, str]
 T = TypeVar("T")
@@ -318,12 +319,16 @@ class TextCodec:
             self._env = env
         return self._env, self._template
 
-    def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True,
+                    tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """The conversation as the model's chat template writes it; with `tools` (OpenAI's tool
+        objects), the tools as it lists them (runtime/tools.py)."""
         env, template = self.chat_template()
         eos = self.manifest.eos_token_ids[0] if self.manifest.eos_token_ids else None
+        extra = {"tools": list(tools)} if tools else {}
         return self._guard(lambda: env.render_bounded(
-            template, messages=list(messages), add_generation_prompt=add_generation_prompt,
-            bos_token=self.token_text(self.manifest.bos_token_id), eos_token=self.token_text(eos)))
+            template, messages=template_messages(messages), add_generation_prompt=add_generation_prompt,
+            bos_token=self.token_text(self.manifest.bos_token_id), eos_token=self.token_text(eos), **extra))
 
     @staticmethod
     def _guard(work: Callable[[], Any]) -> Any:
@@ -335,9 +340,9 @@ class TextCodec:
             release(e)
             raise template_error(e) from None
 
-    def encode_chat(self, messages: Sequence[Message]) -> list[int]:
+    def encode_chat(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
         check_messages(messages)
-        return self.encode(self.render_chat(messages), add_special_tokens=False, what="the rendered chat")
+        return self.encode(self.render_chat(messages, tools=tools), add_special_tokens=False, what="the rendered chat")
 
 
 def template_error(e: Exception) -> SpecEdgeError:
