@@ -77,10 +77,17 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     from specedge.chat import stats_line
 
+    if args.suffix and args.chat:
+        raise SpecEdgeError("--suffix fills in the middle of a raw prompt, not a chat", "drop --chat or --suffix")
     config = build_config(args, no_draft=args.no_draft, stop=args.stop, ignore_eos=args.ignore_eos)
     draft = None if args.no_draft or args.draft is None else artifact_arg(args.draft)
     gen = load_generator(args, artifact_arg(args.target), draft, args.ngram and not args.no_draft, config)
-    stream = gen.stream(args.prompt, chat=args.chat)
+    prompt: str | list[int] = args.prompt
+    if args.suffix:  # fill in the middle: the prompt before the gap, the suffix after it
+        from specedge.runtime.fim import fim_prompt
+
+        prompt = fim_prompt(gen.codec, args.prompt, args.suffix, args.target)
+    stream = gen.stream(prompt, chat=args.chat)
     for piece in stream:
         if not args.json:
             print(piece, end="", flush=True)
@@ -349,6 +356,9 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
     add_gamma_flags(p)
     p.add_argument("--prompt", required=True)
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    p.add_argument("--suffix", default=None, metavar="TEXT",
+                   help="fill in the middle: write what goes between --prompt and this text, through the model's "
+                        "fill-in-the-middle tokens (code models such as qwen2.5-coder)")
     add_sampling_flags(p, max_new_tokens=128)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="decode exactly --max-new-tokens")

@@ -266,3 +266,29 @@ def test_a_manifest_that_contradicts_its_graph_or_tokenizer_is_one_line(
     proc = cli_here("generate", "--target", str(art), "--no-draft", "--prompt", "你好世界" * 20)
     assert_one_line_error(proc, *words, "re-export", f"--out {art} --force")
     assert proc.returncode == 2
+
+
+@pytest.fixture(scope="module")
+def fim_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.runtime.test_fim import make_fim_artifact
+
+    return make_fim_artifact(tmp_path_factory.mktemp("fim-cli"))
+
+
+def test_generate_suffix_fills_in_the_middle(fim_artifact: Path, cli_here: Run) -> None:
+    """`--suffix`: the model is fed [fim_prefix, prompt, fim_suffix, suffix, fim_middle], the texts
+    as plain text (the byte tokenizer: one token per byte)."""
+    prompt, suffix = "def f(<|fim_prefix|>", "):"
+    proc = cli_here("generate", "--target", str(fim_artifact), "--prompt", prompt, "--suffix", suffix,
+                    "--max-new-tokens", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["prompt_tokens"] == 1 + len(prompt) + 1 + len(suffix) + 1
+
+
+def test_generate_suffix_without_fim_tokens_is_one_line(tiny_llama: tuple[Path, Path, Path], cli_here: Run) -> None:
+    _, target, _ = tiny_llama
+    proc = cli_here("generate", "--target", str(target), "--no-draft", "--prompt", "def f(", "--suffix", "):")
+    assert_one_line_error(proc, f"the model '{target}' cannot fill in the middle", "<|fim_prefix|>", "drop the suffix")
+    assert proc.returncode == 2
+    proc = cli_here("generate", "--target", str(target), "--prompt", "a", "--suffix", "b", "--chat")
+    assert_one_line_error(proc, "--suffix", "not a chat")

@@ -2,7 +2,9 @@
 
 Modules, one concern each: `protocol` (request parsing and validation into dataclasses, the
 OpenAI error object), `responses` (OpenAI-shaped responses, stream chunks and specedge's stats),
-`worker` (the single generation thread and its bounded arrival-order queue), `app` (the ASGI
-application), `command` (the CLI subcommand). Only `app` and `command` import the server stack
-(starlette, uvicorn: the `serve` extra); nothing in the runtime imports this package.
+`logprobs` (tokens' log-probabilities in OpenAI's shapes), `metrics` (the counters and histograms
+of GET /metrics, in Prometheus' text format), `worker` (the single generation thread and its
+bounded arrival-order queue), `app` (the ASGI application), `command` (the CLI subcommand). Only
+`app` and `command` import the server stack (starlette, uvicorn: the `serve` extra); nothing in
+the runtime imports this package.
 """

@@ -1,11 +1,13 @@
 """The ASGI application: the OpenAI endpoints over one Generator and its worker thread.
 
 POST /v1/chat/completions and /v1/completions (stream true: server-sent events ending in
-`data: [DONE]`), GET /v1/models, GET /health. Every error is the OpenAI error object with a
-one-line message; the traceback of a server fault goes to the log, never to the client. Requests
-pass `guard.RequestGuard` first (host names, origins, JSON bodies). A prompt is measured before it
-is queued (more characters than the context could hold: 413 at once) and tokenized by the worker
-in its turn, so prompts that arrive together are never tokenized together.
+`data: [DONE]`; logprobs if asked; a completion's `suffix` filled in through the model's FIM
+tokens, runtime/fim.py), GET /v1/models, GET /health, GET /metrics (Prometheus' text format,
+serve/metrics.py). Every error is the OpenAI error object with a one-line message; the traceback of
+a server fault goes to the log, never to the client. Requests pass `guard.RequestGuard` first (host
+names, origins, JSON bodies), and every response is counted (`CountRequests`). A prompt is measured
+before it is queued (more characters than the context could hold: 413 at once) and tokenized by
+the worker in its turn, so prompts that arrive together are never tokenized together.
 """
 
 from __future__ import annotations
@@ -27,17 +29,21 @@ from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specedge.kernels.sampling import SamplingParams
+from specedge.runtime.fim import NoFimTokens, fim_prompt, find_fim_tokens
 from specedge.runtime.generator import Generator, draft_model
 from specedge.serve.guard import LOCAL, Origins, RequestGuard
+from specedge.serve.logprobs import LogprobShapes, TokenSpeller
+from specedge.serve.metrics import CONTENT_TYPE, Metrics
 from specedge.serve.protocol import (
     MAX_BODY_BYTES,
     APIError,
     GenerationRequest,
     body_too_large,
     error_for,
+    one_line,
     parse_chat,
     parse_completion,
     parse_json,
@@ -46,6 +52,7 @@ from specedge.serve.responses import DONE, Shaper, finish_reason, specedge_stats
 from specedge.serve.worker import Failed, Finished, GenerationWorker, Job, Piece, QueueFull
 
 log = logging.getLogger("specedge.serve")
+ROUTE_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions"})
 FOLDED_CHARS = 4  # characters a tokenizer's normalizer (NFC) may fold into one, at most
 EVENT_STREAM_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                         (b"x-accel-buffering", b"no")]
@@ -66,6 +73,34 @@ class ServeSettings:
 def longest_token(generator: Generator) -> int:
     """Characters of the longest token's text: no token spells more of a prompt."""
     return max(map(len, generator.codec.tokenizer.get_vocab(with_added_tokens=True)), default=1)
+
+
+def route_label(path: str) -> str:
+    """The route a response is counted under: its path, `/v1/models/{model}`, or "other" (any
+    other path: so a scan of paths cannot grow the metrics without end)."""
+    if path.startswith("/v1/models/"):
+        return "/v1/models/{model}"
+    return path if path in ROUTE_PATHS else "other"
+
+
+class CountRequests:
+    """ASGI middleware: each HTTP response counted by route and status as it starts."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.count_request(route_label(scope["path"]), int(message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, counted)
 
 
 def error_response(err: APIError) -> JSONResponse:
@@ -160,17 +195,18 @@ class EventStream:
         await send({"type": "http.response.body", "body": DONE, "more_body": False})
 
     async def chunks(self, event: Piece | Finished | Failed) -> AsyncIterator[bytes]:
-        shaper, first = self.shaper, True
+        shaper, first, sent = self.shaper, True, 0  # sent: log-probabilities sent with the pieces
         while True:
             if isinstance(event, Piece):
-                yield shaper.chunk(event.text, first)
-                first = False
+                yield shaper.chunk(event.text, first, event.logprobs)
+                first, sent = False, sent + len(event.logprobs)
             elif isinstance(event, Finished):
                 if first and shaper.kind == "chat":
                     yield shaper.chunk("", first=True)
                 result = event.result
                 yield shaper.final_chunk(finish_reason(result.stats.stop_reason),
-                                         specedge_stats(result.stats, event.reused, event.timing))
+                                         specedge_stats(result.stats, event.reused, event.timing),
+                                         (result.logprobs or [])[sent:])
                 if self.include_usage:
                     yield shaper.usage_chunk(usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused))
                 return
@@ -192,6 +228,8 @@ class Server:
         self.created = int(time.time())
         self.context = generator.target.manifest.context
         self.max_prompt_chars = self.context * longest_token(generator) * FOLDED_CHARS
+        self.spell = TokenSpeller(generator.codec.tokenizer)
+        self.fills_middle = find_fim_tokens(generator.codec.tokenizer) is not None
 
     def model_card(self) -> dict[str, object]:
         gen = self.generator
@@ -205,6 +243,10 @@ class Server:
         w = self.worker
         return JSONResponse({"status": "ok", "model": self.settings.model_id, "busy": w.busy, "waiting": w.waiting,
                              "queue_size": w.queue_size, "served": w.served})
+
+    async def metrics(self, request: Request) -> Response:
+        w = self.worker
+        return Response(w.metrics.exposition(waiting=w.waiting, running=int(w.busy)), media_type=CONTENT_TYPE)
 
     async def models(self, request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [self.model_card()]})
@@ -233,16 +275,26 @@ class Server:
             raise APIError(413, f"the prompt has {len(req.prompt)} tokens but the model's context holds "
                                 f"{self.context}; shorten the prompt", param=param, code="context_length_exceeded")
         chars = sum(len(m["content"]) for m in req.messages) if req.kind == "chat" else len(req.prompt)
+        chars += len(req.suffix or "")
         if chars > self.max_prompt_chars:
             raise APIError(413, f"the prompt has {chars} characters, more than the model's context of {self.context} "
                                 f"tokens can hold (at most {self.max_prompt_chars}); shorten the prompt",
                            param=param, code="context_length_exceeded")
 
+    def check_suffix(self, req: GenerationRequest) -> None:
+        """A suffix needs a model with fill-in-the-middle tokens: 422 naming the model, before it is queued."""
+        if req.suffix is not None and not self.fills_middle:
+            raise APIError(422, one_line(NoFimTokens(self.settings.model_id).problem), param="suffix",
+                           code="unsupported_parameter")
+
     def encode(self, req: GenerationRequest) -> list[int]:
         """The prompt's token ids, checked to fit the context (on the worker thread, in the job's turn)."""
         param = "messages" if req.kind == "chat" else "prompt"
         prompt = list(req.messages) if req.kind == "chat" else req.prompt
-        ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt))
+        if req.suffix is not None:  # fill in the middle: the prompt before the gap, the suffix after it
+            ids = fim_prompt(self.generator.codec, req.prompt, req.suffix, self.settings.model_id)
+        else:
+            ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt))
         if not ids:
             raise APIError(400, "the prompt is empty", param=param, code="invalid_value")
         if len(ids) >= self.context:
@@ -259,14 +311,16 @@ class Server:
         fields: dict[str, object] = {"max_new_tokens": req.max_tokens or d.max_tokens, "sampling": sampling,
                                      "stop_strings": req.stop, "ignore_eos": req.ignore_eos,
                                      "seed": config.seed if req.seed is None else req.seed,
-                                     "acceptance": req.acceptance or config.acceptance}
+                                     "acceptance": req.acceptance or config.acceptance, "logprobs": req.logprobs}
         dataclasses.replace(config, **fields)
         return fields
 
     async def complete(self, request: Request, req: GenerationRequest) -> Response | EventStream:
         self.check_model(req.model)
+        self.check_suffix(req)
         self.check_prompt_size(req)
-        shaper = Shaper(req.kind, self.settings.model_id)
+        shapes = None if req.logprobs is None else LogprobShapes(req.kind, self.spell)
+        shaper = Shaper(req.kind, self.settings.model_id, logprobs=shapes)
         job = Job(shaper.id, functools.partial(self.encode, req), self.overrides(req), asyncio.get_running_loop(),
                   stream=req.stream)
         try:
@@ -287,7 +341,7 @@ class Server:
         result = event.result
         return JSONResponse(shaper.whole(result.text, finish_reason(result.stats.stop_reason),
                                          usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused),
-                                         specedge_stats(result.stats, event.reused, event.timing)))
+                                         specedge_stats(result.stats, event.reused, event.timing), result.logprobs))
 
 
 async def not_found(request: Request, exc: Exception) -> JSONResponse:
@@ -308,12 +362,14 @@ def create_app(generator: Generator, settings: ServeSettings) -> Starlette:
 
     routes = [
         Route("/health", api(server.health), methods=["GET"]),
+        Route("/metrics", api(server.metrics), methods=["GET"]),
         Route("/v1/models", api(server.models), methods=["GET"]),
         Route("/v1/models/{model:path}", api(server.model), methods=["GET"]),
         Route("/v1/chat/completions", api(server.chat), methods=["POST"]),
         Route("/v1/completions", api(server.completions), methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found},
-                    middleware=[Middleware(RequestGuard, origins=settings.origins)])
+                    middleware=[Middleware(CountRequests, metrics=server.worker.metrics),
+                                Middleware(RequestGuard, origins=settings.origins)])
     app.state.server = server
     return app

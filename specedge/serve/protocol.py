@@ -4,8 +4,9 @@ OpenAI error object for whatever is wrong with one.
 Status codes: 400 a body the API itself refuses (invalid JSON, a wrong type, a value out of its
 documented range), 404 an unknown model or path, 413 a body or prompt too large (the prompt does
 not fit the model's context), 422 a valid OpenAI request this server does not support (n > 1,
-logprobs, tools, penalties, several prompts). Parameters this server does not know are ignored,
-as other local servers do; the ones it knows but cannot honour are refused, never silently dropped.
+tools, penalties, several prompts, a `suffix` for a model without fill-in-the-middle tokens).
+Parameters this server does not know are ignored, as other local servers do; the ones it knows but
+cannot honour are refused, never silently dropped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from specedge.errors import SpecEdgeError
+from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
 MAX_STOP_STRINGS = 4  # as the OpenAI API documents
@@ -140,6 +142,8 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # not in the OpenAI API: decode exactly max_tokens (benchmarks)
     acceptance: str | None = None  # not in the OpenAI API: {"specedge": {"acceptance": "race"|"rejection"}}
+    logprobs: int | None = None  # None: none; N: each token's log-probability and its N likeliest alternatives
+    suffix: str | None = None  # completion: the text after the gap to fill in (fill-in-the-middle)
 
 
 # Known parameters this server cannot honour, each with the test that a value is the API's default
@@ -184,8 +188,6 @@ COMMON_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
 }
 CHAT_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     **COMMON_UNSUPPORTED,
-    "logprobs": (_false, "logprobs"),
-    "top_logprobs": (_zero, "top_logprobs"),
     "tools": (_empty, "tools (function calling)"),
     "functions": (_empty, "functions (function calling)"),
     "tool_choice": (_no_tools, "tool_choice"),
@@ -198,9 +200,7 @@ CHAT_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
 COMPLETION_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     **COMMON_UNSUPPORTED,
     "best_of": (_is_one, "best_of > 1"),
-    "logprobs": (_absent, "logprobs"),
     "echo": (_false, "echo"),
-    "suffix": (_empty, "suffix (insertion)"),
 }
 
 
@@ -212,12 +212,41 @@ def check_unsupported(body: dict[str, Any], table: dict[str, tuple[Callable[[obj
 
 def parse_chat(body: dict[str, Any]) -> GenerationRequest:
     check_unsupported(body, CHAT_UNSUPPORTED)
-    return GenerationRequest(kind="chat", messages=parse_messages(body.get("messages")), **parse_common(body))
+    return GenerationRequest(kind="chat", messages=parse_messages(body.get("messages")),
+                             logprobs=_chat_logprobs(body), **parse_common(body))
 
 
 def parse_completion(body: dict[str, Any]) -> GenerationRequest:
     check_unsupported(body, COMPLETION_UNSUPPORTED)
-    return GenerationRequest(kind="completion", prompt=parse_prompt(body.get("prompt")), **parse_common(body))
+    return GenerationRequest(kind="completion", prompt=parse_prompt(body.get("prompt")),
+                             logprobs=_top_count(body, "logprobs"), suffix=_suffix(body.get("suffix")),
+                             **parse_common(body))
+
+
+def _chat_logprobs(body: dict[str, Any]) -> int | None:
+    """Chat's `logprobs` (true: each token's log-probability) and `top_logprobs` (0 to 20
+    alternatives; more than 0 only with logprobs true), as the alternatives asked for (None: no logprobs)."""
+    top = _top_count(body, "top_logprobs")
+    if not _bool(body, "logprobs"):
+        if top:
+            raise invalid("top_logprobs", "is only allowed when 'logprobs' is true")
+        return None
+    return top or 0
+
+
+def _top_count(body: dict[str, Any], name: str) -> int | None:
+    """A number of alternatives per token, 0 to 20 (None: not given)."""
+    count = _int(body, name, 0)
+    if count is not None and count > MAX_TOP_LOGPROBS:
+        raise invalid(name, f"must be an integer from 0 to {MAX_TOP_LOGPROBS}, got {count}")
+    return count
+
+
+def _suffix(value: object) -> str | None:
+    """The completion's suffix; an empty one is none (a plain completion)."""
+    if value is not None and not isinstance(value, str):
+        raise invalid("suffix", "must be a string")
+    return value or None
 
 
 def parse_common(body: dict[str, Any]) -> dict[str, Any]:

@@ -1,14 +1,18 @@
 """Responses shaped as the OpenAI API documents them: whole completions, server-sent-event chunks,
-usage; and specedge's statistics of the generation in an extra `specedge` field clients ignore."""
+usage, logprobs (shaped in serve/logprobs.py); and specedge's statistics of the generation in an
+extra `specedge` field clients ignore."""
 
 from __future__ import annotations
 
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from specedge.runtime.logprobs import TokenLogprob
 from specedge.runtime.stats import GenerationStats
+from specedge.serve.logprobs import LogprobShapes
 from specedge.serve.protocol import Kind
 
 DONE = b"data: [DONE]\n\n"
@@ -69,12 +73,14 @@ def specedge_stats(s: GenerationStats, reused: int, timing: Timing) -> dict[str,
 @dataclass
 class Shaper:
     """Builds the objects of one response: chat (`chat.completion`, `chat.completion.chunk`) or
-    text completion (`text_completion`)."""
+    text completion (`text_completion`); with `logprobs`, each choice's log-probabilities (in a
+    stream, of the tokens of that chunk)."""
 
     kind: Kind
     model: str
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
+    logprobs: LogprobShapes | None = None  # None: the request asked for none
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -85,27 +91,36 @@ class Shaper:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
                 "system_fingerprint": None}
 
-    def _choice(self, text: str | None, finish: str | None, chunk: bool, first: bool = False) -> dict[str, object]:
+    def _logprobs(self, entries: Sequence[TokenLogprob] | None) -> dict[str, object] | None:
+        """The logprobs object of these tokens (None: none asked for, or none in this chunk)."""
+        return None if self.logprobs is None or entries is None else self.logprobs.shape(entries)
+
+    def _choice(self, text: str | None, finish: str | None, chunk: bool, first: bool = False,
+                logprobs: dict[str, object] | None = None) -> dict[str, object]:
         if self.kind == "completion":
-            return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
         if chunk:
             delta: dict[str, object] = {} if text is None else {"content": text}
             if first:
                 delta = {"role": "assistant", "content": text or ""}
-            return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         message = {"role": "assistant", "content": text, "refusal": None}
-        return {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+        return {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
 
-    def whole(self, text: str, finish: str | None, use: dict[str, object],
-              stats: dict[str, object]) -> dict[str, object]:
-        return {**self._head(False), "choices": [self._choice(text, finish, False)], "usage": use, "specedge": stats}
+    def whole(self, text: str, finish: str | None, use: dict[str, object], stats: dict[str, object],
+              logprobs: Sequence[TokenLogprob] | None = None) -> dict[str, object]:
+        choice = self._choice(text, finish, False, logprobs=self._logprobs(logprobs or ()))
+        return {**self._head(False), "choices": [choice], "usage": use, "specedge": stats}
 
-    def chunk(self, text: str, first: bool = False) -> bytes:
-        return sse({**self._head(True), "choices": [self._choice(text, None, True, first)]})
+    def chunk(self, text: str, first: bool = False, logprobs: Sequence[TokenLogprob] = ()) -> bytes:
+        choice = self._choice(text, None, True, first, self._logprobs(logprobs or None))
+        return sse({**self._head(True), "choices": [choice]})
 
-    def final_chunk(self, finish: str | None, stats: dict[str, object]) -> bytes:
-        """The chunk that ends the choice, with its finish_reason and the stats."""
-        return sse({**self._head(True), "choices": [self._choice(None, finish, True)], "specedge": stats})
+    def final_chunk(self, finish: str | None, stats: dict[str, object], logprobs: Sequence[TokenLogprob] = ()) -> bytes:
+        """The chunk that ends the choice, with its finish_reason and the stats (and the
+        logprobs of tokens no text chunk carried: a stop string's, or those of a last partial character)."""
+        choice = self._choice(None, finish, True, logprobs=self._logprobs(logprobs or None))
+        return sse({**self._head(True), "choices": [choice], "specedge": stats})
 
     def usage_chunk(self, use: dict[str, object]) -> bytes:
         """The last chunk when stream_options.include_usage is set: no choices, the usage."""

@@ -1,5 +1,6 @@
 """The one generation thread: requests are decoded one at a time, in arrival order, from a
-bounded queue, and each one's text goes back to the event loop as it is decoded.
+bounded queue, and each one's text (and its tokens' log-probabilities, if asked) goes back to the
+event loop as it is decoded; each generation is recorded in the server's metrics.
 
 A device decodes one stream at its best speed, so a second stream would only slow the first.
 onnxruntime releases the GIL during a pass, so the event loop stays responsive meanwhile. A job
@@ -22,7 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specedge.errors import SpecEdgeError
-from specedge.runtime.generator import GenerationResult, Generator
+from specedge.runtime.generator import GenerationResult, Generator, Segment, TextStream
+from specedge.runtime.logprobs import TokenLogprob
+from specedge.serve.metrics import Metrics
 from specedge.serve.protocol import APIError
 from specedge.serve.responses import Timing
 
@@ -32,6 +35,7 @@ log = logging.getLogger("specedge.serve")
 @dataclass(frozen=True)
 class Piece:
     text: str
+    logprobs: tuple[TokenLogprob, ...] = ()  # of the tokens not yet sent whose text ends in this piece
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,14 @@ def cached_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
     return n
 
 
+def piece_logprobs(stream: TextStream, segment: Segment, sent: int) -> tuple[TokenLogprob, ...]:
+    """The log-probabilities to send with a segment: of the tokens after the `sent` first, up to
+    its last one (a token with no text of its own, which ends in no segment, goes with the next)."""
+    if stream.logprobs is None:
+        return ()
+    return tuple(stream.logprobs[sent:max(sent, segment.tokens.stop)])
+
+
 class GenerationWorker:
     def __init__(self, generator: Generator, queue_size: int) -> None:
         self.generator = generator
@@ -100,6 +112,7 @@ class GenerationWorker:
         self._seconds: deque[float] = deque(maxlen=16)  # durations of recent jobs
         self._thread = threading.Thread(target=self._run, name="specedge-generate", daemon=True)
         self.served = 0
+        self.metrics = Metrics()
 
     def start(self) -> None:
         self._thread.start()
@@ -160,24 +173,30 @@ class GenerationWorker:
         prompt = job.encode()
         reused = cached_prefix(gen.cache.tokens, prompt)
         first: float | None = None
+        sent = 0  # log-probabilities sent with the pieces
         stream = gen.stream(prompt, **job.overrides)
         try:
-            for piece in stream:
+            for segment in stream.segments():
                 if first is None:
                     first = time.perf_counter() - job.arrived
                 if job.cancelled.is_set():
                     break
                 if job.stream:
-                    job.emit(Piece(piece))
+                    logprobs = piece_logprobs(stream, segment, sent)
+                    sent += len(logprobs)
+                    job.emit(Piece(segment.text, logprobs))
         finally:
             stream.close()  # at once if cancelled: no further round is decoded
         result = stream.result
         assert result is not None
         self.served += 1
+        timing = Timing(queued, first)
+        self.metrics.record_generation(result.stats, None if job.cancelled.is_set() else timing,
+                                       time.perf_counter() - job.arrived)
         s = result.stats
         log.info("%s: %d prompt tokens (%d reused), %d tokens, %.1f tok/s, acceptance %.0f%%, "
                  "%.2f tokens/target pass, stop: %s%s", job.name, len(prompt), reused, s.n_tokens,
                  s.tokens_per_s, 100 * s.acceptance_rate, s.tokens_per_target_pass,
                  s.stop_reason or "interrupted", " (client gone)" if job.cancelled.is_set() else "")
         if not job.cancelled.is_set():
-            job.emit(Finished(result, reused, Timing(queued, first)))
+            job.emit(Finished(result, reused, timing))

@@ -1,8 +1,10 @@
 """A real `specedge serve` process on a free loopback port, with SmolLM2 (fp32 target, int4 draft),
-shared by the tests of a module; its log lines are collected for the tests to read."""
+shared by the tests of a module; its log lines are collected for the tests to read. And the
+application in this process over a Generator of the tests' own (`served_here`), for the tiny models."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -13,9 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
+from starlette.testclient import TestClient
+
+from specedge.runtime import Generator
+from specedge.serve.app import ServeSettings, create_app
+from specedge.serve.guard import Origins
 
 MODEL = "smollm2-test"
+HERE = "http://127.0.0.1:8000"  # the address of the application served in this process
 
 
 def free_port() -> int:
@@ -92,3 +101,17 @@ def server(smollm2: dict[str, Path]) -> Iterator[ServerProcess]:
     srv = start_server(smollm2["fp32"], smollm2["int4"], "--queue", "1")
     yield srv
     assert stop_server(srv) == 0, "\n".join(srv.log)
+
+
+@contextlib.contextmanager
+def served_here(gen: Generator, model: str = "tiny") -> Iterator[TestClient]:
+    """The application over `gen` in this process, its worker thread running: an httpx client of it
+    at HERE (the host name and port the application answers for)."""
+    app = create_app(gen, ServeSettings(model_id=model, origins=Origins.of_listener("127.0.0.1", 8000)))
+    with TestClient(app, base_url=HERE) as http:
+        yield http
+
+
+def openai_client(http: TestClient) -> openai.OpenAI:
+    """The official client, sending its requests through `http` (an application served here)."""
+    return openai.OpenAI(base_url=f"{HERE}/v1", api_key="unused", max_retries=0, http_client=http)

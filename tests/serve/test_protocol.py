@@ -51,7 +51,9 @@ def test_message_content_parts_and_roles() -> None:
 
 @pytest.mark.parametrize(("body", "status"), [
     ({"messages": USER, "n": 2}, 422),
-    ({"messages": USER, "logprobs": True}, 422),
+    ({"messages": USER, "top_logprobs": 21, "logprobs": True}, 400),
+    ({"messages": USER, "top_logprobs": 2}, 400),  # without logprobs true
+    ({"messages": USER, "logprobs": "yes"}, 400),
     ({"messages": USER, "tools": [{"type": "function"}]}, 422),
     ({"messages": USER, "presence_penalty": 0.5}, 422),
     ({"messages": USER, "response_format": {"type": "json_object"}}, 422),
@@ -87,8 +89,24 @@ def test_completion_prompts() -> None:
     assert status_of(parse_completion, {"prompt": None}) == 400
     assert status_of(parse_completion, {"prompt": "a", "echo": True}) == 422
     assert status_of(parse_completion, {"prompt": "a", "best_of": 3}) == 422
-    assert status_of(parse_completion, {"prompt": "a", "suffix": "b"}) == 422
-    assert status_of(parse_completion, {"prompt": "a", "logprobs": 2}) == 422
+    assert status_of(parse_completion, {"prompt": "a", "suffix": 3}) == 400
+    assert status_of(parse_completion, {"prompt": "a", "logprobs": 21}) == 400
+    assert status_of(parse_completion, {"prompt": "a", "logprobs": True}) == 400
+
+
+def test_logprobs_and_suffix_are_request_fields() -> None:
+    assert parse_chat({"messages": USER}).logprobs is None
+    assert parse_chat({"messages": USER, "logprobs": False, "top_logprobs": 0}).logprobs is None  # the defaults
+    assert parse_chat({"messages": USER, "logprobs": True}).logprobs == 0
+    assert parse_chat({"messages": USER, "logprobs": True, "top_logprobs": 20}).logprobs == 20
+    assert parse_completion({"prompt": "a"}).logprobs is None
+    assert parse_completion({"prompt": "a", "logprobs": 0}).logprobs == 0
+    assert parse_completion({"prompt": "a", "logprobs": 5}).logprobs == 5
+    assert parse_completion({"prompt": "a", "suffix": "b"}).suffix == "b"
+    assert parse_completion({"prompt": "a", "suffix": ""}).suffix is None  # no suffix: a plain completion
+    with pytest.raises(APIError) as info:
+        parse_chat({"messages": USER, "logprobs": True, "top_logprobs": 21})
+    assert info.value.param == "top_logprobs" and "0 to 20" in info.value.message
 
 
 @pytest.mark.parametrize(("raw", "status"), [

@@ -238,3 +238,18 @@ def test_openai_client_raises_on_unknown_model(client: openai.OpenAI) -> None:
         client.chat.completions.create(model="gpt-4o", messages=QUESTION)
     with pytest.raises(openai.UnprocessableEntityError, match="n > 1"):
         client.chat.completions.create(model=MODEL, messages=QUESTION, n=3)
+
+
+def test_logprobs_spell_the_answer(client: openai.OpenAI, reference: Generator,
+                                   greedy_answer: GenerationResult) -> None:
+    """SmolLM2's byte-level BPE tokens: their bytes join into the answer, their log-probabilities
+    are the plain library's."""
+    reply = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=10, temperature=0,
+                                           logprobs=True, top_logprobs=3)
+    content = reply.choices[0].logprobs.content
+    assert b"".join(bytes(e.bytes) for e in content).decode() == reply.choices[0].message.content == greedy_answer.text
+    assert [e.token for e in content] == [bytes(e.bytes).decode() for e in content]
+    expected = reference.generate(QUESTION, max_new_tokens=10, logprobs=3).logprobs
+    assert [e.logprob for e in content] == pytest.approx([lp.logprob for lp in expected], abs=1e-4)
+    assert [[t.logprob for t in e.top_logprobs] for e in content] == [
+        pytest.approx([p for _, p in lp.top], abs=1e-4) for lp in expected]
