@@ -56,22 +56,27 @@ def llguidance_module():  # type: ignore[no-untyped-def]
 
 
 def grammar_text(grammar: Grammar) -> str:
-    """llguidance's grammar for `grammar`, checked for syntax: one line naming what is wrong."""
+    """llguidance's grammar for `grammar`, checked (without a vocabulary): one line naming what is wrong."""
     llg = llguidance_module()
     try:
-        if grammar.kind == "json_object":
-            return llg.LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=COMPACT)
-        if grammar.kind == "json_schema":
-            schema = json.loads(grammar.source) if isinstance(grammar.source, str) else dict(grammar.source)
-            if not isinstance(schema, dict):
-                raise ValueError("a JSON schema is an object")
-            return llg.LLMatcher.grammar_from_json_schema(schema, overrides=COMPACT)
-        if grammar.kind == "regex":
-            return llg.grammar_from("regex", str(grammar.source))
-        return llg.grammar_from(grammar.kind, str(grammar.source))
+        text = llguidance_grammar(llg, grammar)
+        problem = llg.LLMatcher.validate_grammar(text)
     except (ValueError, TypeError, RecursionError) as e:
-        raise SpecEdgeError(f"the {grammar.kind} cannot be used: {one_line(e)}",
-                            f"pass a valid {grammar.kind}") from None
+        problem = str(e)
+    if problem:
+        raise SpecEdgeError(f"the {grammar.kind} cannot be used: {one_line(problem)}", f"pass a valid {grammar.kind}")
+    return text
+
+
+def llguidance_grammar(llg: Any, grammar: Grammar) -> str:
+    if grammar.kind == "json_object":
+        return llg.LLMatcher.grammar_from_json_schema({"type": "object"}, overrides=COMPACT)
+    if grammar.kind == "json_schema":
+        schema = json.loads(grammar.source) if isinstance(grammar.source, str) else dict(grammar.source)
+        if not isinstance(schema, dict):
+            raise ValueError("a JSON schema is an object")
+        return llg.LLMatcher.grammar_from_json_schema(schema, overrides=COMPACT)
+    return llg.grammar_from(grammar.kind, str(grammar.source))
 
 
 def one_line(error: object) -> str:

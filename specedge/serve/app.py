@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime.fim import NoFimTokens, fim_prompt, find_fim_tokens
 from specedge.runtime.generator import Generator, draft_model
+from specedge.runtime.tools import renders_tools, split_tool_calls
 from specedge.serve.guard import LOCAL, Origins, RequestGuard
 from specedge.serve.logprobs import LogprobShapes, TokenSpeller
 from specedge.serve.metrics import CONTENT_TYPE, Metrics
@@ -49,6 +50,7 @@ from specedge.serve.protocol import (
     parse_json,
 )
 from specedge.serve.responses import DONE, Shaper, finish_reason, specedge_stats, sse, usage
+from specedge.serve.structured import Structure, ToolCallFilter, api_calls
 from specedge.serve.worker import Failed, Finished, GenerationWorker, Job, Piece, QueueFull
 
 log = logging.getLogger("specedge.serve")
@@ -174,10 +176,11 @@ class EventStream:
     chunk with finish_reason and stats, usage if asked, `data: [DONE]`. Headers wait for the
     first event, so a request that fails before any text gets its error status."""
 
-    def __init__(self, job: Job, shaper: Shaper, include_usage: bool) -> None:
+    def __init__(self, job: Job, shaper: Shaper, include_usage: bool, parse_tools: bool = False) -> None:
         self.job = job
         self.shaper = shaper
         self.include_usage = include_usage
+        self.calls = ToolCallFilter() if parse_tools else None  # the model's tool calls, taken out of its text
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         finished = await until_first(self.pump(scope, send), receive, self.job)
@@ -194,21 +197,34 @@ class EventStream:
             await send({"type": "http.response.body", "body": data, "more_body": True})
         await send({"type": "http.response.body", "body": DONE, "more_body": False})
 
+    def pieces(self, text: str) -> list[str | list[dict[str, Any]]]:
+        """What a piece of text sends: itself, or with tool calls on, the text outside calls and the calls."""
+        return [text] if self.calls is None else list(self.calls.push(text))
+
     async def chunks(self, event: Piece | Finished | Failed) -> AsyncIterator[bytes]:
         shaper, first, sent = self.shaper, True, 0  # sent: log-probabilities sent with the pieces
+        held: tuple = ()  # log-probabilities of text held back (a tool call being written)
         while True:
             if isinstance(event, Piece):
-                yield shaper.chunk(event.text, first, event.logprobs)
-                first, sent = False, sent + len(event.logprobs)
+                held += event.logprobs
+                for out in self.pieces(event.text):
+                    if isinstance(out, str):
+                        yield shaper.chunk(out, first, held)
+                        sent, held = sent + len(held), ()
+                    else:
+                        yield shaper.calls_chunk(out, first)
+                    first = False
             elif isinstance(event, Finished):
-                if first and shaper.kind == "chat":
-                    yield shaper.chunk("", first=True)
-                result = event.result
-                yield shaper.final_chunk(finish_reason(result.stats.stop_reason),
+                rest = self.calls.flush() if self.calls is not None else ""
+                if (first or rest) and shaper.kind == "chat":
+                    yield shaper.chunk(rest, first=first)
+                result, called = event.result, self.calls is not None and self.calls.calls > 0
+                yield shaper.final_chunk(finish_reason(result.stats.stop_reason, called),
                                          specedge_stats(result.stats, event.reused, event.timing),
                                          (result.logprobs or [])[sent:])
                 if self.include_usage:
-                    yield shaper.usage_chunk(usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused))
+                    yield shaper.usage_chunk(usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused,
+                                                   result.stats, self.job.prediction is not None))
                 return
             else:
                 yield sse(error_for(event.error).body())
@@ -281,6 +297,12 @@ class Server:
                                 f"tokens can hold (at most {self.max_prompt_chars}); shorten the prompt",
                            param=param, code="context_length_exceeded")
 
+    def check_tools(self, structure: Structure) -> None:
+        """Tools need a chat template that lists them: 422 naming the model, before it is queued."""
+        if structure.tools and not renders_tools(self.generator.target.manifest.chat_template):
+            raise APIError(422, f"the model '{self.settings.model_id}' has a chat template that does not list "
+                                "tools, so it cannot be told about them", param="tools", code="unsupported_parameter")
+
     def check_suffix(self, req: GenerationRequest) -> None:
         """A suffix needs a model with fill-in-the-middle tokens: 422 naming the model, before it is queued."""
         if req.suffix is not None and not self.fills_middle:
@@ -294,7 +316,8 @@ class Server:
         if req.suffix is not None:  # fill in the middle: the prompt before the gap, the suffix after it
             ids = fim_prompt(self.generator.codec, req.prompt, req.suffix, self.settings.model_id)
         else:
-            ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt))
+            tools = list(req.structure.tools) if req.structure is not None and req.structure.tools else None
+            ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt), tools=tools)
         if not ids:
             raise APIError(400, "the prompt is empty", param=param, code="invalid_value")
         if len(ids) >= self.context:
@@ -321,8 +344,10 @@ class Server:
         self.check_prompt_size(req)
         shapes = None if req.logprobs is None else LogprobShapes(req.kind, self.spell)
         shaper = Shaper(req.kind, self.settings.model_id, logprobs=shapes)
+        structure = req.structure or Structure()
+        self.check_tools(structure)
         job = Job(shaper.id, functools.partial(self.encode, req), self.overrides(req), asyncio.get_running_loop(),
-                  stream=req.stream)
+                  stream=req.stream, grammar=structure.grammar, prediction=structure.prediction)
         try:
             self.worker.submit(job)
         except QueueFull as e:
@@ -330,7 +355,7 @@ class Server:
                                 f"decoded; retry in {e.retry_after} s", kind="server_error", code="queue_full",
                            headers={"Retry-After": str(e.retry_after)}) from None
         if req.stream:
-            return EventStream(job, shaper, req.include_usage)
+            return EventStream(job, shaper, req.include_usage, structure.parse_tools)
         finished = await until_first(job.events.get(), request.receive, job)
         if finished is None:
             return Response(status_code=204)  # the client is gone; nobody reads this
@@ -339,9 +364,13 @@ class Server:
             raise error_for(event.error)
         assert isinstance(event, Finished)
         result = event.result
-        return JSONResponse(shaper.whole(result.text, finish_reason(result.stats.stop_reason),
-                                         usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused),
-                                         specedge_stats(result.stats, event.reused, event.timing), result.logprobs))
+        text, calls = split_tool_calls(result.text) if structure.parse_tools else (result.text, [])
+        return JSONResponse(shaper.whole(text if text or not calls else None,
+                                         finish_reason(result.stats.stop_reason, bool(calls)),
+                                         usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused,
+                                               result.stats, structure.prediction is not None),
+                                         specedge_stats(result.stats, event.reused, event.timing), result.logprobs,
+                                         api_calls(calls) if calls else None))
 
 
 async def not_found(request: Request, exc: Exception) -> JSONResponse:

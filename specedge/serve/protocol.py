@@ -4,7 +4,8 @@ OpenAI error object for whatever is wrong with one.
 Status codes: 400 a body the API itself refuses (invalid JSON, a wrong type, a value out of its
 documented range), 404 an unknown model or path, 413 a body or prompt too large (the prompt does
 not fit the model's context), 422 a valid OpenAI request this server does not support (n > 1,
-tools, penalties, several prompts, a `suffix` for a model without fill-in-the-middle tokens).
+penalties, several prompts, the deprecated `functions`, a `suffix` for a model without
+fill-in-the-middle tokens).
 Parameters this server does not know are ignored, as other local servers do; the ones it knows but
 cannot honour are refused, never silently dropped.
 """
@@ -16,19 +17,22 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from specedge.errors import SpecEdgeError
+
+if TYPE_CHECKING:
+    from specedge.serve.structured import Structure
 from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
 MAX_STOP_STRINGS = 4  # as the OpenAI API documents
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the escapes \\ud800 to \\udfff in a JSON text
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # after parsing: pairs became one character
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 Kind = Literal["chat", "completion"]
-Message = dict[str, str]
+Message = dict[str, Any]  # role and content (text), and an assistant's tool_calls or a tool's tool_call_id
 
 
 class APIError(Exception):
@@ -144,6 +148,7 @@ class GenerationRequest:
     acceptance: str | None = None  # not in the OpenAI API: {"specedge": {"acceptance": "race"|"rejection"}}
     logprobs: int | None = None  # None: none; N: each token's log-probability and its N likeliest alternatives
     suffix: str | None = None  # completion: the text after the gap to fill in (fill-in-the-middle)
+    structure: Structure | None = None  # chat: response_format, tools, prediction (serve/structured.py)
 
 
 # Known parameters this server cannot honour, each with the test that a value is the API's default
@@ -188,14 +193,10 @@ COMMON_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
 }
 CHAT_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     **COMMON_UNSUPPORTED,
-    "tools": (_empty, "tools (function calling)"),
-    "functions": (_empty, "functions (function calling)"),
-    "tool_choice": (_no_tools, "tool_choice"),
-    "function_call": (_no_tools, "function_call"),
-    "response_format": (_text_format, "a response_format other than text"),
+    "functions": (_empty, "functions (the deprecated form of tools: send tools)"),
+    "function_call": (_no_tools, "function_call (the deprecated form of tool_choice: send tool_choice)"),
     "modalities": (_text_only, "output modalities other than text"),
     "audio": (_absent, "audio output"),
-    "prediction": (_absent, "predicted outputs"),
 }
 COMPLETION_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     **COMMON_UNSUPPORTED,
@@ -211,9 +212,11 @@ def check_unsupported(body: dict[str, Any], table: dict[str, tuple[Callable[[obj
 
 
 def parse_chat(body: dict[str, Any]) -> GenerationRequest:
+    from specedge.serve.structured import parse_structure  # it builds on this module's errors
+
     check_unsupported(body, CHAT_UNSUPPORTED)
     return GenerationRequest(kind="chat", messages=parse_messages(body.get("messages")),
-                             logprobs=_chat_logprobs(body), **parse_common(body))
+                             logprobs=_chat_logprobs(body), structure=parse_structure(body), **parse_common(body))
 
 
 def parse_completion(body: dict[str, Any]) -> GenerationRequest:
@@ -351,14 +354,37 @@ def _message(message: object, i: int) -> Message:
     if not isinstance(message, dict):
         raise invalid(param, "must be an object with 'role' and 'content'")
     role = message.get("role")
-    if role in ("tool", "function") or message.get("tool_calls") or message.get("function_call"):
-        raise unsupported(f"{param}.role", "tool and function messages")
+    if role == "function" or message.get("function_call"):
+        raise unsupported(f"{param}.role", "function messages (the deprecated form of tool messages)")
     if role not in ROLES:
         raise invalid(f"{param}.role", f"must be one of {', '.join(ROLES)}, got {json.dumps(role)[:40]}")
     content = message.get("content")
     if content is None and role == "assistant":
         content = ""
-    return {"role": ROLES[role], "content": _content(content, f"{param}.content")}
+    out: Message = {"role": ROLES[role], "content": _content(content, f"{param}.content")}
+    if role == "assistant" and message.get("tool_calls") is not None:
+        out["tool_calls"] = _tool_calls(message["tool_calls"], f"{param}.tool_calls")
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        if not isinstance(call_id, str):
+            raise invalid(f"{param}.tool_call_id", "must be the id of the call this message answers")
+        out["tool_call_id"] = call_id
+    return out
+
+
+def _tool_calls(value: object, param: str) -> list[dict[str, Any]]:
+    """An assistant's earlier tool calls: [{id, type: function, function: {name, arguments}}]."""
+    if not isinstance(value, list):
+        raise invalid(param, "must be a list of tool calls")
+    calls = []
+    for i, call in enumerate(value):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
+                or not isinstance(function.get("arguments", ""), str):
+            raise invalid(f"{param}[{i}]", 'must be {"id", "type": "function", "function": {"name", "arguments"}}')
+        calls.append({"id": str(call.get("id", "")), "type": "function",
+                      "function": {"name": function["name"], "arguments": function.get("arguments", "")}})
+    return calls
 
 
 def _content(content: object, param: str) -> str:

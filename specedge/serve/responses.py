@@ -19,9 +19,11 @@ DONE = b"data: [DONE]\n\n"
 FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length", "context": "length"}
 
 
-def finish_reason(stop_reason: str) -> str | None:
-    """OpenAI's finish_reason for the runtime's stop_reason (None: interrupted)."""
-    return FINISH_REASONS.get(stop_reason)
+def finish_reason(stop_reason: str, called: bool = False) -> str | None:
+    """OpenAI's finish_reason for the runtime's stop_reason (None: interrupted); "tool_calls" for
+    an answer that ended after calling tools."""
+    reason = FINISH_REASONS.get(stop_reason)
+    return "tool_calls" if called and reason == "stop" else reason
 
 
 def sse(data: dict[str, object]) -> bytes:
@@ -37,10 +39,19 @@ class Timing:
     first_token_s: float | None = None
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, object]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int,
+          stats: GenerationStats | None = None, predicted: bool = False) -> dict[str, object]:
+    """The usage object; with a prediction, its tokens the target accepted as drafts and those it
+    rejected (OpenAI's completion_tokens_details)."""
+    out: dict[str, object] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                              "total_tokens": prompt_tokens + completion_tokens,
+                              "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+    if predicted and stats is not None:
+        accepted = stats.accepted_by_source.get("prediction", 0)
+        out["completion_tokens_details"] = {
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": stats.drafted_by_source.get("prediction", 0) - accepted}
+    return out
 
 
 def specedge_stats(s: GenerationStats, reused: int, timing: Timing) -> dict[str, object]:
@@ -58,6 +69,9 @@ def specedge_stats(s: GenerationStats, reused: int, timing: Timing) -> dict[str,
         "draft_calls": s.draft_calls,
         "drafted": s.drafted,
         "accepted": s.accepted,
+        "forced": s.forced,
+        "drafted_by_source": s.drafted_by_source,
+        "accepted_by_source": s.accepted_by_source,
         "tokens_per_s": round(s.tokens_per_s, 2),
         "bytes_per_token": round(float(traffic["total_bytes"] or 0.0)),
         "achieved_gb_per_s": round(float(traffic["achieved_gb_per_s"] or 0.0), 3),
@@ -96,21 +110,31 @@ class Shaper:
         return None if self.logprobs is None or entries is None else self.logprobs.shape(entries)
 
     def _choice(self, text: str | None, finish: str | None, chunk: bool, first: bool = False,
-                logprobs: dict[str, object] | None = None) -> dict[str, object]:
+                logprobs: dict[str, object] | None = None,
+                tool_calls: list[dict[str, object]] | None = None) -> dict[str, object]:
         if self.kind == "completion":
             return {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
         if chunk:
             delta: dict[str, object] = {} if text is None else {"content": text}
             if first:
                 delta = {"role": "assistant", "content": text or ""}
+            if tool_calls:
+                delta["tool_calls"] = tool_calls
             return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-        message = {"role": "assistant", "content": text, "refusal": None}
+        message: dict[str, object] = {"role": "assistant", "content": text, "refusal": None}
+        if tool_calls:
+            message["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in tool_calls]
         return {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
 
-    def whole(self, text: str, finish: str | None, use: dict[str, object], stats: dict[str, object],
-              logprobs: Sequence[TokenLogprob] | None = None) -> dict[str, object]:
-        choice = self._choice(text, finish, False, logprobs=self._logprobs(logprobs or ()))
+    def whole(self, text: str | None, finish: str | None, use: dict[str, object], stats: dict[str, object],
+              logprobs: Sequence[TokenLogprob] | None = None,
+              tool_calls: list[dict[str, object]] | None = None) -> dict[str, object]:
+        choice = self._choice(text, finish, False, logprobs=self._logprobs(logprobs or ()), tool_calls=tool_calls)
         return {**self._head(False), "choices": [choice], "usage": use, "specedge": stats}
+
+    def calls_chunk(self, tool_calls: list[dict[str, object]], first: bool = False) -> bytes:
+        """A chunk carrying whole tool calls (each with its index, id, name and all its arguments)."""
+        return sse({**self._head(True), "choices": [self._choice(None, None, True, first, tool_calls=tool_calls)]})
 
     def chunk(self, text: str, first: bool = False, logprobs: Sequence[TokenLogprob] = ()) -> bytes:
         choice = self._choice(text, None, True, first, self._logprobs(logprobs or None))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from specedge.errors import SpecEdgeError
 from specedge.runtime.generator import GenerationResult, Generator, Segment, TextStream
+from specedge.runtime.grammar import Grammar, GrammarConstraint, Vocabulary
 from specedge.runtime.logprobs import TokenLogprob
 from specedge.serve.metrics import Metrics
 from specedge.serve.protocol import APIError
@@ -68,6 +69,8 @@ class Job:
     overrides: dict[str, object]
     loop: asyncio.AbstractEventLoop
     stream: bool  # False: only the Finished (or Failed) event is sent
+    grammar: Grammar | None = None  # what every token must follow (runtime/grammar.py)
+    prediction: str | None = None  # the caller's prediction of the output, drafted from
     arrived: float = field(default_factory=time.perf_counter)
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -113,9 +116,17 @@ class GenerationWorker:
         self._thread = threading.Thread(target=self._run, name="specedge-generate", daemon=True)
         self.served = 0
         self.metrics = Metrics()
+        self._vocabulary: Vocabulary | None = None
 
     def start(self) -> None:
         self._thread.start()
+
+    def constraint(self, grammar: Grammar) -> GrammarConstraint:
+        """A fresh grammar state over the target's vocabulary (read once, at the first grammar: ~1 s)."""
+        m = self.generator.target.manifest
+        if self._vocabulary is None:
+            self._vocabulary = Vocabulary.of(self.generator.codec.tokenizer.to_str(), m.vocab_size, m.eos_token_ids)
+        return GrammarConstraint(self._vocabulary, grammar, m.eos_token_ids)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Cancel what is running and waiting, and end the thread."""
@@ -174,7 +185,8 @@ class GenerationWorker:
         reused = cached_prefix(gen.cache.tokens, prompt)
         first: float | None = None
         sent = 0  # log-probabilities sent with the pieces
-        stream = gen.stream(prompt, **job.overrides)
+        constraint = self.constraint(job.grammar) if job.grammar is not None else None
+        stream = gen.stream(prompt, prediction=job.prediction, constraint=constraint, **job.overrides)
         try:
             for segment in stream.segments():
                 if first is None:

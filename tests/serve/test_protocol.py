@@ -49,15 +49,31 @@ def test_message_content_parts_and_roles() -> None:
                             {"role": "assistant", "content": ""})
 
 
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
 @pytest.mark.parametrize(("body", "status"), [
     ({"messages": USER, "n": 2}, 422),
     ({"messages": USER, "top_logprobs": 21, "logprobs": True}, 400),
     ({"messages": USER, "top_logprobs": 2}, 400),  # without logprobs true
     ({"messages": USER, "logprobs": "yes"}, 400),
-    ({"messages": USER, "tools": [{"type": "function"}]}, 422),
+    ({"messages": USER, "tools": [{"type": "function"}]}, 400),  # no function
+    ({"messages": USER, "functions": [{"name": "f"}]}, 422),  # the deprecated form
     ({"messages": USER, "presence_penalty": 0.5}, 422),
-    ({"messages": USER, "response_format": {"type": "json_object"}}, 422),
-    ({"messages": [{"role": "tool", "content": "x"}]}, 422),
+    ({"messages": [{"role": "tool", "content": "x"}]}, 400),  # no tool_call_id
+    ({"messages": [{"role": "function", "name": "f", "content": "x"}]}, 422),
+    ({"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400),
+    ({"messages": USER, "tool_choice": "required"}, 400),  # no tools
+    ({"messages": USER, "tools": [{**TOOL, "function": {**TOOL["function"], "parameters": {"type": 7}}}]}, 400),
+    ({"messages": USER, "tools": [TOOL, TOOL]}, 400),  # the same name twice
+    ({"messages": USER, "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "nope"}}}},
+     400),
+    ({"messages": USER, "response_format": {"type": "json_schema", "json_schema": {"schema": {"uniqueItems": True}}}},
+     400),  # a keyword the engine cannot enforce
+    ({"messages": USER, "response_format": {"type": "regex", "regex": "[a-"}}, 400),
+    ({"messages": USER, "response_format": {"type": "xml"}}, 400),
+    ({"messages": USER, "prediction": {"type": "content", "content": 5}}, 400),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, 422),
     ({"messages": []}, 400),
     ({}, 400),
