@@ -29,6 +29,7 @@ from specedge.runtime.drafters import (
     PredictionDrafter,
     build_drafter,
 )
+from specedge.runtime.grammar import Grammar, GrammarConstraint, Vocabulary
 from specedge.runtime.logprobs import LogprobRecorder, TokenLogprob
 from specedge.runtime.model import OnnxModel, check_token_ids
 from specedge.runtime.row_groups import probe_rows
@@ -183,6 +184,7 @@ class Generator:
         self.cache = target.new_cache()
         self.bandwidth_gb_per_s: float | None = None  # set from a measured device profile, for the roofline
         self.rows = probe_rows(target) if rows is None else rows
+        self._vocabulary: Vocabulary | None = None  # the target's tokens as the grammar engine reads them
         check_lossless(target, drafter, self.rows, probed=rows is None)
         check_gamma(self.config, target, drafter)
 
@@ -220,13 +222,17 @@ class Generator:
         return check_token_ids(items, self.target.manifest.vocab_size)
 
     def stream(self, prompt: Prompt, chat: bool = False, prediction: str | Sequence[int] | None = None,
-               constraint: Constraint | None = None, **overrides: object) -> TextStream:
+               constraint: Constraint | None = None, grammar: Grammar | None = None,
+               **overrides: object) -> TextStream:
         """Decode `prompt` (text, token ids, or chat messages); overrides replace SpecConfig fields.
         prediction: what the output is expected to be, mostly (OpenAI's predicted outputs; text
         or token ids), drafted from wherever the output follows it, beside the other drafters.
-        constraint: a grammar every token obeys (runtime/grammar.py makes one; fresh per stream)."""
+        grammar: what the output must follow (runtime/grammar.py: JSON schema, regex, Lark...);
+        constraint: such a grammar's state, made by the caller (fresh per stream)."""
         config = dataclasses.replace(self.config, **overrides) if overrides else self.config
         check_gamma(config, self.target, self.drafter)
+        if grammar is not None:
+            constraint = self.constraint(grammar)
         ids = self.encode(prompt, chat)
         drafter = self.drafter if config.gamma > 0 else None
         if prediction is not None and self.rows.exact:  # else speculation would change the output: unused
@@ -234,14 +240,22 @@ class Generator:
             config = dataclasses.replace(config, auto_gamma=True, gamma=config.gamma or SpecConfig.gamma)
         return TextStream(lambda stream: self._segments(ids, config, stream, drafter, constraint))
 
+    def constraint(self, grammar: Grammar) -> GrammarConstraint:
+        """A fresh state of `grammar` over the target's vocabulary (read once: ~1 s for 152k tokens)."""
+        m = self.target.manifest
+        if self._vocabulary is None:
+            self._vocabulary = Vocabulary.of(self.codec.tokenizer.to_str(), m.vocab_size, m.eos_token_ids)
+        return GrammarConstraint(self._vocabulary, grammar, m.eos_token_ids)
+
     def encode_prediction(self, prediction: str | Sequence[int]) -> list[int]:
         if isinstance(prediction, str):
             return self.codec.encode(prediction, add_special_tokens=False, what="the prediction")
         return check_token_ids(list(prediction), self.target.manifest.vocab_size)
 
     def generate(self, prompt: Prompt, chat: bool = False, prediction: str | Sequence[int] | None = None,
-                 constraint: Constraint | None = None, **overrides: object) -> GenerationResult:
-        stream = self.stream(prompt, chat, prediction, constraint, **overrides)
+                 constraint: Constraint | None = None, grammar: Grammar | None = None,
+                 **overrides: object) -> GenerationResult:
+        stream = self.stream(prompt, chat, prediction, constraint, grammar, **overrides)
         for _ in stream:
             pass
         assert stream.result is not None

@@ -74,6 +74,29 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def grammar_arg(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The grammar --json-schema FILE, --json, --regex or --grammar FILE asks the output to follow."""
+    from specedge.runtime.grammar import Grammar
+
+    if args.json_schema is not None:
+        return Grammar("json_schema", read_text_arg(args.json_schema, "--json-schema"))
+    if args.json_object:
+        return Grammar("json_object")
+    if args.regex is not None:
+        return Grammar("regex", args.regex)
+    if args.grammar is not None:
+        syntax = "gbnf" if args.grammar.endswith(".gbnf") else "lark"
+        return Grammar(syntax, read_text_arg(args.grammar, "--grammar"))
+    return None
+
+
+def read_text_arg(path: str, flag: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecEdgeError(f"{flag} {path} cannot be read ({e})", f"pass a UTF-8 text file to {flag}") from None
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from specedge.chat import stats_line
 
@@ -87,7 +110,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         from specedge.runtime.fim import fim_prompt
 
         prompt = fim_prompt(gen.codec, args.prompt, args.suffix, args.target)
-    stream = gen.stream(prompt, chat=args.chat)
+    stream = gen.stream(prompt, chat=args.chat, grammar=grammar_arg(args))
     for piece in stream:
         if not args.json:
             print(piece, end="", flush=True)
@@ -359,6 +382,12 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--suffix", default=None, metavar="TEXT",
                    help="fill in the middle: write what goes between --prompt and this text, through the model's "
                         "fill-in-the-middle tokens (code models such as qwen2.5-coder)")
+    shapes = p.add_mutually_exclusive_group()
+    shapes.add_argument("--json-schema", metavar="FILE", help="the output follows this JSON schema (constrained "
+                                                              "decoding, lossless under speculation)")
+    shapes.add_argument("--json-object", action="store_true", help="the output is a JSON object")
+    shapes.add_argument("--regex", metavar="RE", help="the output matches this regular expression")
+    shapes.add_argument("--grammar", metavar="FILE", help="the output follows this Lark grammar (.gbnf: GBNF)")
     add_sampling_flags(p, max_new_tokens=128)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--ignore-eos", action="store_true", help="decode exactly --max-new-tokens")

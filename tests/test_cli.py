@@ -292,3 +292,20 @@ def test_generate_suffix_without_fim_tokens_is_one_line(tiny_llama: tuple[Path, 
     assert proc.returncode == 2
     proc = cli_here("generate", "--target", str(target), "--prompt", "a", "--suffix", "b", "--chat")
     assert_one_line_error(proc, "--suffix", "not a chat")
+
+
+def test_generate_follows_a_json_schema(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, cli_here: Run) -> None:
+    schema = tmp_path / "reply.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+                                  "additionalProperties": False}))
+    _, target, draft = tiny_llama
+    proc = cli_here("generate", "--target", str(target), "--draft", str(draft), "--prompt", "hi",
+                    "--json-schema", str(schema), "--temperature", "0", "--max-new-tokens", "20", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(json.loads(proc.stdout)["text"])["ok"] in (True, False)
+
+
+def test_generate_with_a_grammar_that_cannot_be_used_is_one_line(tiny_llama: tuple[Path, Path, Path],
+                                                                 cli_here: Run) -> None:
+    proc = cli_here("generate", "--target", str(tiny_llama[1]), "--prompt", "hi", "--regex", "[a-")
+    assert_one_line_error(proc, "regex cannot be used", "pass a valid regex")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from specedge.errors import SpecEdgeError
 from specedge.runtime.generator import GenerationResult, Generator, Segment, TextStream
-from specedge.runtime.grammar import Grammar, GrammarConstraint, Vocabulary
+from specedge.runtime.grammar import Grammar
 from specedge.runtime.logprobs import TokenLogprob
 from specedge.serve.metrics import Metrics
 from specedge.serve.protocol import APIError
@@ -116,17 +116,9 @@ class GenerationWorker:
         self._thread = threading.Thread(target=self._run, name="specedge-generate", daemon=True)
         self.served = 0
         self.metrics = Metrics()
-        self._vocabulary: Vocabulary | None = None
 
     def start(self) -> None:
         self._thread.start()
-
-    def constraint(self, grammar: Grammar) -> GrammarConstraint:
-        """A fresh grammar state over the target's vocabulary (read once, at the first grammar: ~1 s)."""
-        m = self.generator.target.manifest
-        if self._vocabulary is None:
-            self._vocabulary = Vocabulary.of(self.generator.codec.tokenizer.to_str(), m.vocab_size, m.eos_token_ids)
-        return GrammarConstraint(self._vocabulary, grammar, m.eos_token_ids)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Cancel what is running and waiting, and end the thread."""
@@ -185,8 +177,7 @@ class GenerationWorker:
         reused = cached_prefix(gen.cache.tokens, prompt)
         first: float | None = None
         sent = 0  # log-probabilities sent with the pieces
-        constraint = self.constraint(job.grammar) if job.grammar is not None else None
-        stream = gen.stream(prompt, prediction=job.prediction, constraint=constraint, **job.overrides)
+        stream = gen.stream(prompt, prediction=job.prediction, grammar=job.grammar, **job.overrides)
         try:
             for segment in stream.segments():
                 if first is None:
