@@ -50,7 +50,7 @@ from specedge.serve.protocol import (
     parse_json,
 )
 from specedge.serve.responses import DONE, Shaper, finish_reason, specedge_stats, sse, usage
-from specedge.serve.structured import Structure, ToolCallFilter, api_calls
+from specedge.serve.structured import FREE_TEXT, Structure, ToolCallFilter, api_calls, parse_structure
 from specedge.serve.worker import Failed, Finished, GenerationWorker, Job, Piece, QueueFull
 
 log = logging.getLogger("specedge.serve")
@@ -272,7 +272,8 @@ class Server:
         return JSONResponse(self.model_card())
 
     async def chat(self, request: Request) -> Response | EventStream:
-        return await self.complete(request, parse_chat(parse_json(await read_body(request))))
+        body = parse_json(await read_body(request))
+        return await self.complete(request, parse_chat(body), parse_structure(body))
 
     async def completions(self, request: Request) -> Response | EventStream:
         return await self.complete(request, parse_completion(parse_json(await read_body(request))))
@@ -309,15 +310,14 @@ class Server:
             raise APIError(422, one_line(NoFimTokens(self.settings.model_id).problem), param="suffix",
                            code="unsupported_parameter")
 
-    def encode(self, req: GenerationRequest) -> list[int]:
+    def encode(self, req: GenerationRequest, tools: tuple[dict[str, Any], ...] = ()) -> list[int]:
         """The prompt's token ids, checked to fit the context (on the worker thread, in the job's turn)."""
         param = "messages" if req.kind == "chat" else "prompt"
         prompt = list(req.messages) if req.kind == "chat" else req.prompt
         if req.suffix is not None:  # fill in the middle: the prompt before the gap, the suffix after it
             ids = fim_prompt(self.generator.codec, req.prompt, req.suffix, self.settings.model_id)
         else:
-            tools = list(req.structure.tools) if req.structure is not None and req.structure.tools else None
-            ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt), tools=tools)
+            ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt), tools=list(tools) or None)
         if not ids:
             raise APIError(400, "the prompt is empty", param=param, code="invalid_value")
         if len(ids) >= self.context:
@@ -338,15 +338,16 @@ class Server:
         dataclasses.replace(config, **fields)
         return fields
 
-    async def complete(self, request: Request, req: GenerationRequest) -> Response | EventStream:
+    async def complete(self, request: Request, req: GenerationRequest,
+                       structure: Structure = FREE_TEXT) -> Response | EventStream:
         self.check_model(req.model)
         self.check_suffix(req)
         self.check_prompt_size(req)
         shapes = None if req.logprobs is None else LogprobShapes(req.kind, self.spell)
         shaper = Shaper(req.kind, self.settings.model_id, logprobs=shapes)
-        structure = req.structure or Structure()
         self.check_tools(structure)
-        job = Job(shaper.id, functools.partial(self.encode, req), self.overrides(req), asyncio.get_running_loop(),
+        job = Job(shaper.id, functools.partial(self.encode, req, structure.tools), self.overrides(req),
+                  asyncio.get_running_loop(),
                   stream=req.stream, grammar=structure.grammar, prediction=structure.prediction)
         try:
             self.worker.submit(job)

@@ -17,12 +17,9 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from specedge.errors import SpecEdgeError
-
-if TYPE_CHECKING:
-    from specedge.serve.structured import Structure
 from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
@@ -148,7 +145,6 @@ class GenerationRequest:
     acceptance: str | None = None  # not in the OpenAI API: {"specedge": {"acceptance": "race"|"rejection"}}
     logprobs: int | None = None  # None: none; N: each token's log-probability and its N likeliest alternatives
     suffix: str | None = None  # completion: the text after the gap to fill in (fill-in-the-middle)
-    structure: Structure | None = None  # chat: response_format, tools, prediction (serve/structured.py)
 
 
 # Known parameters this server cannot honour, each with the test that a value is the API's default
@@ -212,11 +208,10 @@ def check_unsupported(body: dict[str, Any], table: dict[str, tuple[Callable[[obj
 
 
 def parse_chat(body: dict[str, Any]) -> GenerationRequest:
-    from specedge.serve.structured import parse_structure  # it builds on this module's errors
-
+    """The chat request; its response_format, tools and prediction: serve/structured.py."""
     check_unsupported(body, CHAT_UNSUPPORTED)
     return GenerationRequest(kind="chat", messages=parse_messages(body.get("messages")),
-                             logprobs=_chat_logprobs(body), structure=parse_structure(body), **parse_common(body))
+                             logprobs=_chat_logprobs(body), **parse_common(body))
 
 
 def parse_completion(body: dict[str, Any]) -> GenerationRequest:

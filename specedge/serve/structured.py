@@ -36,6 +36,9 @@ class Structure:
     prediction: str | None = None
 
 
+FREE_TEXT = Structure()
+
+
 def parse_structure(body: dict[str, Any]) -> Structure:
     tools = parse_tools(body.get("tools"))
     choice = parse_tool_choice(body.get("tool_choice"), tools)

@@ -6,9 +6,16 @@ import pytest
 
 from specedge.serve.protocol import APIError, parse_chat, parse_completion, parse_json
 from specedge.serve.responses import finish_reason
+from specedge.serve.structured import parse_structure
 from specedge.serve.worker import cached_prefix
 
 USER = [{"role": "user", "content": "hi"}]
+
+
+def parse_chat_request(body: dict[str, object]) -> None:
+    """What the server parses of a chat request: its parameters, then the output's shape."""
+    parse_chat(body)
+    parse_structure(body)
 
 
 def status_of(fn, body) -> int:  # type: ignore[no-untyped-def]
@@ -91,7 +98,7 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
     ({"messages": USER, "model": 3}, 400),
 ])
 def test_chat_refusals(body: dict[str, object], status: int) -> None:
-    assert status_of(parse_chat, body) == status
+    assert status_of(parse_chat_request, body) == status
 
 
 def test_completion_prompts() -> None:
