@@ -219,7 +219,8 @@ for source in json.loads(sys.argv[2]):
     except SpecEdgeError as e:
         message = str(e)
     results.append([time.monotonic() - began, message])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+with open("/proc/self/status") as f:  # VmHWM: this process's peak (ru_maxrss would keep the parent's from fork)
+    peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) * 1024
 print(json.dumps({"start": start, "end": rss(), "peak": peak, "results": results}))
 """
 ADDRESS_SPACE = 3 << 30  # the child's memory limit: the old code took gigabytes for what follows
