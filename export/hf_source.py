@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from specedge.errors import SpecEdgeError
-from specedge.export.source_check import safetensors_entries
+from specedge.export.source_check import SafetensorsEntry, safetensors_entries
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 # what transformers' config classes default to when config.json does not say
@@ -27,15 +26,6 @@ CLASS_DEFAULTS = {
     "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
               "num_attention_heads": 32, "num_key_value_heads": None, "eos_token_id": None},
 }
-
-
-@dataclass(frozen=True)
-class StoredTensor:
-    file: Path
-    dtype: str
-    shape: tuple[int, ...]
-    begin: int  # from the start of the file
-    end: int
 
 
 def config_values(folder: Path) -> dict[str, object]:
@@ -54,16 +44,12 @@ def config_values(folder: Path) -> dict[str, object]:
     return values
 
 
-def tensor_index(folder: Path) -> dict[str, StoredTensor]:
+def tensor_index(folder: Path) -> dict[str, SafetensorsEntry]:
     """Every tensor of the folder's *.safetensors files, from headers checked field by field."""
-    index = {}
-    for path in sorted(folder.glob("*.safetensors")):
-        for e in safetensors_entries(path):
-            index[e.name] = StoredTensor(path, e.dtype, e.shape, e.begin, e.end)
-    return index
+    return {e.name: e for path in sorted(folder.glob("*.safetensors")) for e in safetensors_entries(path)}
 
 
-def check_dtypes(index: dict[str, StoredTensor], needed: Iterable[str]) -> None:
+def check_dtypes(index: dict[str, SafetensorsEntry], needed: Iterable[str]) -> None:
     """Each tensor the export reads is float32, float16 or bfloat16, before any is read."""
     for name in needed:
         if name in index and index[name].dtype not in DTYPES:
@@ -72,7 +58,7 @@ def check_dtypes(index: dict[str, StoredTensor], needed: Iterable[str]) -> None:
                                 "specedge reads float32, float16 and bfloat16 weights")
 
 
-def read_tensor(t: StoredTensor, name: str) -> np.ndarray:
+def read_tensor(t: SafetensorsEntry, name: str) -> np.ndarray:
     """A stored tensor as float32."""
     if t.dtype not in DTYPES:
         raise SpecEdgeError(f"{t.file} stores {name} as {t.dtype}",

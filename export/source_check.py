@@ -158,6 +158,9 @@ def _read_json(path: Path, required: bool = True) -> object:
 
 @dataclass(frozen=True)
 class SafetensorsEntry:
+    """One tensor of a safetensors file, where its bytes are."""
+
+    file: Path
     name: str
     dtype: str
     shape: tuple[int, ...]
@@ -193,7 +196,8 @@ def safetensors_entries(path: Path) -> list[SafetensorsEntry]:
     if overlapping(sorted((e.begin, e.end) for e in entries)):
         raise SpecEdgeError(f"{path} has a damaged safetensors header (two tensors share bytes)",
                             "download the weights again")
-    return [SafetensorsEntry(e.name, e.dtype, e.shape, e.begin + 8 + length, e.end + 8 + length) for e in entries]
+    return [SafetensorsEntry(path, e.name, e.dtype, e.shape, e.begin + 8 + length, e.end + 8 + length)
+            for e in entries]
 
 
 def _entry(path: Path, name: str, meta: object, data_size: int) -> SafetensorsEntry:
@@ -211,7 +215,7 @@ def _entry(path: Path, name: str, meta: object, data_size: int) -> SafetensorsEn
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_natural(o) for o in offsets) \
             or not offsets[0] <= offsets[1] <= data_size:
         raise bad(f"has the data offsets {str(offsets)[:60]}, not a range inside the file")
-    entry = SafetensorsEntry(name, dtype, tuple(shape), offsets[0], offsets[1])
+    entry = SafetensorsEntry(path, name, dtype, tuple(shape), offsets[0], offsets[1])
     nbytes = entry.end - entry.begin
     itemsize = SAFETENSORS_ITEMSIZE.get(dtype)
     if (itemsize and nbytes != entry.count * itemsize) or (not itemsize and entry.count > nbytes * 8):

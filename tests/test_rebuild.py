@@ -122,12 +122,18 @@ def test_a_cached_export_with_a_damaged_manifest_is_rebuilt_by_reexport(tiny_reg
 EXPORT_FLAGS = ("--quant", "fp32", "--context", "64", "--widths", "1,2,3,5,8")  # the tiny pair's (conftest.py)
 
 
+def users_copy(artifact: Path, tmp_path: Path) -> Path:
+    """A user's folder holding a copy of `artifact` and a file of their own."""
+    mine = tmp_path / "mine"
+    shutil.copytree(artifact, mine)
+    (mine / "notes.txt").write_text("mine")
+    return mine
+
+
 def test_a_users_folder_with_a_damaged_manifest_is_named_with_a_way_that_works(
         tiny_registry: Path, tiny_llama: tuple[Path, Path, Path], tmp_path: Path, cli_here) -> None:
     src, target, _ = tiny_llama
-    mine = tmp_path / "mine"
-    shutil.copytree(target, mine)
-    (mine / "notes.txt").write_text("mine")
+    mine = users_copy(target, tmp_path)
     (mine / "manifest.json").write_text("{not json")
     before = {p.name: p.read_bytes() for p in mine.iterdir()}
     line = error_line(cli_here("generate", "--target", str(mine), "--no-draft", "--prompt", "hi"))
@@ -144,9 +150,7 @@ def test_a_users_folder_with_a_damaged_manifest_is_named_with_a_way_that_works(
 def test_the_force_advice_for_a_users_folder_whose_manifest_reads_works(
         tiny_registry: Path, tiny_llama: tuple[Path, Path, Path], tmp_path: Path, cli_here) -> None:
     src, target, _ = tiny_llama
-    mine = tmp_path / "mine"
-    shutil.copytree(target, mine)
-    (mine / "notes.txt").write_text("mine")
+    mine = users_copy(target, tmp_path)
     flip_a_byte(mine / "model.onnx.data")
     line = error_line(cli_here("generate", "--target", str(mine), "--no-draft", "--prompt", "hi"))
     assert f"`specedge export --model SOURCE --out {mine} --force`" in line, line

@@ -168,7 +168,7 @@ class TableDrafter:
         return ("model",)
 
     def propose(self, context: list[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None) -> Draft:
+                source: str | None = None, guide: object = None) -> Draft:
         tokens: list[int] = []
         for j in range(k):
             generated = (*context[len(PROMPT):], *tokens)
