@@ -196,15 +196,16 @@ class HybridDrafter:
 class PredictionDrafter:
     """A caller's prediction of the output (OpenAI's predicted outputs: the file an edit keeps
     most of) as drafts: the continuation of the place in the prediction where the context's last
-    tokens occur - the longest such suffix, up to `max_ngram`, at the first occurrence from where
-    the previous round left off (an edit keeps the file's order). Deterministic drafts, verified
+    tokens occur - the longest such suffix, `min_match` to `max_ngram` tokens, at the first
+    occurrence from where the previous round left off (an edit keeps the file's order). Deterministic drafts, verified
     like any others: the output is the target's whatever the prediction says."""
 
     name = "prediction"
 
-    def __init__(self, prediction: Sequence[int], max_ngram: int = 8) -> None:
+    def __init__(self, prediction: Sequence[int], max_ngram: int = 8, min_match: int = 3) -> None:
         self.tokens = np.asarray(list(prediction), dtype=np.int64)
         self.max_ngram = max_ngram
+        self.min_match = min_match  # a shorter match is too common to say where the output is (as HybridDrafter's)
         self.cursor = 0  # where in the prediction the last proposal started
 
     def begin(self, context: Sequence[int]) -> None:
@@ -216,7 +217,7 @@ class PredictionDrafter:
     def place(self, context: Sequence[int]) -> int:
         """Where in the prediction the context continues (-1: nowhere)."""
         tail = np.asarray(context[-self.max_ngram:], dtype=np.int64)
-        for n in range(min(len(tail), len(self.tokens) - 1), 0, -1):
+        for n in range(min(len(tail), len(self.tokens) - 1), self.min_match - 1, -1):
             windows = np.lib.stride_tricks.sliding_window_view(self.tokens[:-1], n)
             ends = np.flatnonzero((windows == tail[-n:]).all(axis=1)) + n
             if ends.size:

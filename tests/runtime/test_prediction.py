@@ -28,7 +28,7 @@ def test_a_prediction_drafts_losslessly(tiny_llama: tuple[Path, Path, Path], sam
     exact = gen.generate(PROMPT, prediction=plain.token_ids)
     assert exact.token_ids == plain.token_ids
     by = exact.stats.accepted_by_source
-    assert by["prediction"] >= 20 and exact.stats.target_calls <= 10  # a right prediction: long runs per pass
+    assert by["prediction"] >= 15 and exact.stats.target_calls <= 12  # a right prediction: long runs per pass
     edited = list(plain.token_ids)  # a prediction that is partly wrong: two tokens changed inside runs
     for i in (3, 20):
         edited[i] = (edited[i] + 1) % 256
@@ -46,7 +46,12 @@ def test_a_prediction_as_text_is_encoded_as_plain_text(tiny_llama: tuple[Path, P
 
 
 def test_the_prediction_is_followed_from_where_the_last_round_left_off() -> None:
-    drafter = PredictionDrafter([1, 2, 3, 9, 1, 2, 4, 9, 1, 2, 5])
+    drafter = PredictionDrafter([1, 2, 3, 9, 1, 2, 4, 9, 1, 2, 5], min_match=1)
     assert drafter.propose([7, 1, 2], 2, SamplingParams(), None).tokens == [3, 9]  # type: ignore[arg-type]
     assert drafter.propose([7, 1, 2, 3, 9, 1, 2], 2, SamplingParams(), None).tokens == [4, 9]  # type: ignore[arg-type]
     assert drafter.sources([6]) == () and drafter.propose([6], 3, SamplingParams(), None).tokens == []  # type: ignore[arg-type]
+
+
+def test_a_match_shorter_than_min_match_is_no_place() -> None:
+    drafter = PredictionDrafter([5, 6, 7, 8, 9], min_match=3)
+    assert drafter.sources([1, 6, 7]) == () and drafter.sources([5, 6, 7]) == ("prediction",)
