@@ -1,8 +1,20 @@
-"""The light runtime: numpy + onnxruntime + tokenizers, no torch."""
+"""The light runtime: numpy + onnxruntime + tokenizers, no torch.
 
-from specedge.runtime.decoding import SpecConfig
-from specedge.runtime.generator import GenerationResult, Generator, TextStream
-from specedge.runtime.model import OnnxModel
-from specedge.runtime.stats import GenerationStats
+Its public names load on first use (PEP 562), so importing one of its small modules - the QNN SoC
+catalogue a command-line parser lists - loads no onnxruntime.
+"""
 
-__all__ = ["GenerationResult", "GenerationStats", "Generator", "OnnxModel", "SpecConfig", "TextStream"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {"SpecConfig": "decoding", "GenerationResult": "generator", "Generator": "generator",
+          "TextStream": "generator", "OnnxModel": "model", "GenerationStats": "stats"}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"specedge.runtime.{_HOMES[name]}"), name)
+    raise AttributeError(f"module 'specedge.runtime' has no attribute {name!r}")

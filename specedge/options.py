@@ -127,7 +127,7 @@ def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int, temperat
 
 def add_provider_flags(p: argparse.ArgumentParser) -> None:
     """--provider, --draft-provider, --fallback, --threads, --soc (read by `load_generator`)."""
-    from specedge.runtime import qnn  # loads the runtime (onnxruntime): when a parser is built, not on import
+    from specedge.runtime import qnn  # the SoC catalogue: standard library only (no onnxruntime)
 
     p.add_argument("--provider", default="cpu", help="execution provider: cpu, dml or qnn")
     p.add_argument("--draft-provider", default=None, help="provider of the draft (default: --provider)")

@@ -3,7 +3,10 @@ import sys
 
 
 def test_runtime_loads_no_torch_transformers_or_optimum() -> None:
-    code = ("import sys, specedge.runtime, specedge.kernels, specedge.models, specedge.cli\n"
+    code = ("import importlib, pkgutil, sys, specedge.runtime, specedge.kernels, specedge.models, specedge.cli\n"
+            "for m in pkgutil.iter_modules(specedge.runtime.__path__):\n"
+            "    importlib.import_module('specedge.runtime.' + m.name)\n"
+            "from specedge.runtime import Generator\n"
             "heavy = [m for m in ('torch', 'transformers', 'optimum', 'onnx') if m in sys.modules]\n"
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -19,3 +22,11 @@ def test_runtime_and_the_contract_import_nothing_of_export() -> None:
             "print(','.join(m for m in sys.modules if m.startswith('specedge.export')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"export modules imported by the runtime: {out.stdout}"
+
+
+def test_building_the_parser_loads_no_onnxruntime() -> None:
+    """`specedge --help` and a mistyped flag load the parser and the registry, not the runtime's sessions."""
+    code = ("import sys\nfrom specedge.cli import build_parser\nbuild_parser()\n"
+            "print(','.join(m for m in ('onnxruntime', 'specedge.runtime.generator') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"building the parser loaded: {out.stdout}"
