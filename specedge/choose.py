@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specedge.contract import round_rate
-from specedge.models.registry import MODELS
 
 DRAFTERS = ("none", "draft", "hybrid")  # 1-token plain steps; the pair's draft, γ auto; draft + n-gram, γ auto
 STOPPED = 0.0  # a text not decoded: the way was already slower than plain decoding on an earlier one
@@ -174,34 +173,22 @@ def verdict(choice: Choice) -> str:
     return f"{choice.model}:{choice.quant}, {choice.way.label().split(' ', 1)[1]}: {choice.reason}"
 
 
-def known_quants(model: str) -> tuple[str, ...]:
-    """The exports registry model `model` is chosen between: its default and its variants (none
-    for a name the registry lacks)."""
-    entry = MODELS.get(model)
-    return () if entry is None else tuple(dict.fromkeys([entry.export.quant, *(v.quant for v in entry.variants)]))
-
-
-def unknown_way(choice: Choice, quants: Sequence[str]) -> str:
+def unknown_way(choice: Choice, quants: Sequence[str] | None) -> str:
     """What makes `choice` name no way of decoding its model ('' if it names one): an export not
-    among `quants` (the model's), or a way the choice's own measurements do not hold."""
-    if choice.quant not in quants:
+    among `quants` (the model's; None: not checked), or a way the choice's own measurements do not hold."""
+    if quants is not None and choice.quant not in quants:
         return f"names the export {repr(choice.quant)[:40]}, not one of {', '.join(quants) or 'its exports'}"
     if choice.way not in [run.way for run in choice.runs]:
         return f"names a way it did not measure ({choice.way.label()})"
     return ""
 
 
-def this_profile() -> str:
-    """The file this device's profile is kept in (defaults.read_profile), to name in a warning."""
-    from specedge.profiling import THIS_DEVICE, profiles_dir  # the runtime: loaded by the caller already
-
-    return str(profiles_dir() / f"{THIS_DEVICE}.json")
-
-
 def recorded_choice(profile_choices: Mapping[str, Any], model: str, cpu: Mapping[str, Any],
-                    profile_cpu: Mapping[str, Any], onnxruntime: str) -> Choice | None:
+                    profile_cpu: Mapping[str, Any], onnxruntime: str, quants: Sequence[str] | None = None,
+                    where: str = "the device profile") -> Choice | None:
     """The choice kept for `model`, if it was measured on this CPU with this ONNX Runtime release
-    and names a way the model may decode (else, saying so, None: it is measured again)."""
+    and names a way the model may decode - one of `quants`, its exports - (else, saying so and
+    naming `where` it was kept, None: it is measured again)."""
     data = profile_choices.get(model)
     if data is None or dict(profile_cpu) != dict(cpu):
         return None
@@ -211,9 +198,9 @@ def recorded_choice(profile_choices: Mapping[str, Any], model: str, cpu: Mapping
         return None  # written by another release of specedge: measure again
     if choice.onnxruntime != onnxruntime:
         return None
-    problem = unknown_way(choice, known_quants(model))
+    problem = unknown_way(choice, quants)
     if problem:
-        print(f"specedge: warning: the decoding kept for {model} in {this_profile()} {problem}; "
+        print(f"specedge: warning: the decoding kept for {model} in {where} {problem}; "
               "ignoring it and measuring again", file=sys.stderr)
         return None
     return choice

@@ -113,7 +113,7 @@ def kept_choice(name: str, profile: DeviceProfile | None, path: Path | None, onn
     if path is None:
         return UNSAVED.get(name)
     return None if profile is None else recorded_choice(profile.choices, name, cpu_info().to_dict(), profile.cpu,
-                                                        onnxruntime)
+                                                        onnxruntime, candidate_quants(name), str(path))
 
 
 @contextlib.contextmanager
