@@ -252,11 +252,11 @@ def check_blocks(source: SourceModel, settings: ExportSettings) -> None:
     if settings.quant not in ("int4", "int8"):
         return
     cfg = source.config
-    for what, k in (("hidden size", cfg.hidden_size), ("attention size", cfg.num_heads * cfg.head_dim),
-                    ("MLP size", cfg.intermediate_size)):
+    sizes = (("hidden size", cfg.hidden_size), ("attention size", cfg.num_heads * cfg.head_dim),
+             ("MLP size", cfg.intermediate_size))
+    for what, k in sizes:
         if k % settings.block_size:
-            fits = [b for b in (32, 64, 128) if k % b == 0 and cfg.hidden_size % b == 0
-                    and cfg.intermediate_size % b == 0 and cfg.num_heads * cfg.head_dim % b == 0]
+            fits = [b for b in (32, 64, 128) if all(size % b == 0 for _, size in sizes)]
             raise SpecEdgeError(f"the model's {what} {k} is not a whole number of --block-size {settings.block_size} "
                                 "blocks", f"pass --block-size {fits[-1]}" if fits else "export with --quant fp32")
 

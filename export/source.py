@@ -110,11 +110,6 @@ def eos_ids(tokenizer_eos: int | None, generation_eos: tuple[int, ...]) -> tuple
     return tuple(ids)
 
 
-def read_order(cfg: DecoderConfig) -> list[str]:
-    """The order the graph builder takes the weights in (what the reader reads ahead)."""
-    return list(expected_shapes(cfg))
-
-
 def inspect_source(src: Path) -> SourceSummary:
     """Check a source as data before any library loads it (see source_check.py): a bounded GGUF
     header, or a Hugging Face folder of a supported architecture with safetensors weights and no
@@ -148,11 +143,11 @@ def load_source(src: Path, expected_sha256: str | None = None,
     eos = eos_ids(tokenizer.eos_token_id, check_token_ids(opened.fields, "eos_token_id", config.vocab_size))
     bos = () if tokenizer.bos_token_id is None else (tokenizer.bos_token_id,)
     check_template(tokenizer.chat_template, Path(src))
-    check_tokenizer_fits(tokenizer.json, {"beginning-of-sequence": bos, "end-of-sequence": eos}, config.vocab_size,
-                         Path(src))
+    check_tokenizer_fits(tokenizer.tokenizer, {"beginning-of-sequence": bos, "end-of-sequence": eos},
+                         config.vocab_size, Path(src))
     return SourceModel(
         config=config,
-        weights=LazyWeights(opened.names, opened.load, order=read_order(config), where=str(src)),
+        weights=LazyWeights(opened.names, opened.load, order=list(opened.shapes), where=str(src)),
         tokenizer_json=tokenizer.json,
         chat_template=tokenizer.chat_template,
         bos_token_id=tokenizer.bos_token_id,
@@ -169,6 +164,7 @@ class _Opened:
 
     config: DecoderConfig
     fields: Fields
+    shapes: dict[str, tuple[int, ...]]  # the tensors the config implies, in the order the graph builder takes them
     tokenizer: SourceTokenizer
     names: list[str]
     load: Callable[[str], np.ndarray]
@@ -186,12 +182,12 @@ def _open_gguf(path: Path) -> _Opened:
     gguf_source.check_vocabulary_fields(g)
     values = {**gguf_source.config_values(g), "model_type": kind}
     config, fields = checked_config(values, path, gguf_source.field_names(g))
+    shapes = expected_shapes(config)
     weights = gguf_source.GgufWeights(g, values)
-    check_tensor_table(expected_shapes(config), {hf: (name, g.tensors[name].shape)
-                                                 for hf, name in weights.by_hf.items()}, path)
+    check_tensor_table(shapes, {hf: (name, g.tensors[name].shape) for hf, name in weights.by_hf.items()}, path)
     gguf_source.check_tensors(g)
     tokenizer = gguf_tokenizer(g.fields, path)
-    return _Opened(config, fields, tokenizer, list(weights.by_hf), weights.load)
+    return _Opened(config, fields, shapes, tokenizer, list(weights.by_hf), weights.load)
 
 
 def _open_hf(folder: Path) -> _Opened:
@@ -199,9 +195,10 @@ def _open_hf(folder: Path) -> _Opened:
 
     values = hf_source.config_values(folder)
     config, fields = checked_config(values, folder / "config.json")
+    shapes = expected_shapes(config)
     index = hf_source.tensor_index(folder)
-    check_tensor_table(expected_shapes(config), {name: (name, t.shape) for name, t in index.items()}, folder)
-    hf_source.check_dtypes(index, expected_shapes(config))
+    check_tensor_table(shapes, {name: (name, t.shape) for name, t in index.items()}, folder)
+    hf_source.check_dtypes(index, shapes)
     tokenizer = hf_tokenizer(folder)
-    return _Opened(config, fields, tokenizer, list(index),
+    return _Opened(config, fields, shapes, tokenizer, list(index),
                    lambda name: hf_source.read_tensor(index[name], name))

@@ -10,6 +10,7 @@ so export can check the free disk space before it starts.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,9 +140,9 @@ def check_hf_folder(folder: Path) -> SourceSummary:
                             "convert the weights to safetensors, e.g. with transformers' save_pretrained")
     total = embedding = 0
     for f in weights:
-        for name, count in _safetensors_counts(f):
-            total += count
-            embedding += count if name in EMBEDDING_NAMES else 0
+        for e in safetensors_entries(f):
+            total += e.count
+            embedding += e.count if e.name in EMBEDDING_NAMES else 0
     return SourceSummary(total, embedding)
 
 
@@ -169,10 +170,7 @@ class SafetensorsEntry:
 
     @property
     def count(self) -> int:
-        count = 1
-        for d in self.shape:
-            count *= d
-        return count
+        return math.prod(self.shape)
 
 
 def safetensors_entries(path: Path) -> list[SafetensorsEntry]:
@@ -192,15 +190,16 @@ def safetensors_entries(path: Path) -> list[SafetensorsEntry]:
     if not isinstance(header, dict):
         raise SpecEdgeError(f"{path} has a damaged safetensors header (a JSON {type(header).__name__}, "
                             "not an object)", "download the weights again")
-    entries = [_entry(path, name, meta, size - 8 - length) for name, meta in header.items() if name != "__metadata__"]
+    start = 8 + length
+    entries = [_entry(path, name, meta, start, size) for name, meta in header.items() if name != "__metadata__"]
     if overlapping(sorted((e.begin, e.end) for e in entries)):
         raise SpecEdgeError(f"{path} has a damaged safetensors header (two tensors share bytes)",
                             "download the weights again")
-    return [SafetensorsEntry(path, e.name, e.dtype, e.shape, e.begin + 8 + length, e.end + 8 + length)
-            for e in entries]
+    return entries
 
 
-def _entry(path: Path, name: str, meta: object, data_size: int) -> SafetensorsEntry:
+def _entry(path: Path, name: str, meta: object, start: int, size: int) -> SafetensorsEntry:
+    """One header entry, checked; its offsets counted from the data's `start` in a `size`-byte file."""
     def bad(what: str) -> SpecEdgeError:
         return SpecEdgeError(f"{path} has a damaged safetensors header: tensor {name[:80]} {what}",
                              "download the weights again")
@@ -213,9 +212,9 @@ def _entry(path: Path, name: str, meta: object, data_size: int) -> SafetensorsEn
     if not isinstance(shape, list) or len(shape) > MAX_DIMS or not all(_natural(d) for d in shape):
         raise bad(f"has the shape {str(shape)[:60]}, not a list of non-negative integers")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_natural(o) for o in offsets) \
-            or not offsets[0] <= offsets[1] <= data_size:
+            or not offsets[0] <= offsets[1] <= size - start:
         raise bad(f"has the data offsets {str(offsets)[:60]}, not a range inside the file")
-    entry = SafetensorsEntry(path, name, dtype, tuple(shape), offsets[0], offsets[1])
+    entry = SafetensorsEntry(path, name, dtype, tuple(shape), start + offsets[0], start + offsets[1])
     nbytes = entry.end - entry.begin
     itemsize = SAFETENSORS_ITEMSIZE.get(dtype)
     if (itemsize and nbytes != entry.count * itemsize) or (not itemsize and entry.count > nbytes * 8):
@@ -237,8 +236,3 @@ def overlapping(extents: list[tuple[int, int]]) -> bool:
 
 def _natural(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _safetensors_counts(path: Path) -> list[tuple[str, int]]:
-    """(tensor name, number of values) from a safetensors header, bounds checked."""
-    return [(e.name, e.count) for e in safetensors_entries(path)]

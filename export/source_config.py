@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specedge.errors import SpecEdgeError
 from specedge.runtime.manifest import (
@@ -25,6 +26,9 @@ from specedge.runtime.manifest import (
     MAX_TEMPLATE_CHARS,
     MAX_VOCAB,
 )
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 MAX_INTERMEDIATE = 1 << 20
 MAX_ROPE_THETA = 1e12
@@ -133,14 +137,11 @@ def check_template(template: str | None, where: Path) -> None:
                             f"{MAX_TEMPLATE_CHARS:,} specedge takes", CRAFTED)
 
 
-def check_tokenizer_fits(tokenizer_json: str, ids: Mapping[str, tuple[int, ...]], vocab: int, where: Path) -> None:
+def check_tokenizer_fits(tok: Tokenizer, ids: Mapping[str, tuple[int, ...]], vocab: int, where: Path) -> None:
     """The tokenizer's ids within the vocabulary the graph scores, and each special id one of its
     tokens (what the runtime checks when it loads the artifact, runtime/text_checks.py)."""
-    from tokenizers import Tokenizer
-
     from specedge.runtime.text_checks import vocabulary_size
 
-    tok = Tokenizer.from_str(tokenizer_json)
     if (size := vocabulary_size(tok)) > vocab:
         raise SpecEdgeError(f"{where}: its tokenizer has {size} tokens, more than the model's vocabulary of {vocab}",
                             CRAFTED)

@@ -13,9 +13,10 @@ both against transformers' tokenizers: the same JSON for GGUF files, the same id
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from specedge.errors import SpecEdgeError
 
@@ -60,6 +61,7 @@ class SourceTokenizer:
     bos_token_id: int | None
     eos_token_id: int | None
     chat_template: str | None
+    tokenizer: Any = field(default=None, repr=False)  # the tokenizers.Tokenizer built, for checks (not kept after)
 
 
 @lru_cache(maxsize=1)
@@ -184,7 +186,7 @@ def gguf_tokenizer(fields: dict, path: Path) -> SourceTokenizer:
     if explicit or tok.post_processor is None:
         _set_post_processor(tok, named["bos_token"], named["eos_token"], bool(add_bos), bool(add_eos))
     template = fields.get("tokenizer.chat_template")
-    return SourceTokenizer(json=tok.to_str(), bos_token_id=_id(tok, named["bos_token"]),
+    return SourceTokenizer(json=tok.to_str(), tokenizer=tok, bos_token_id=_id(tok, named["bos_token"]),
                            eos_token_id=_id(tok, named["eos_token"]),
                            chat_template=template if isinstance(template, str) else None)
 
@@ -223,7 +225,7 @@ def hf_tokenizer(folder: Path) -> SourceTokenizer:
                             bool(config.get("add_eos_token", False)))
     jinja = folder / "chat_template.jinja"
     template = jinja.read_text(encoding="utf-8") if jinja.is_file() else config.get("chat_template")
-    return SourceTokenizer(json=tok.to_str(), bos_token_id=_id(tok, named["bos_token"]),
+    return SourceTokenizer(json=tok.to_str(), tokenizer=tok, bos_token_id=_id(tok, named["bos_token"]),
                            eos_token_id=_id(tok, named["eos_token"]),
                            chat_template=template if isinstance(template, str) else None)
 
