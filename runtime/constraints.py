@@ -41,10 +41,8 @@ class Constraint(Protocol):
 def mask_rows(logits: np.ndarray, masks: Sequence[np.ndarray]) -> np.ndarray:
     """A copy of logits [R, V'] with each row's disallowed tokens at -inf (V' may be less than the
     mask's vocabulary: a draft's truncated head scores the first ids only)."""
-    out = np.array(logits[:len(masks)], dtype=np.float32, copy=True)
-    for row, mask in zip(out, masks, strict=True):
-        row[~mask[:row.shape[-1]]] = -np.inf
-    return out
+    allowed = np.stack([mask[:logits.shape[-1]] for mask in masks])
+    return np.where(allowed, logits[:len(masks)], np.float32(-np.inf)).astype(np.float32, copy=False)
 
 
 class Guide:

@@ -244,7 +244,7 @@ class Generator:
         """A fresh state of `grammar` over the target's vocabulary (read once: ~1 s for 152k tokens)."""
         m = self.target.manifest
         if self._vocabulary is None:
-            self._vocabulary = Vocabulary.of(self.codec.tokenizer.to_str(), m.vocab_size, m.eos_token_ids)
+            self._vocabulary = Vocabulary.of(self.codec.tokenizer, m.vocab_size, m.eos_token_ids)
         return GrammarConstraint(self._vocabulary, grammar, m.eos_token_ids)
 
     def encode_prediction(self, prediction: str | Sequence[int]) -> list[int]:

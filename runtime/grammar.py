@@ -16,11 +16,14 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from specedge.errors import SpecEdgeError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 KINDS = ("json_schema", "json_object", "regex", "lark", "gbnf")
 PAD = re.compile(r"\[PAD\d+\]")  # a GGUF vocabulary's filler entries up to the model's vocabulary size
@@ -95,16 +98,14 @@ class Vocabulary:
         self.words = np.packbits(self.real, bitorder="little").view(np.int32)
 
     @classmethod
-    def of(cls, tokenizer_json: str, vocab_size: int, eos_ids: Sequence[int]) -> Vocabulary:
-        from tokenizers import Tokenizer
-
+    def of(cls, tokenizer: Tokenizer, vocab_size: int, eos_ids: Sequence[int]) -> Vocabulary:
+        """The vocabulary of a model's tokenizer (`TextCodec.tokenizer`), scored over vocab_size ids."""
         llg = llguidance_module()
-        tok = llg.LLTokenizer(tokenizer_json, n_vocab=vocab_size, eos_token=list(eos_ids))
-        hf = Tokenizer.from_str(tokenizer_json)
+        tok = llg.LLTokenizer(tokenizer.to_str(), n_vocab=vocab_size, eos_token=list(eos_ids))
         real = np.zeros(-(-vocab_size // 32) * 32, dtype=bool)
-        for i in range(vocab_size):
-            token = hf.id_to_token(i)
-            real[i] = token is not None and PAD.fullmatch(token) is None
+        ids = [i for token, i in tokenizer.get_vocab(with_added_tokens=True).items()
+               if i < vocab_size and PAD.fullmatch(token) is None]
+        real[ids] = True
         return cls(tok, real)
 
     def compile(self, grammar: Grammar) -> str:

@@ -246,6 +246,7 @@ class Server:
         self.max_prompt_chars = self.context * longest_token(generator) * FOLDED_CHARS
         self.spell = TokenSpeller(generator.codec.tokenizer)
         self.fills_middle = find_fim_tokens(generator.codec.tokenizer) is not None
+        self.lists_tools = renders_tools(generator.target.manifest.chat_template)
 
     def model_card(self) -> dict[str, object]:
         gen = self.generator
@@ -300,7 +301,7 @@ class Server:
 
     def check_tools(self, structure: Structure) -> None:
         """Tools need a chat template that lists them: 422 naming the model, before it is queued."""
-        if structure.tools and not renders_tools(self.generator.target.manifest.chat_template):
+        if structure.tools and not self.lists_tools:
             raise APIError(422, f"the model '{self.settings.model_id}' has a chat template that does not list "
                                 "tools, so it cannot be told about them", param="tools", code="unsupported_parameter")
 

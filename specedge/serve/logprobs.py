@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
+from specedge.export.source_tokenizer import bytes_to_unicode
 from specedge.runtime.logprobs import TokenLogprob
 from specedge.serve.protocol import Kind
 
@@ -24,10 +25,9 @@ BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 def byte_level_alphabet() -> dict[str, int]:
-    """GPT-2's byte-level alphabet: the character standing for each byte, mapped to the byte."""
-    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    moved = [b for b in range(256) if b not in set(kept)]  # control bytes, space, ...: shifted past 255
-    return {chr(b): b for b in kept} | {chr(256 + i): b for i, b in enumerate(moved)}
+    """GPT-2's byte-level alphabet: the character standing for each byte, mapped to the byte (the
+    exporter's table, export/source_tokenizer.py, turned around)."""
+    return {char: byte for byte, char in bytes_to_unicode().items()}
 
 
 def is_byte_level(tokenizer: Tokenizer) -> bool:

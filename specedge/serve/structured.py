@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -160,8 +161,6 @@ def parse_prediction(value: object) -> str | None:
 
 def api_calls(calls: list[ToolCall], first: int = 0) -> list[dict[str, Any]]:
     """Tool calls as the API carries them, with ids of their own."""
-    import uuid
-
     return [{"index": first + i, "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
              "function": {"name": c.name, "arguments": c.arguments}} for i, c in enumerate(calls)]
 

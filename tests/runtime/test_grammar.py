@@ -35,7 +35,7 @@ def load(target: Path, draft: Path | None = None, **config: object) -> Generator
 
 def constrained(gen: Generator, grammar: Grammar, **overrides: object):  # type: ignore[no-untyped-def]
     m = gen.target.manifest
-    vocabulary = Vocabulary.of(gen.codec.tokenizer.to_str(), m.vocab_size, m.eos_token_ids)
+    vocabulary = Vocabulary.of(gen.codec.tokenizer, m.vocab_size, m.eos_token_ids)
     return gen.generate(PROMPT, constraint=GrammarConstraint(vocabulary, grammar, m.eos_token_ids), **overrides)
 
 
