@@ -19,7 +19,6 @@ from tokenizers import Tokenizer
 from specedge.errors import SpecEdgeError
 from specedge.runtime.model import check_token_ids
 from specedge.runtime.text import TextCodec
-from specedge.runtime.text_checks import check_ids, check_text
 
 FIM_STYLES = (
     ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder
@@ -52,28 +51,13 @@ def find_fim_tokens(tokenizer: Tokenizer) -> FimTokens | None:
     return None
 
 
-def encode_plain(codec: TextCodec, text: str, what: str) -> list[int]:
-    """Token ids of `text` with special tokens read as text, not as the tokens they spell (the
-    tokenizer's flag for that is set for this one call: call it on the thread that encodes)."""
-    check_text(text, what)
-    tokenizer = codec.tokenizer
-    parsing = tokenizer.encode_special_tokens
-    tokenizer.encode_special_tokens = True  # split "<|fim_prefix|>" and the like as plain text
-    try:
-        ids = tokenizer.encode(text, add_special_tokens=False).ids
-    finally:
-        tokenizer.encode_special_tokens = parsing
-    check_ids(ids, codec.manifest, codec.folder)
-    return ids
-
-
 def fim_prompt(codec: TextCodec, prefix: str | Sequence[int], suffix: str, model: str) -> list[int]:
     """[fim_prefix, *prefix, fim_suffix, *suffix, fim_middle]: the prefix as text or token ids
     (checked against the vocabulary), the suffix as text. NoFimTokens names `model` if it has none."""
     fim = find_fim_tokens(codec.tokenizer)
     if fim is None:
         raise NoFimTokens(model)
-    before = (encode_plain(codec, prefix, "the prompt") if isinstance(prefix, str)
+    before = (codec.encode(prefix, add_special_tokens=False, special_text=False) if isinstance(prefix, str)
               else check_token_ids(list(prefix), codec.manifest.vocab_size))
-    after = encode_plain(codec, suffix, "the suffix")
+    after = codec.encode(suffix, add_special_tokens=False, what="the suffix", special_text=False)
     return [fim.prefix, *before, fim.suffix, *after, fim.middle]

@@ -291,10 +291,18 @@ class TextCodec:
         self._env: BoundedSandbox | None = None
         self._template: Template | None = None
 
-    def encode(self, text: str, add_special_tokens: bool = True, what: str = "the prompt") -> list[int]:
-        """Token ids of `text`; InvalidTextError (naming it as `what`) if it is not valid UTF-8."""
+    def encode(self, text: str, add_special_tokens: bool = True, what: str = "the prompt",
+               special_text: bool = True) -> list[int]:
+        """Token ids of `text`; InvalidTextError (naming it as `what`) if it is not valid UTF-8.
+        special_text=False: a special token's text ("<|fim_prefix|>") stays text, not the token
+        (the tokenizer's flag is set for this one call: call it on the thread that encodes)."""
         check_text(text, what)
-        ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        parsing = self.tokenizer.encode_special_tokens
+        self.tokenizer.encode_special_tokens = not special_text
+        try:
+            ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        finally:
+            self.tokenizer.encode_special_tokens = parsing
         check_ids(ids, self.manifest, self.folder)
         return ids
 
