@@ -169,10 +169,6 @@ def _empty(value: object) -> bool:
     return value is None or value == {} or value == [] or value == ""
 
 
-def _text_format(value: object) -> bool:
-    return value is None or value == {"type": "text"}
-
-
 def _no_tools(value: object) -> bool:
     return value is None or value == "none"
 
