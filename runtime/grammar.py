@@ -156,7 +156,3 @@ class GrammarConstraint:
         del self.fed[-n:]
         if undone and not self.matcher.rollback(undone):
             self.check()
-
-    def finished(self) -> bool:
-        """No token but the end may follow."""
-        return bool(self.matcher.is_stopped())
