@@ -3,7 +3,7 @@ graphs can use ai.specedge::MatMulInt4Rows, and a streaming read for the bandwid
 
 Where the library was not built or cannot load, `library()` is None, `missing()` says why in
 one line, and specedge decodes with ONNX Runtime's own MatMulNBits (exports carry that instead).
-SPECEDGE_KERNEL_ISA forces an instruction set (`portable`, `avx2`, `neon-dot`); tests use it.
+SPECEDGE_KERNEL_ISA forces an instruction set (`portable`, `avx2`, `avx512-vnni`, `neon-dot`); tests use it.
 """
 
 from __future__ import annotations

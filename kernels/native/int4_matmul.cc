@@ -74,17 +74,22 @@ void groups_portable(const Int4Weights& w, const QuantizedRows& x, int64_t g0, i
 
 int available_isas(Isa* out, int capacity) {
   int n = 0;
-  auto add = [&](const char* name, GroupsFn fn, QuantizeFn quantize) {
-    if (n < capacity) out[n++] = Isa{name, fn, quantize};
+  auto add = [&](const char* name, GroupsFn fn, QuantizeFn quantize, ArrangeFn arrange) {
+    if (n < capacity) out[n++] = Isa{name, fn, quantize, arrange};
   };
 #if defined(__x86_64__) || defined(_M_X64)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) add("avx2", groups_avx2, quantize_rows_avx2);
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+    add("avx512-vnni", groups_avx512_vnni, quantize_rows_avx2, arrange_avx512_vnni);
+  }
+  if (avx2) add("avx2", groups_avx2, quantize_rows_avx2, nullptr);
 #endif
 #if defined(__aarch64__) && defined(__linux__)
-  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) add("neon-dot", groups_neon_dot, quantize_rows);
+  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) add("neon-dot", groups_neon_dot, quantize_rows, nullptr);
 #endif
-  add("portable", groups_portable, quantize_rows);
+  add("portable", groups_portable, quantize_rows, nullptr);
   return n;
 }
 

@@ -32,6 +32,7 @@ struct QuantizedRows {
   const float* scale;   // [M][K/block]
   const int32_t* sum;   // [M][K/block]
   int64_t m;
+  const int8_t* tiled = nullptr;  // q as the ISA's `arrange` lays it out, where it has one
 };
 
 // Quantize rows of x [M][K] per block into q, scale and sum (sizes as in QuantizedRows): the portable
@@ -49,6 +50,14 @@ using GroupsFn = void (*)(const Int4Weights& w, const QuantizedRows& x, int64_t 
 void groups_portable(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
 #if defined(__x86_64__) || defined(_M_X64)
 void groups_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
+void groups_avx512_vnni(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
+#endif
+
+// q [M][K] -> out [M*K], the same bytes in the order an ISA's tiles read them (once a pass, before the
+// column groups are shared out).
+using ArrangeFn = void (*)(const int8_t* q, int64_t m, int64_t k, int8_t* out);
+#if defined(__x86_64__) || defined(_M_X64)
+void arrange_avx512_vnni(const int8_t* q, int64_t m, int64_t k, int8_t* out);
 #endif
 #if defined(__aarch64__)
 void groups_neon_dot(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
@@ -77,6 +86,7 @@ struct Isa {
   const char* name;
   GroupsFn fn;
   QuantizeFn quantize;
+  ArrangeFn arrange;  // nullptr: the groups read q as it is
 };
 
 // Instruction sets this CPU runs, the best first; the portable path is always last.

@@ -179,13 +179,15 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   std::vector<float> xs(static_cast<size_t>(m * blocks));
   std::vector<int32_t> xsum(static_cast<size_t>(m * blocks));
   kn.isa->quantize(static_cast<const float*>(ptr[0]), m, kn.k, kn.block, q.data(), xs.data(), xsum.data());
+  std::vector<int8_t> tiled(kn.isa->arrange != nullptr ? q.size() : 0);
+  if (kn.isa->arrange != nullptr) kn.isa->arrange(q.data(), m, kn.k, tiled.data());
 
   const int64_t groups = (kn.n + 7) / 8;
   std::vector<float> padded;  // N not a multiple of 8: whole groups into a buffer, then the N columns
   if (kn.n % 8) padded.resize(static_cast<size_t>(m * groups * 8));
   Job job{{static_cast<const uint8_t*>(ptr[1]), static_cast<const float*>(ptr[2]), static_cast<const uint8_t*>(ptr[3]),
            kn.k, groups * 8, kn.block},
-          {q.data(), xs.data(), xsum.data(), m},
+          {q.data(), xs.data(), xsum.data(), m, tiled.empty() ? nullptr : tiled.data()},
           kn.isa,
           padded.empty() ? y : padded.data(),
           0,

@@ -20,7 +20,7 @@ from specedge.export.quantize import dequantize_blockwise, quantize_blockwise
 from specedge.kernels import int4_layout, native
 
 NATIVE = Path(native.__file__).parent / "native"
-SOURCES = ["int4_matmul.cc", "int4_matmul_avx2.cc", "int4_matmul_neon.cc", "kernel_test.cc"]
+SOURCES = [*sorted(p.name for p in NATIVE.glob("int4_matmul*.cc")), "kernel_test.cc"]
 needs_library = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
                                    reason=native.missing() or "library absent")
 ARM_TOOLS = ("aarch64-linux-gnu-g++", "qemu-aarch64")
@@ -152,6 +152,8 @@ def build_and_run(compiler: str, flags: list[str], runner: list[str], tmp_path: 
 def test_kernel_under_sanitizers(tmp_path: Path) -> None:
     out = build_and_run("g++", ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"], [], tmp_path)
     assert "portable" in out
+    for isa in native.isas():  # every instruction set this CPU runs was checked
+        assert isa in out
 
 
 @pytest.mark.skipif(any(shutil.which(t) is None for t in ARM_TOOLS) and not os.environ.get("CI"),
