@@ -37,15 +37,20 @@ INT4_KERNEL_ENV = "SPECEDGE_INT4_KERNEL"  # "rows" or "nbits": the kernel of int
 
 
 def rows_kernel_measured_here() -> bool:
-    """Is this CPU of the class the rows kernel was measured on and chosen for: x86 with AVX2 and none
-    of AVX-512, VNNI or AMX? Its only x86 path is AVX2 (vpmaddubsw); where ONNX Runtime's MatMulNBits
-    has VNNI, AVX-512 or AMX code, or on ARM (the dot-product path is tested under qemu, never timed),
-    int4 exports keep MatMulNBits, as before the rows kernel, unless SPECEDGE_INT4_KERNEL=rows."""
+    """Is this CPU of a class the rows kernel was measured on and chosen for? x86 with AVX2 and none
+    of AVX-512, VNNI or AMX (its AVX2 path, against MatMulNBits' AVX2 code), and x86 with AVX-512 VNNI
+    but no AMX (its AVX-512 VNNI path, against MatMulNBits' VNNI code). Elsewhere - AVX-512 without
+    VNNI, AVX-VNNI without AVX-512 (this kernel would run its AVX2 path there), AMX, ARM (the
+    dot-product path is tested under qemu, never timed) - int4 exports keep MatMulNBits, as before
+    the rows kernel, unless SPECEDGE_INT4_KERNEL=rows."""
     from specedge.device_profiles.cpu import cpu_info
 
     cpu = cpu_info()
-    wider = cpu.vnni or cpu.amx or "avx512f" in cpu.flags
-    return cpu.machine in ("x86_64", "AMD64") and "avx2" in cpu.flags and not wider
+    if cpu.machine not in ("x86_64", "AMD64") or "avx2" not in cpu.flags or cpu.amx:
+        return False
+    if "avx512_vnni" in cpu.flags:
+        return True
+    return "avx_vnni" not in cpu.flags and "avx512f" not in cpu.flags
 
 
 def int4_kernel_here(quant: str, target: str = "cpu") -> str:
