@@ -1,5 +1,5 @@
 """The first-use calibration's child process dies with its caller, printing nothing (two first
-uses at once: tests/test_choose.py)."""
+uses at once: tests/test_choose.py); a way that loses a text is timed on it once more."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from specedge.calibrate import decode_rates
+from specedge.calibration import CALIBRATION
+from specedge.choose import STOPPED
 
 ROOT = Path(__file__).resolve().parents[1]
 # a caller of the calibration: `python -c CALLER TARGET DRAFT QUANTS...`; the figures on stdout
@@ -79,3 +83,32 @@ def test_the_calibration_child_dies_with_its_caller_and_prints_nothing(tiny_llam
         parent.kill()
         for pid in children(parent.pid):
             os.kill(pid, signal.SIGKILL)
+
+
+class Timed:
+    """A generator whose decoding speed is read off a list, one rate a generate() after the warm-up."""
+
+    def __init__(self, rates: list[float]) -> None:
+        self.rates = list(rates)
+        self.target = type("T", (), {"manifest": type("M", (), {"context": 4096})()})()
+
+    def encode(self, text: str, chat: bool) -> list[int]:
+        return [1, 2, 3]
+
+    def generate(self, prompt: list[int], max_new_tokens: int, ignore_eos: bool):
+        rate = self.rates.pop(0) if max_new_tokens > 4 else 0.0
+        return type("R", (), {"stats": type("S", (), {"tokens_per_s": rate})()})()
+
+
+def test_a_way_that_loses_a_text_is_timed_on_it_again() -> None:
+    floor = [10.0] * len(CALIBRATION)
+    # text 2 lost once (9), then won (12): the faster run counts and the texts go on
+    gen = Timed([11.0, 9.0, 12.0, *[11.0] * (len(CALIBRATION) - 2)])
+    assert decode_rates(gen, floor) == (11.0, 12.0, *[11.0] * (len(CALIBRATION) - 2))
+    assert gen.rates == []
+    # lost twice: it stops there, the faster of the two runs kept
+    gen = Timed([11.0, 8.0, 9.0])
+    assert decode_rates(gen, floor) == (11.0, 9.0, *[STOPPED] * (len(CALIBRATION) - 2))
+    # no floor (plain decoding): each text once
+    gen = Timed([5.0] * len(CALIBRATION))
+    assert decode_rates(gen) == (5.0,) * len(CALIBRATION)

@@ -64,8 +64,8 @@ void groups_neon_dot(const Int4Weights& w, const QuantizedRows& x, int64_t g0, i
 #endif
 
 // Calls tile(std::integral_constant<int, R>{}, g, r0) for each column group g in [g0, g1) and the row
-// tiles of m rows: tiles of 6, then one of the 1..5 left (the SIMD paths' register tiles; their
-// unpacked chunk is reused across a tile's rows).
+// tiles of m rows: tiles of 6, then one of the 1..5 left (the AVX2 and ARM paths' register tiles; their
+// unpacked chunk is reused across a tile's rows; the AVX-512 path tiles rows its own way).
 template <class Tile>
 inline void each_tile(int64_t g0, int64_t g1, int64_t m, Tile&& tile) {
   for (int64_t g = g0; g < g1; ++g) {
