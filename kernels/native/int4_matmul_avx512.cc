@@ -16,6 +16,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <utility>
@@ -32,6 +33,7 @@ int64_t tile_rows(int64_t m, int64_t t, int64_t r0) { return (m - r0) / (tile_co
 // bytes of the weight stream prefetched ahead (the next groups of a task follow in memory; a prefetch
 // past the end never faults)
 constexpr int64_t kAhead = 4096;
+constexpr int64_t kL1Activations = 24 << 10;  // bytes of a tile's activations a span of K may hold
 
 inline __m512i broadcast8(const int8_t* p) {
   int64_t v;
@@ -43,15 +45,17 @@ inline __m512i broadcast8(const int8_t* p) {
 // 16 bytes of each row per 16 k. A: independent sums per row (a dpbusd waits 4 cycles for its sum; a
 // tile of few rows needs more chains to keep the unit busy), added at the block's end.
 template <int R, int A = (R <= 2 ? 4 : R <= 8 ? 2 : 1)>
-void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, float* y) {
+void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, int64_t b0, int64_t b1, float* y) {
   const int64_t k = w.k, blocks = k / w.block, pairs = w.block / 16;
   const __m512i low = _mm512_set1_epi8(0x0F);
   const __m512i interleave = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-  const uint8_t* p = w.packed + g * (k / 8) * 32;
-  const int8_t* xt = x.tiled + r0 * k;
+  const uint8_t* p = w.packed + g * (k / 8) * 32 + b0 * w.block * 4;
+  const int8_t* xt = x.tiled + r0 * k + b0 * w.block * R;
   float* y0 = y + r0 * w.n + g * 8;
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(y0 + r * w.n, _mm256_setzero_ps());
-  for (int64_t b = 0; b < blocks; ++b) {
+  if (b0 == 0) {
+    for (int r = 0; r < R; ++r) _mm256_storeu_ps(y0 + r * w.n, _mm256_setzero_ps());
+  }
+  for (int64_t b = b0; b < b1; ++b) {
     __m512i d[R][A];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
@@ -90,7 +94,7 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, f
   }
 }
 
-using TileFn = void (*)(const Int4Weights&, const QuantizedRows&, int64_t, int64_t, float*);
+using TileFn = void (*)(const Int4Weights&, const QuantizedRows&, int64_t, int64_t, int64_t, int64_t, float*);
 
 template <int... R>
 constexpr std::array<TileFn, sizeof...(R)> tiles(std::integer_sequence<int, R...>) {
@@ -118,11 +122,20 @@ void arrange_avx512_vnni(const int8_t* q, int64_t m, int64_t k, int8_t* out) {
 
 void groups_avx512_vnni(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y) {
   static constexpr auto by_rows = tiles(std::make_integer_sequence<int, kMaxRows>{});
-  for (int64_t g = g0; g < g1; ++g) {
-    for (int64_t t = 0, r0 = 0; t < tile_count(x.m); ++t) {
-      const int64_t rows = tile_rows(x.m, t, r0);
-      by_rows[rows - 1](w, x, g, r0, y);
-      r0 += rows;
+  // K in spans whose activations stay in L1 while every group of the range reads them (one row:
+  // the whole of K, one weight stream); a span's blocks add onto the sums of the spans before it,
+  // block by block in order, as in one pass
+  const int64_t blocks = w.k / w.block;
+  const int64_t most = std::max<int64_t>(1, kL1Activations / (std::min<int64_t>(x.m, kMaxRows) * w.block));
+  const int64_t spans = (blocks + most - 1) / most, span = (blocks + spans - 1) / spans;
+  for (int64_t b0 = 0; b0 < blocks; b0 += span) {
+    const int64_t b1 = std::min(blocks, b0 + span);
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int64_t t = 0, r0 = 0; t < tile_count(x.m); ++t) {
+        const int64_t rows = tile_rows(x.m, t, r0);
+        by_rows[rows - 1](w, x, g, r0, b0, b1, y);
+        r0 += rows;
+      }
     }
   }
 }

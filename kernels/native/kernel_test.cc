@@ -129,6 +129,9 @@ int main() {
       (run_case(c, rng, isas, count) ? passed : failed)++;
     }
   }
+  for (int64_t m : {3, 16, 17}) {  // a long K: the AVX-512 path takes it in spans (24 KB of a tile's activations)
+    (run_case(Case{4096, 24, 32, m}, rng, isas, count) ? passed : failed)++;
+  }
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

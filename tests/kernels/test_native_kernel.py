@@ -62,7 +62,8 @@ def isa_params() -> list[str]:
 
 @needs_library
 @pytest.mark.parametrize("isa", isa_params())
-@pytest.mark.parametrize(("k", "n", "block"), [(256, 24, 32), (192, 44, 64), (384, 72, 128), (1536, 133, 128)])
+@pytest.mark.parametrize(("k", "n", "block"), [(256, 24, 32), (192, 44, 64), (384, 72, 128), (1536, 133, 128),
+                                             (4096, 40, 32)])  # K in spans (AVX-512: 3 at 16 rows)
 def test_rows_are_the_numpy_model_bit_for_bit(isa: str, k: int, n: int, block: int,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(native.ISA_ENV, isa)
