@@ -1,10 +1,10 @@
 """Which MatMul weight format makes a verification pass cheap? t(S)/t(1) of a stack of 1536x8960
 matrices (about the MLP of the 1.5B target; 12 of them are larger than any laptop's last-level
-cache) per format, on the onnxruntime CPU provider, and whether each row of a wide pass is bitwise
-a 1-token pass.
+cache; `--shape 8960x1536`: its down projection, K long) per format, on the onnxruntime CPU
+provider, and whether each row of a wide pass is bitwise a 1-token pass.
 
     .venv/bin/python scripts/kernel_formats.py [--count 12] [--rounds 5] [--formats rows_128,4_128_4]
-                                               [--threads 2] [--config KEY=VALUE ...] [--json FILE]
+                                               [--shape KxN] [--threads 2] [--config KEY=VALUE ...] [--json FILE]
 
 Formats: rows_BLOCK, specedge's native int4 kernel (ai.specedge::MatMulInt4Rows; where the library
 is built); MatMulNBits BITS_BLOCK_ACCURACY (4-bit at block 32/64/128 and accuracy 0/4, 8-bit at block
@@ -169,8 +169,10 @@ def exactness(s: ort.InferenceSession, x: np.ndarray) -> tuple[bool, bool]:
 
 
 def main() -> None:
+    global K, N  # every builder reads the shape from here (--shape)
     parser = argparse.ArgumentParser()
     parser.add_argument("--count", type=int, default=12, help="matrices in the stack (12: 83 MB at int4)")
+    parser.add_argument("--shape", default=f"{K}x{N}", help="K x N of each matrix, e.g. 8960x1536")
     parser.add_argument("--formats", default=",".join(FORMATS), help="comma-separated, e.g. rows_128,4_128_4,w8a8")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians over them")
     parser.add_argument("--repeats", type=int, default=5, help="passes per width and round")
@@ -179,6 +181,7 @@ def main() -> None:
                         help="an onnxruntime session config entry for every session, e.g. mlas.use_lut_gemm=1")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    K, N = (int(v) for v in args.shape.split("x"))
     config = dict(entry.split("=", 1) for entry in args.config)
     formats = [f for f in args.formats.split(",") if native.available() or not f.startswith("rows_")]
     cpu = cpu_info()
