@@ -76,8 +76,8 @@ def decode_rates(gen: Generator, floor: Sequence[float] | None = None) -> tuple[
         rates.append(rate(prompt))
         if floor is not None and rates[-1] < floor[i]:
             rates[-1] = max(rates[-1], rate(prompt))
-        if floor is not None and rates[-1] < floor[i]:
-            return tuple(rates + [STOPPED] * (len(prompts) - len(rates)))
+            if rates[-1] < floor[i]:
+                return tuple(rates + [STOPPED] * (len(prompts) - len(rates)))
     return tuple(rates)
 
 

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -90,14 +91,14 @@ class Timed:
 
     def __init__(self, rates: list[float]) -> None:
         self.rates = list(rates)
-        self.target = type("T", (), {"manifest": type("M", (), {"context": 4096})()})()
+        self.target = SimpleNamespace(manifest=SimpleNamespace(context=4096))
 
     def encode(self, text: str, chat: bool) -> list[int]:
         return [1, 2, 3]
 
     def generate(self, prompt: list[int], max_new_tokens: int, ignore_eos: bool):
         rate = self.rates.pop(0) if max_new_tokens > 4 else 0.0
-        return type("R", (), {"stats": type("S", (), {"tokens_per_s": rate})()})()
+        return SimpleNamespace(stats=SimpleNamespace(tokens_per_s=rate))
 
 
 def test_a_way_that_loses_a_text_is_timed_on_it_again() -> None:

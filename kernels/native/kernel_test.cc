@@ -83,12 +83,18 @@ bool run_case(const Case& c, std::mt19937& rng, const Isa* isas, int count) {
   std::vector<float> xs(c.m * blocks);
   std::vector<int32_t> xsum(c.m * blocks);
   std::vector<int8_t> tiled(c.m * c.k), tiled_one(c.k);
+  // rows [r, r + m) as an ISA's groups read them: arranged into `buffer` where the ISA arranges them
+  auto prepared = [&](const Isa& isa, int64_t r, int64_t m, std::vector<int8_t>& buffer) {
+    const int8_t* rq = q.data() + r * c.k;
+    if (isa.arrange != nullptr) isa.arrange(rq, m, c.k, buffer.data());
+    return QuantizedRows{rq, xs.data() + r * blocks, xsum.data() + r * blocks, m,
+                         isa.arrange != nullptr ? buffer.data() : nullptr};
+  };
   const std::vector<float> want = formula(x, codes, scales, zeros, c);
   bool ok = true;
   for (int i = 0; i < count; ++i) {
     isas[i].quantize(x.data(), c.m, c.k, c.block, q.data(), xs.data(), xsum.data());
-    if (isas[i].arrange != nullptr) isas[i].arrange(q.data(), c.m, c.k, tiled.data());
-    const QuantizedRows rows{q.data(), xs.data(), xsum.data(), c.m, isas[i].arrange ? tiled.data() : nullptr};
+    const QuantizedRows rows = prepared(isas[i], 0, c.m, tiled);
     std::vector<float> y(c.m * c.n, NAN);
     isas[i].fn(w, rows, 0, c.n / 8, y.data());
     if (std::memcmp(y.data(), want.data(), y.size() * sizeof(float)) != 0) {
@@ -98,9 +104,7 @@ bool run_case(const Case& c, std::mt19937& rng, const Isa* isas, int count) {
     }
     for (int64_t r = 0; r < c.m; r += 5) {  // a row alone, split over two calls of groups
       std::vector<float> one(c.n, NAN);
-      if (isas[i].arrange != nullptr) isas[i].arrange(q.data() + r * c.k, 1, c.k, tiled_one.data());
-      const QuantizedRows single{q.data() + r * c.k, xs.data() + r * blocks, xsum.data() + r * blocks, 1,
-                                 isas[i].arrange ? tiled_one.data() : nullptr};
+      const QuantizedRows single = prepared(isas[i], r, 1, tiled_one);
       isas[i].fn(w, single, 0, c.n / 16, one.data());
       isas[i].fn(w, single, c.n / 16, c.n / 8, one.data());
       if (std::memcmp(one.data(), &want[r * c.n], c.n * sizeof(float)) != 0) {

@@ -187,7 +187,7 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   if (kn.n % 8) padded.resize(static_cast<size_t>(m * groups * 8));
   Job job{{static_cast<const uint8_t*>(ptr[1]), static_cast<const float*>(ptr[2]), static_cast<const uint8_t*>(ptr[3]),
            kn.k, groups * 8, kn.block},
-          {q.data(), xs.data(), xsum.data(), m, tiled.empty() ? nullptr : tiled.data()},
+          {q.data(), xs.data(), xsum.data(), m, kn.isa->arrange != nullptr ? tiled.data() : nullptr},
           kn.isa,
           padded.empty() ? y : padded.data(),
           0,
