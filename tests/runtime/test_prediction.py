@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from specedge.kernels.sampling import SamplingParams
-from specedge.runtime import Generator, SpecConfig
+from specedge.runtime import Generator, OnnxModel, SpecConfig, decoding
 from specedge.runtime.drafters import PredictionDrafter
 
 PROMPT = "def fib(n):\n    return"
@@ -18,10 +20,27 @@ def generator(target: Path, draft: Path | None = None, **config: object) -> Gene
                                                                 **config))  # type: ignore[arg-type]
 
 
+def costs_like_a_real_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """γ auto weighs a prediction against plain steps and the draft model by their measured times;
+    a tiny model's passes take well under a millisecond, so a busy machine's noise decided between
+    them. The loop's clock gains what a pass of S tokens costs a real model, 20 ms · (1 + 0.1 (S - 1)),
+    at each pass of any model (the draft model's steps included), so its choices follow acceptance."""
+    spent = [0.0]
+    monkeypatch.setattr(decoding, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + spent[0]))
+    forward = OnnxModel.forward
+
+    def costly(self: OnnxModel, tokens, *args, **kwargs):  # type: ignore[no-untyped-def]
+        spent[0] += 0.02 * (1 + 0.1 * (len(tokens) - 1))
+        return forward(self, tokens, *args, **kwargs)
+
+    monkeypatch.setattr(OnnxModel, "forward", costly)
+
+
 @pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=0.8)])
 @pytest.mark.parametrize("with_draft", [False, True])
 def test_a_prediction_drafts_losslessly(tiny_llama: tuple[Path, Path, Path], sampling: SamplingParams,
-                                        with_draft: bool) -> None:
+                                        with_draft: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    costs_like_a_real_model(monkeypatch)
     _, target, draft = tiny_llama
     plain = generator(target, gamma=0, sampling=sampling, seed=5).generate(PROMPT)
     gen = generator(target, draft if with_draft else None, gamma=4 if with_draft else 0, sampling=sampling, seed=5)
