@@ -1,8 +1,8 @@
 """The native 4-bit MatMul's weight layout and a numpy model of its arithmetic, bit for bit.
 
-Layout (kernels/native/int4_matmul.h): per group of 8 output columns and per 8 consecutive k,
-32 bytes; byte 4c+i holds the code of W[k+i][8g+c] in its low nibble and of W[k+4+i][8g+c] in
-its high nibble. Scales and zero points per group and block: [N/8, K/block, 8].
+Layout (kernels/native/int4_matmul.h): per panel of 32 output columns and per 8 consecutive k,
+128 bytes; byte 4c+i holds the code of W[k+i][32p+c] in its low nibble and of W[k+4+i][32p+c] in
+its high nibble. Scales and zero points per panel and block: [N/32, K/block, 32].
 
 `reference_matmul` computes what the kernel computes on every instruction set: each row of x
 quantized per block to int8 (round half to even), exact integer sums, then one float epilogue per
@@ -15,15 +15,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-LAYOUT = 1  # the op's `layout` attribute: bump when the packing changes (cached exports are rebuilt)
-GROUP = 8  # output columns per group
+LAYOUT = 2  # the op's `layout` attribute: bump when the packing changes (cached exports are rebuilt)
+PANEL = 32  # output columns per panel
 
 
 @dataclass(frozen=True)
 class RowsWeight:
-    packed: np.ndarray  # uint8 [ceil(N/8), K/8, 32]
-    scales: np.ndarray  # float32 [ceil(N/8), K/block, 8]
-    zero_points: np.ndarray  # uint8 [ceil(N/8), K/block, 8]
+    packed: np.ndarray  # uint8 [ceil(N/32), K/8, 128]
+    scales: np.ndarray  # float32 [ceil(N/32), K/block, 32]
+    zero_points: np.ndarray  # uint8 [ceil(N/32), K/block, 32]
     k: int
     n: int
     block: int
@@ -36,25 +36,25 @@ def nibbles(packed: np.ndarray) -> np.ndarray:
 
 def pack_codes(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray) -> RowsWeight:
     """codes uint8 [N, K] (0..15), scales float32 [N, blocks], zero points uint8 [N, blocks]. N is
-    padded to whole groups of 8 with zero columns (the op computes and drops them)."""
+    padded to whole panels of 32 with zero columns (the op computes and drops them)."""
     n, k = codes.shape
     blocks = scales.shape[1]
     if k % 32 or k % blocks or (k // blocks) % 32:
         raise ValueError(f"a [{k}, {n}] weight does not fit the layout (K a multiple of a block of 32, 64 or 128)")
-    pad = -n % GROUP
+    pad = -n % PANEL
     if pad:
         codes, scales, zeros = (np.pad(a, ((0, pad), (0, 0))) for a in (codes, scales, zeros))
-    groups = (n + pad) // GROUP
-    q = codes.reshape(groups, GROUP, k // 8, 2, 4).transpose(0, 2, 1, 4, 3)  # [G, K/8, c, i, half]
-    packed = (q[..., 0] | (q[..., 1] << 4)).astype(np.uint8).reshape(groups, k // 8, 32)
-    per_group = (groups, GROUP, blocks)
+    panels = (n + pad) // PANEL
+    q = codes.reshape(panels, PANEL, k // 8, 2, 4).transpose(0, 2, 1, 4, 3)  # [P, K/8, c, i, half]
+    packed = (q[..., 0] | (q[..., 1] << 4)).astype(np.uint8).reshape(panels, k // 8, 4 * PANEL)
+    per_panel = (panels, PANEL, blocks)
     return RowsWeight(packed=packed,
-                      scales=np.ascontiguousarray(scales.reshape(per_group).transpose(0, 2, 1), np.float32),
-                      zero_points=np.ascontiguousarray(zeros.reshape(per_group).transpose(0, 2, 1), np.uint8),
+                      scales=np.ascontiguousarray(scales.reshape(per_panel).transpose(0, 2, 1), np.float32),
+                      zero_points=np.ascontiguousarray(zeros.reshape(per_panel).transpose(0, 2, 1), np.uint8),
                       k=k, n=n, block=k // blocks)
 
 
-CHUNK_COLUMNS = 4096  # columns converted at once (a multiple of GROUP): an output head stays ~20 MB at a time
+CHUNK_COLUMNS = 4096  # columns converted at once (a multiple of PANEL): an output head stays ~20 MB at a time
 
 
 def from_nbits(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray, k: int, n: int) -> RowsWeight:
@@ -75,11 +75,11 @@ def from_nbits(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray, 
 
 def unpack(w: RowsWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """-> codes uint8 [N, K], scales float32 [N, blocks], zero points uint8 [N, blocks]."""
-    g, k8 = w.packed.shape[:2]
-    halves = nibbles(w.packed).reshape(g, k8, GROUP, 4, 2)
-    codes = halves.transpose(0, 2, 1, 4, 3).reshape(g * GROUP, w.k)[:w.n]
-    return (codes, w.scales.transpose(0, 2, 1).reshape(g * GROUP, -1)[:w.n],
-            w.zero_points.transpose(0, 2, 1).reshape(g * GROUP, -1)[:w.n])
+    p, k8 = w.packed.shape[:2]
+    halves = nibbles(w.packed).reshape(p, k8, PANEL, 4, 2)
+    codes = halves.transpose(0, 2, 1, 4, 3).reshape(p * PANEL, w.k)[:w.n]
+    return (codes, w.scales.transpose(0, 2, 1).reshape(p * PANEL, -1)[:w.n],
+            w.zero_points.transpose(0, 2, 1).reshape(p * PANEL, -1)[:w.n])
 
 
 def quantize_rows(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -40,25 +40,25 @@ void quantize_rows(const float* x, int64_t m, int64_t k, int64_t block, int8_t* 
   }
 }
 
-void groups_portable(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y) {
+void panels_portable(const Int4Weights& w, const QuantizedRows& x, int64_t p0, int64_t p1, float* y) {
   const int64_t k = w.k, blocks = k / w.block;
-  for (int64_t g = g0; g < g1; ++g) {
-    const uint8_t* pg = w.packed + g * (k / 8) * 32;
+  for (int64_t g = 4 * p0; g < 4 * p1; ++g) {
+    const uint8_t* pg = group_chunks(w, g);
     for (int64_t r = 0; r < x.m; ++r) {
       const int8_t* xr = x.q + r * k;
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int64_t b = 0; b < blocks; ++b) {
         int32_t d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int64_t kk = b * w.block; kk < (b + 1) * w.block; kk += 8) {
-          const uint8_t* p = pg + (kk / 8) * 32;
+          const uint8_t* p = pg + (kk / 8) * kPanelBytes;
           for (int c = 0; c < 8; ++c) {
             for (int i = 0; i < 4; ++i) {
               d[c] += (p[4 * c + i] & 0x0F) * xr[kk + i] + (p[4 * c + i] >> 4) * xr[kk + 4 + i];
             }
           }
         }
-        const float* sc = w.scales + (g * blocks + b) * 8;
-        const uint8_t* zp = w.zeros + (g * blocks + b) * 8;
+        const float* sc = w.scales + group_block(w, g, b);
+        const uint8_t* zp = w.zeros + group_block(w, g, b);
         const float xs = x.scale[r * blocks + b];
         const int32_t xsum = x.sum[r * blocks + b];
         for (int c = 0; c < 8; ++c) {
@@ -74,22 +74,22 @@ void groups_portable(const Int4Weights& w, const QuantizedRows& x, int64_t g0, i
 
 int available_isas(Isa* out, int capacity) {
   int n = 0;
-  auto add = [&](const char* name, GroupsFn fn, QuantizeFn quantize, ArrangeFn arrange) {
-    if (n < capacity) out[n++] = Isa{name, fn, quantize, arrange};
+  auto add = [&](const char* name, PanelsFn fn, QuantizeFn quantize) {
+    if (n < capacity) out[n++] = Isa{name, fn, quantize};
   };
 #if defined(__x86_64__) || defined(_M_X64)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
-    add("avx512-vnni", groups_avx512_vnni, quantize_rows_avx2, arrange_avx512_vnni);
+    add("avx512-vnni", panels_avx512_vnni, quantize_rows_avx2);
   }
-  if (avx2) add("avx2", groups_avx2, quantize_rows_avx2, nullptr);
+  if (avx2) add("avx2", panels_avx2, quantize_rows_avx2);
 #endif
 #if defined(__aarch64__) && defined(__linux__)
-  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) add("neon-dot", groups_neon_dot, quantize_rows, nullptr);
+  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) add("neon-dot", panels_neon_dot, quantize_rows);
 #endif
-  add("portable", groups_portable, quantize_rows, nullptr);
+  add("portable", panels_portable, quantize_rows);
   return n;
 }
 

@@ -1,10 +1,10 @@
 // A 4-bit block-quantized MatMul whose rows do not depend on each other: Y[M, N] = X[M, K] @ W[K, N].
 //
-// Weights (packed by the exporter, kernels/int4_layout.py): per group of 8 output columns g and per
-// 8 consecutive k, 32 bytes; byte 4c+i holds W[k+i][8g+c] in its low nibble and W[k+4+i][8g+c] in its
-// high nibble (codes 0..15). Per group and block of `block` k: 8 float32 scales and 8 uint8 zero points.
-// W[k][n] = scale * (code - zero point).
-//
+// Weights (packed by the exporter, kernels/int4_layout.py): per panel of 32 output columns p and per 8
+// consecutive k, 128 bytes; byte 4c+i holds W[k+i][32p+c] in its low nibble and W[k+4+i][32p+c] in its
+// high nibble (codes 0..15). Per panel and block of `block` k: 32 float32 scales and 32 uint8 zero
+// points. W[k][n] = scale * (code - zero point). The 8 columns 32p+8j.. of a panel (a group: what the
+// AVX2, ARM and portable paths take at once) are bytes 32j..32j+31 of each 128.
 // Arithmetic, the same on every instruction set: each row of X is quantized per block to int8
 // (scale = absmax / 127, codes = round-half-even(x * (127 / absmax)), 0 where absmax is 0); per row,
 // column and block the integer sum d = sum(code * xq) - zero * sum(xq) is exact in int32; then
@@ -20,19 +20,31 @@
 
 namespace specedge {
 
+constexpr int64_t kPanel = 32;       // output columns per panel
+constexpr int64_t kPanelBytes = 128;  // bytes of a panel per 8 k
+constexpr int64_t kGroup = 8;         // output columns per group
+
 struct Int4Weights {
-  const uint8_t* packed;  // [N/8][K/8][32]
-  const float* scales;    // [N/8][K/block][8]
-  const uint8_t* zeros;   // [N/8][K/block][8]
-  int64_t k, n, block;
+  const uint8_t* packed;  // [N/32][K/8][128]
+  const float* scales;    // [N/32][K/block][32]
+  const uint8_t* zeros;   // [N/32][K/block][32]
+  int64_t k, n, block;    // n: a multiple of 32
 };
+
+// Group g (columns 8g..8g+7): its first 32 bytes (k 0..7); the next 8 k follow kPanelBytes later.
+inline const uint8_t* group_chunks(const Int4Weights& w, int64_t g) {
+  return w.packed + (g / 4) * (w.k / 8) * kPanelBytes + (g % 4) * 32;
+}
+// The index of group g's 8 scales (and zero points) of block b.
+inline int64_t group_block(const Int4Weights& w, int64_t g, int64_t b) {
+  return ((g / 4) * (w.k / w.block) + b) * kPanel + (g % 4) * kGroup;
+}
 
 struct QuantizedRows {
   const int8_t* q;      // [M][K]
   const float* scale;   // [M][K/block]
   const int32_t* sum;   // [M][K/block]
   int64_t m;
-  const int8_t* tiled = nullptr;  // q as the ISA's `arrange` lays it out, where it has one
 };
 
 // Quantize rows of x [M][K] per block into q, scale and sum (sizes as in QuantizedRows): the portable
@@ -44,31 +56,24 @@ using QuantizeFn = void (*)(const float* x, int64_t m, int64_t k, int64_t block,
 void quantize_rows_avx2(const float* x, int64_t m, int64_t k, int64_t block, int8_t* q, float* scale, int32_t* sum);
 #endif
 
-// Y[:, 8*g0 : 8*g1] for every row; y has row stride n.
-using GroupsFn = void (*)(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
+// Y[:, 32*p0 : 32*p1] for every row; y has row stride n.
+using PanelsFn = void (*)(const Int4Weights& w, const QuantizedRows& x, int64_t p0, int64_t p1, float* y);
 
-void groups_portable(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
+void panels_portable(const Int4Weights& w, const QuantizedRows& x, int64_t p0, int64_t p1, float* y);
 #if defined(__x86_64__) || defined(_M_X64)
-void groups_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
-void groups_avx512_vnni(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
-#endif
-
-// q [M][K] -> out [M*K], the same bytes in the order an ISA's tiles read them (once a pass, before the
-// column groups are shared out).
-using ArrangeFn = void (*)(const int8_t* q, int64_t m, int64_t k, int8_t* out);
-#if defined(__x86_64__) || defined(_M_X64)
-void arrange_avx512_vnni(const int8_t* q, int64_t m, int64_t k, int8_t* out);
+void panels_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t p0, int64_t p1, float* y);
+void panels_avx512_vnni(const Int4Weights& w, const QuantizedRows& x, int64_t p0, int64_t p1, float* y);
 #endif
 #if defined(__aarch64__)
-void groups_neon_dot(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y);
+void panels_neon_dot(const Int4Weights& w, const QuantizedRows& x, int64_t p0, int64_t p1, float* y);
 #endif
 
-// Calls tile(std::integral_constant<int, R>{}, g, r0) for each column group g in [g0, g1) and the row
+// Calls tile(std::integral_constant<int, R>{}, g, r0) for each group g of panels [p0, p1) and the row
 // tiles of m rows: tiles of 6, then one of the 1..5 left (the AVX2 and ARM paths' register tiles; their
 // unpacked chunk is reused across a tile's rows; the AVX-512 path tiles rows its own way).
 template <class Tile>
-inline void each_tile(int64_t g0, int64_t g1, int64_t m, Tile&& tile) {
-  for (int64_t g = g0; g < g1; ++g) {
+inline void each_tile(int64_t p0, int64_t p1, int64_t m, Tile&& tile) {
+  for (int64_t g = 4 * p0; g < 4 * p1; ++g) {
     int64_t r = 0;
     for (; r + 6 <= m; r += 6) tile(std::integral_constant<int, 6>{}, g, r);
     switch (m - r) {
@@ -84,9 +89,8 @@ inline void each_tile(int64_t g0, int64_t g1, int64_t m, Tile&& tile) {
 
 struct Isa {
   const char* name;
-  GroupsFn fn;
+  PanelsFn fn;
   QuantizeFn quantize;
-  ArrangeFn arrange;  // nullptr: the groups read q as it is
 };
 
 // Instruction sets this CPU runs, the best first; the portable path is always last.

@@ -1,7 +1,7 @@
 // AVX2 path: vpmaddubsw multiplies the unsigned 4-bit codes by int8 activations; a pair sum is at most
 // 2 * 15 * 127 = 3810, so eight of them add up in int16 without saturating (30,480) before vpmaddwd
 // widens them to int32: the integer sums are exact, as on every other path. Each 32-byte chunk of
-// packed weights (8 columns x 8 k) is unpacked once per tile of up to 6 rows, against activations
+// packed weights (a group: 8 columns x 8 k) is unpacked once per tile of up to 6 rows, against activations
 // broadcast 4 bytes at a time. The int32 block sums and the float accumulators live in memory (L1):
 // the 16 registers hold the int16 sums of the tile's rows, the unpacked chunk and the constants.
 #if defined(__x86_64__) || defined(_M_X64)
@@ -32,7 +32,7 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, f
   const int64_t k = w.k, blocks = k / w.block, subs = w.block / 32;
   const __m256i low = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  const uint8_t* p = w.packed + g * (k / 8) * 32;
+  const uint8_t* p = group_chunks(w, g);
   const int8_t* xr[R];
   float* yr[R];
   for (int r = 0; r < R; ++r) {
@@ -47,7 +47,7 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, f
       for (int r = 0; r < R; ++r) h[r] = _mm256_setzero_si256();
       const int64_t k0 = (b * subs + s) * 32;
 #pragma GCC unroll 1
-      for (int c = 0; c < 4; ++c, p += 32) {  // not unrolled: unrolled, GCC spills the products
+      for (int c = 0; c < 4; ++c, p += kPanelBytes) {  // not unrolled: unrolled, GCC spills the products
         const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
         const __m256i lo = _mm256_and_si256(packed, low);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
@@ -62,7 +62,7 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, f
         _mm256_store_si256(dr, _mm256_add_epi32(_mm256_load_si256(dr), _mm256_madd_epi16(h[r], ones)));
       }
     }
-    const int64_t at = (g * blocks + b) * 8;
+    const int64_t at = group_block(w, g, b);
     const __m256i zero = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.zeros + at)));
     const __m256 scale = _mm256_loadu_ps(w.scales + at);
     for (int r = 0; r < R; ++r) {
@@ -118,8 +118,8 @@ void quantize_rows_avx2(const float* x, int64_t m, int64_t k, int64_t block, int
   }
 }
 
-void groups_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y) {
-  each_tile(g0, g1, x.m, [&](auto rows, int64_t g, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
+void panels_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t p0, int64_t p1, float* y) {
+  each_tile(p0, p1, x.m, [&](auto rows, int64_t g, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
 }
 
 }  // namespace specedge

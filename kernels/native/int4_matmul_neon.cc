@@ -20,13 +20,13 @@ template <int R>
 void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, float* y) {
   const int64_t k = w.k, blocks = k / w.block;
   const uint8x16_t low = vdupq_n_u8(0x0F);
-  const uint8_t* p = w.packed + g * (k / 8) * 32;
+  const uint8_t* p = group_chunks(w, g);
   float32x4_t acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
   for (int64_t b = 0; b < blocks; ++b) {
     int32x4_t d[R][2];
     for (int r = 0; r < R; ++r) d[r][0] = d[r][1] = vdupq_n_s32(0);
-    for (int64_t kk = b * w.block; kk < (b + 1) * w.block; kk += 8, p += 32) {
+    for (int64_t kk = b * w.block; kk < (b + 1) * w.block; kk += 8, p += kPanelBytes) {
       const uint8x16_t p0 = vld1q_u8(p), p1 = vld1q_u8(p + 16);
       const int8x16_t lo0 = vreinterpretq_s8_u8(vandq_u8(p0, low)), hi0 = vreinterpretq_s8_u8(vshrq_n_u8(p0, 4));
       const int8x16_t lo1 = vreinterpretq_s8_u8(vandq_u8(p1, low)), hi1 = vreinterpretq_s8_u8(vshrq_n_u8(p1, 4));
@@ -36,7 +36,7 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, f
         d[r][1] = vdotq_lane_s32(vdotq_lane_s32(d[r][1], lo1, xk, 0), hi1, xk, 1);
       }
     }
-    const int64_t at = (g * blocks + b) * 8;
+    const int64_t at = group_block(w, g, b);
     const uint16x8_t z16 = vmovl_u8(vld1_u8(w.zeros + at));
     const int32x4_t z[2] = {vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(z16))),
                             vreinterpretq_s32_u32(vmovl_u16(vget_high_u16(z16)))};
@@ -59,8 +59,8 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, f
 
 }  // namespace
 
-void groups_neon_dot(const Int4Weights& w, const QuantizedRows& x, int64_t g0, int64_t g1, float* y) {
-  each_tile(g0, g1, x.m, [&](auto rows, int64_t g, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
+void panels_neon_dot(const Int4Weights& w, const QuantizedRows& x, int64_t p0, int64_t p1, float* y) {
+  each_tile(p0, p1, x.m, [&](auto rows, int64_t g, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
 }
 
 }  // namespace specedge

@@ -58,55 +58,49 @@ bool run_case(const Case& c, std::mt19937& rng, const Isa* isas, int count) {
   for (auto& v : scales) v = 0.001f + 0.02f * std::fabs(unit(rng));
   for (auto& v : x) v = unit(rng) * (1 + (rng() % 4 == 0 ? 40.0f : 0.0f));
   for (int64_t b = 0; b < blocks && c.m > 0; b += 3) std::memset(&x[b * c.block], 0, c.block * sizeof(float));
-  // the layout: [N/8][K/8][32], byte 4c+i = W[k+i][8g+c] | W[k+4+i][8g+c] << 4
-  std::vector<float> gscales(c.n * blocks);
-  std::vector<uint8_t> gzeros(c.n * blocks);
-  for (int64_t g = 0; g < c.n / 8; ++g) {
+  // the layout: [N/32][K/8][128], byte 4c+i = W[k+i][32p+c] | W[k+4+i][32p+c] << 4
+  std::vector<float> pscales(c.n * blocks);
+  std::vector<uint8_t> pzeros(c.n * blocks);
+  for (int64_t p = 0; p < c.n / kPanel; ++p) {
     for (int64_t k8 = 0; k8 < c.k / 8; ++k8) {
-      for (int col = 0; col < 8; ++col) {
+      for (int col = 0; col < kPanel; ++col) {
         for (int i = 0; i < 4; ++i) {
-          const int64_t n = 8 * g + col;
-          packed[(g * (c.k / 8) + k8) * 32 + 4 * col + i] =
+          const int64_t n = kPanel * p + col;
+          packed[(p * (c.k / 8) + k8) * kPanelBytes + 4 * col + i] =
               static_cast<uint8_t>(codes[n * c.k + 8 * k8 + i] | (codes[n * c.k + 8 * k8 + 4 + i] << 4));
         }
       }
     }
     for (int64_t b = 0; b < blocks; ++b) {
-      for (int col = 0; col < 8; ++col) {
-        gscales[(g * blocks + b) * 8 + col] = scales[(8 * g + col) * blocks + b];
-        gzeros[(g * blocks + b) * 8 + col] = zeros[(8 * g + col) * blocks + b];
+      for (int col = 0; col < kPanel; ++col) {
+        pscales[(p * blocks + b) * kPanel + col] = scales[(kPanel * p + col) * blocks + b];
+        pzeros[(p * blocks + b) * kPanel + col] = zeros[(kPanel * p + col) * blocks + b];
       }
     }
   }
-  const Int4Weights w{packed.data(), gscales.data(), gzeros.data(), c.k, c.n, c.block};
+  const Int4Weights w{packed.data(), pscales.data(), pzeros.data(), c.k, c.n, c.block};
   std::vector<int8_t> q(c.m * c.k);
   std::vector<float> xs(c.m * blocks);
   std::vector<int32_t> xsum(c.m * blocks);
-  std::vector<int8_t> tiled(c.m * c.k), tiled_one(c.k);
-  // rows [r, r + m) as an ISA's groups read them: arranged into `buffer` where the ISA arranges them
-  auto prepared = [&](const Isa& isa, int64_t r, int64_t m, std::vector<int8_t>& buffer) {
-    const int8_t* rq = q.data() + r * c.k;
-    if (isa.arrange != nullptr) isa.arrange(rq, m, c.k, buffer.data());
-    return QuantizedRows{rq, xs.data() + r * blocks, xsum.data() + r * blocks, m,
-                         isa.arrange != nullptr ? buffer.data() : nullptr};
+  auto rows_from = [&](int64_t r, int64_t m) {  // rows [r, r + m)
+    return QuantizedRows{q.data() + r * c.k, xs.data() + r * blocks, xsum.data() + r * blocks, m};
   };
+  const int64_t panels = c.n / kPanel;
   const std::vector<float> want = formula(x, codes, scales, zeros, c);
   bool ok = true;
   for (int i = 0; i < count; ++i) {
     isas[i].quantize(x.data(), c.m, c.k, c.block, q.data(), xs.data(), xsum.data());
-    const QuantizedRows rows = prepared(isas[i], 0, c.m, tiled);
     std::vector<float> y(c.m * c.n, NAN);
-    isas[i].fn(w, rows, 0, c.n / 8, y.data());
+    isas[i].fn(w, rows_from(0, c.m), 0, panels, y.data());
     if (std::memcmp(y.data(), want.data(), y.size() * sizeof(float)) != 0) {
       std::printf("FAILED %s K=%lld N=%lld block=%lld M=%lld: not the formula's bits\n", isas[i].name,
                   (long long)c.k, (long long)c.n, (long long)c.block, (long long)c.m);
       ok = false;
     }
-    for (int64_t r = 0; r < c.m; r += 5) {  // a row alone, split over two calls of groups
+    for (int64_t r = 0; r < c.m; r += 5) {  // a row alone, split over two calls of panels
       std::vector<float> one(c.n, NAN);
-      const QuantizedRows single = prepared(isas[i], r, 1, tiled_one);
-      isas[i].fn(w, single, 0, c.n / 16, one.data());
-      isas[i].fn(w, single, c.n / 16, c.n / 8, one.data());
+      isas[i].fn(w, rows_from(r, 1), 0, panels / 2, one.data());
+      isas[i].fn(w, rows_from(r, 1), panels / 2, panels, one.data());
       if (std::memcmp(one.data(), &want[r * c.n], c.n * sizeof(float)) != 0) {
         std::printf("FAILED %s K=%lld N=%lld block=%lld M=%lld: row %lld alone differs\n", isas[i].name,
                     (long long)c.k, (long long)c.n, (long long)c.block, (long long)c.m, (long long)r);
@@ -129,12 +123,12 @@ int main() {
   int passed = 0, failed = 0;
   for (int64_t block : {32, 64, 128}) {
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 33, 64}) {
-      const Case c{block * (1 + static_cast<int64_t>(rng() % 4)), 8 * (1 + static_cast<int64_t>(rng() % 6)), block, m};
+      const Case c{block * (1 + static_cast<int64_t>(rng() % 4)), kPanel * (1 + static_cast<int64_t>(rng() % 3)), block, m};
       (run_case(c, rng, isas, count) ? passed : failed)++;
     }
   }
   for (int64_t m : {3, 16, 17}) {  // a long K: the AVX-512 path takes it in spans (24 KB of a tile's activations)
-    (run_case(Case{4096, 24, 32, m}, rng, isas, count) ? passed : failed)++;
+    (run_case(Case{4096, 2 * kPanel, 32, m}, rng, isas, count) ? passed : failed)++;
   }
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

@@ -1,11 +1,11 @@
 // The ONNX Runtime custom op ai.specedge::MatMulInt4Rows around the kernel in int4_matmul.h, and a
 // streaming read for the bandwidth profiler. The op is registered by RegisterCustomOps (what
 // SessionOptions.register_custom_ops_library calls); threads come only from the session's intra-op
-// pool (KernelContext_ParallelFor), split over groups of columns, never over K.
+// pool (KernelContext_ParallelFor), split over panels of 32 columns, never over K.
 //
-// Inputs: A float [..., K], packed uint8 [G, K/8, 32], scales float [G, K/block, 8], zero points
-// uint8 [G, K/block, 8], G = ceil(N/8) (columns past N are padding, computed and dropped).
-// Attributes: K, N, block_size, layout (1). Output: Y float [..., N].
+// Inputs: A float [..., K], packed uint8 [P, K/8, 128], scales float [P, K/block, 32], zero points
+// uint8 [P, K/block, 32], P = ceil(N/32) (columns past N are padding, computed and dropped).
+// Attributes: K, N, block_size, layout (2). Output: Y float [..., N].
 // Shapes and attributes are checked when the session is made (one error naming the node and the fix).
 #include <onnxruntime_c_api.h>
 
@@ -24,7 +24,7 @@ namespace {
 
 constexpr const char* kDomain = "ai.specedge";
 constexpr const char* kOpName = "MatMulInt4Rows";
-constexpr int64_t kLayout = 1;
+constexpr int64_t kLayout = 2;
 constexpr const char* kIsaEnv = "SPECEDGE_KERNEL_ISA";
 const OrtApi* g_api = nullptr;
 
@@ -70,9 +70,9 @@ std::string shape_text(const std::vector<int64_t>& d) {
 
 // The expected shapes of inputs 1..3.
 std::vector<int64_t> expected(const Kernel& kn, size_t input) {
-  const int64_t groups = (kn.n + 7) / 8;
-  if (input == 1) return {groups, kn.k / 8, 32};
-  return {groups, kn.k / kn.block, 8};
+  const int64_t panels = (kn.n + specedge::kPanel - 1) / specedge::kPanel;
+  if (input == 1) return {panels, kn.k / 8, specedge::kPanelBytes};
+  return {panels, kn.k / kn.block, specedge::kPanel};
 }
 
 OrtStatus* check_weight(const Kernel& kn, size_t input, const std::vector<int64_t>& dims) {
@@ -134,14 +134,14 @@ struct Job {
   specedge::QuantizedRows x;
   const specedge::Isa* isa;
   float* y;
-  int64_t groups_per_task, groups;
+  int64_t panels_per_task, panels;
 };
 
 void run_task(void* data, size_t task) {
   const Job& job = *static_cast<const Job*>(data);
-  const int64_t g0 = static_cast<int64_t>(task) * job.groups_per_task;
-  const int64_t g1 = std::min(job.groups, g0 + job.groups_per_task);
-  if (g0 < g1) job.isa->fn(job.w, job.x, g0, g1, job.y);
+  const int64_t p0 = static_cast<int64_t>(task) * job.panels_per_task;
+  const int64_t p1 = std::min(job.panels, p0 + job.panels_per_task);
+  if (p0 < p1) job.isa->fn(job.w, job.x, p0, p1, job.y);
 }
 
 OrtStatus* tensor_data(OrtKernelContext* ctx, size_t index, const void** data, std::vector<int64_t>* dims) {
@@ -179,25 +179,23 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   std::vector<float> xs(static_cast<size_t>(m * blocks));
   std::vector<int32_t> xsum(static_cast<size_t>(m * blocks));
   kn.isa->quantize(static_cast<const float*>(ptr[0]), m, kn.k, kn.block, q.data(), xs.data(), xsum.data());
-  std::vector<int8_t> tiled(kn.isa->arrange != nullptr ? q.size() : 0);
-  if (kn.isa->arrange != nullptr) kn.isa->arrange(q.data(), m, kn.k, tiled.data());
 
-  const int64_t groups = (kn.n + 7) / 8;
-  std::vector<float> padded;  // N not a multiple of 8: whole groups into a buffer, then the N columns
-  if (kn.n % 8) padded.resize(static_cast<size_t>(m * groups * 8));
+  const int64_t panels = (kn.n + specedge::kPanel - 1) / specedge::kPanel, width = panels * specedge::kPanel;
+  std::vector<float> padded;  // N not a multiple of 32: whole panels into a buffer, then the N columns
+  if (width != kn.n) padded.resize(static_cast<size_t>(m * width));
   Job job{{static_cast<const uint8_t*>(ptr[1]), static_cast<const float*>(ptr[2]), static_cast<const uint8_t*>(ptr[3]),
-           kn.k, groups * 8, kn.block},
-          {q.data(), xs.data(), xsum.data(), m, kn.isa->arrange != nullptr ? tiled.data() : nullptr},
+           kn.k, width, kn.block},
+          {q.data(), xs.data(), xsum.data(), m},
           kn.isa,
           padded.empty() ? y : padded.data(),
           0,
-          groups};
+          panels};
   // about 64 tasks: small enough to balance two to sixteen threads, large enough to stream
-  job.groups_per_task = std::max<int64_t>(1, (job.groups + 63) / 64);
-  const size_t tasks = static_cast<size_t>((job.groups + job.groups_per_task - 1) / job.groups_per_task);
+  job.panels_per_task = std::max<int64_t>(1, (job.panels + 63) / 64);
+  const size_t tasks = static_cast<size_t>((job.panels + job.panels_per_task - 1) / job.panels_per_task);
   RETURN_IF(g_api->KernelContext_ParallelFor(ctx, run_task, tasks, 0, &job));
   for (int64_t r = 0; r < m && !padded.empty(); ++r) {
-    std::memcpy(y + r * kn.n, padded.data() + r * groups * 8, static_cast<size_t>(kn.n) * sizeof(float));
+    std::memcpy(y + r * kn.n, padded.data() + r * width, static_cast<size_t>(kn.n) * sizeof(float));
   }
   return nullptr;
 }

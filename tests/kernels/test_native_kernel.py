@@ -104,13 +104,13 @@ def test_layout_keeps_the_exporters_codes() -> None:
 
 @needs_library
 @pytest.mark.parametrize(("change", "words"), [
-    ({"shapes": {"B": (4, 32, 32)}}, "packed weight has shape [4,32,32], expected [3,32,32]"),
-    ({"shapes": {"S": (3, 2, 8)}}, "scales has shape [3,2,8], expected [3,8,8]"),
-    ({"shapes": {"Z": (3, 8, 4)}}, "zero points has shape [3,8,4], expected [3,8,8]"),
+    ({"shapes": {"B": (2, 32, 128)}}, "packed weight has shape [2,32,128], expected [1,32,128]"),
+    ({"shapes": {"S": (1, 2, 32)}}, "scales has shape [1,2,32], expected [1,8,32]"),
+    ({"shapes": {"Z": (1, 8, 4)}}, "zero points has shape [1,8,4], expected [1,8,32]"),
     ({"attrs": {"block_size": 48}}, "block_size 48 is not 32, 64 or 128"),
     ({"attrs": {"layout": 9}}, "layout 9"),
     ({"attrs": {"N": 0}}, "N=0 positive"),
-    ({"attrs": {"N": 40}}, "packed weight has shape [3,32,32], expected [5,32,32]"),
+    ({"attrs": {"N": 40}}, "packed weight has shape [1,32,128], expected [2,32,128]"),
 ])
 def test_bad_weights_are_refused_when_the_session_is_made(change: dict, words: str) -> None:
     w = random_weight(np.random.default_rng(5), 256, 24, 32)
