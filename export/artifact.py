@@ -23,7 +23,6 @@ from specedge.export.replace import KEEP_FIX, listed_files, recover, replace_art
 from specedge.export.settings import QUANT_BITS, ExportSettings
 from specedge.export.source import SourceModel, inspect_source, load_source
 from specedge.export.source_check import SourceSummary
-from specedge.kernels.int4_layout import LAYOUT as ROWS_LAYOUT
 from specedge.models.locks import ensure_space, ensure_writable, exclusive, is_disk_full, remove_scratch
 from specedge.runtime.manifest import (
     MANIFEST_NAME,
@@ -69,7 +68,8 @@ def _progress(total: int, desc: str):
 def build_graph(source: SourceModel, settings: ExportSettings, folder: Path) -> DecoderBuilder:
     """The symbolic-width graph: folder/model.onnx + folder/model.onnx.data."""
     quant = "fp32" if settings.quant == "qdq" else settings.quant  # QDQ is applied to the float graph
-    spec = QuantSpec(quant, settings.block_size, settings.accuracy_level, settings.int8_weights, settings.int4_kernel)
+    spec = QuantSpec(quant, settings.block_size, settings.accuracy_level, settings.int8_weights, settings.int4_kernel,
+                     settings.rows_layout)
     writer = GraphWriter(folder / DATA_FILE)
     builder = DecoderBuilder(writer, source, spec, settings.context, fused=not settings.static,
                              fp16=settings.fp16, attention=settings.attention, kv_in_place=not settings.static,
@@ -190,7 +190,7 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
             float_tensors=tuple(builder.float_tensors) if settings.quant != "fp32" else (),
             int8_weights=settings.int8_weights,
             kernel=settings.int4_kernel,
-            layout=ROWS_LAYOUT if settings.int4_kernel == "rows" else 0),
+            layout=settings.rows_layout),
         graph=graphs[min(graphs)] if graphs else GRAPH_FILE,
         costs=costs,
         target=settings.target,

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from specedge.contract import MANIFEST_NAME
 from specedge.export.settings import EXPORT_FORMAT, ExportSettings
-from specedge.kernels.int4_layout import LAYOUT as ROWS_LAYOUT
 from specedge.models.paths import artifacts_dir
 
 
@@ -21,7 +20,7 @@ def artifact_path(label: str, digest: str, settings: ExportSettings) -> Path:
     if fields["int4_kernel"] == "nbits":  # likewise
         del fields["int4_kernel"]
     else:  # weights packed for another layout of the kernel are another artifact: exported again, once
-        fields["layout"] = ROWS_LAYOUT
+        fields["layout"] = settings.rows_layout
     blob = json.dumps({"source": digest, "settings": fields, "format": EXPORT_FORMAT}, sort_keys=True)
     key = hashlib.sha256(blob.encode()).hexdigest()[:20]
     return artifacts_dir() / f"{label}-{settings.quant}-{key}"

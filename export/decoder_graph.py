@@ -36,7 +36,6 @@ from onnx import TensorProto
 from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec, quantize_blockwise, quantize_per_channel
 from specedge.export.source import DecoderConfig, SourceModel
-from specedge.kernels.int4_layout import LAYOUT as ROWS_LAYOUT
 from specedge.kernels.int4_layout import from_nbits
 from specedge.kernels.native import DOMAIN as ROWS_DOMAIN
 from specedge.kernels.native import OP as ROWS_OP
@@ -94,12 +93,12 @@ class DecoderBuilder:
             y = self.g.op("Mul", scaled, self.g.weight(f"{name}.scales", cw.scales), out=mm_out)
         elif self.quant.quantized and self.quant.kernel == "rows":
             pw = quantize_blockwise(w, self.quant.bits, self.quant.block_size)  # the same codes, another layout
-            rw = from_nbits(pw.packed, pw.scales, pw.zero_points, pw.k, pw.n)
+            rw = from_nbits(pw.packed, pw.scales, pw.zero_points, pw.k, pw.n, self.quant.layout)
             nbytes = rw.packed.nbytes + rw.scales.nbytes + rw.zero_points.nbytes
             y = self.g.op(ROWS_OP, x, self.g.weight(f"{name}.qweight", rw.packed),
                           self.g.weight(f"{name}.scales", rw.scales),
                           self.g.weight(f"{name}.zero_points", rw.zero_points), domain=ROWS_DOMAIN,
-                          K=rw.k, N=rw.n, block_size=rw.block, layout=ROWS_LAYOUT, out=mm_out)
+                          K=rw.k, N=rw.n, block_size=rw.block, layout=rw.layout, out=mm_out)
         elif self.quant.quantized:
             pw = quantize_blockwise(w, self.quant.bits, self.quant.block_size)
             nbytes = pw.packed.nbytes + pw.scales.nbytes + pw.zero_points.nbytes

@@ -93,6 +93,15 @@ class ExportSettings:
     def static(self) -> bool:
         return self.target != "cpu"
 
+    @property
+    def rows_layout(self) -> int:
+        """The rows kernel's weight layout an export made here is packed in (0: not for that kernel)."""
+        if self.int4_kernel != "rows":
+            return 0
+        from specedge.kernels import native  # ctypes only
+
+        return native.layout()
+
     def validate(self) -> None:
         if self.quant not in QUANT_BITS:
             raise SpecEdgeError(f"unknown quantization '{self.quant}'",

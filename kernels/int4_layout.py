@@ -1,8 +1,11 @@
 """The native 4-bit MatMul's weight layout and a numpy model of its arithmetic, bit for bit.
 
-Layout (kernels/native/int4_matmul.h): per panel of 32 output columns and per 8 consecutive k,
-128 bytes; byte 4c+i holds the code of W[k+i][32p+c] in its low nibble and of W[k+4+i][32p+c] in
-its high nibble. Scales and zero points per panel and block: [N/32, K/block, 32].
+Layouts (kernels/native/int4_matmul.h): per panel of P output columns and per 8 consecutive k,
+4P bytes; byte 4c+i holds the code of W[k+i][Pp+c] in its low nibble and of W[k+4+i][Pp+c] in its
+high nibble. Scales and zero points per panel and block: [N/P, K/block, P]. Layout 1 has panels of
+8 columns (the AVX2, ARM and portable paths stream them), layout 2 of 32 (the AVX-512 VNNI path's);
+every path reads layout 1, and all but the AVX2 and ARM ones - which would stream it at a stride -
+layout 2. An export is packed in the layout of the machine's best path (`layout_for`).
 
 `reference_matmul` computes what the kernel computes on every instruction set: each row of x
 quantized per block to int8 (round half to even), exact integer sums, then one float epilogue per
@@ -15,18 +18,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
-LAYOUT = 2  # the op's `layout` attribute: bump when the packing changes (cached exports are rebuilt)
-PANEL = 32  # output columns per panel
+PANELS = {1: 8, 2: 32}  # the op's `layout` attribute -> output columns per panel (a new packing: a new number)
+WIDE_ISAS = ("avx512-vnni",)  # the kernel's paths that read layout 2 best
+
+
+def layout_for(isa: str) -> int:
+    """The layout an export for a machine whose kernel runs `isa` is packed in."""
+    return 2 if isa in WIDE_ISAS else 1
 
 
 @dataclass(frozen=True)
 class RowsWeight:
-    packed: np.ndarray  # uint8 [ceil(N/32), K/8, 128]
-    scales: np.ndarray  # float32 [ceil(N/32), K/block, 32]
-    zero_points: np.ndarray  # uint8 [ceil(N/32), K/block, 32]
+    packed: np.ndarray  # uint8 [ceil(N/P), K/8, 4P]
+    scales: np.ndarray  # float32 [ceil(N/P), K/block, P]
+    zero_points: np.ndarray  # uint8 [ceil(N/P), K/block, P]
     k: int
     n: int
     block: int
+
+    @property
+    def panel(self) -> int:
+        return self.scales.shape[2]
+
+    @property
+    def layout(self) -> int:
+        return next(layout for layout, panel in PANELS.items() if panel == self.panel)
 
 
 def nibbles(packed: np.ndarray) -> np.ndarray:
@@ -34,31 +50,33 @@ def nibbles(packed: np.ndarray) -> np.ndarray:
     return np.stack([packed & 0x0F, packed >> 4], axis=-1)
 
 
-def pack_codes(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray) -> RowsWeight:
+def pack_codes(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray, layout: int) -> RowsWeight:
     """codes uint8 [N, K] (0..15), scales float32 [N, blocks], zero points uint8 [N, blocks]. N is
-    padded to whole panels of 32 with zero columns (the op computes and drops them)."""
+    padded to whole panels with zero columns (the op computes and drops them)."""
+    panel = PANELS[layout]
     n, k = codes.shape
     blocks = scales.shape[1]
     if k % 32 or k % blocks or (k // blocks) % 32:
         raise ValueError(f"a [{k}, {n}] weight does not fit the layout (K a multiple of a block of 32, 64 or 128)")
-    pad = -n % PANEL
+    pad = -n % panel
     if pad:
         codes, scales, zeros = (np.pad(a, ((0, pad), (0, 0))) for a in (codes, scales, zeros))
-    panels = (n + pad) // PANEL
-    q = codes.reshape(panels, PANEL, k // 8, 2, 4).transpose(0, 2, 1, 4, 3)  # [P, K/8, c, i, half]
-    packed = (q[..., 0] | (q[..., 1] << 4)).astype(np.uint8).reshape(panels, k // 8, 4 * PANEL)
-    per_panel = (panels, PANEL, blocks)
+    panels = (n + pad) // panel
+    q = codes.reshape(panels, panel, k // 8, 2, 4).transpose(0, 2, 1, 4, 3)  # [Q, K/8, c, i, half]
+    packed = (q[..., 0] | (q[..., 1] << 4)).astype(np.uint8).reshape(panels, k // 8, 4 * panel)
+    per_panel = (panels, panel, blocks)
     return RowsWeight(packed=packed,
                       scales=np.ascontiguousarray(scales.reshape(per_panel).transpose(0, 2, 1), np.float32),
                       zero_points=np.ascontiguousarray(zeros.reshape(per_panel).transpose(0, 2, 1), np.uint8),
                       k=k, n=n, block=k // blocks)
 
 
-CHUNK_COLUMNS = 4096  # columns converted at once (a multiple of PANEL): an output head stays ~20 MB at a time
+CHUNK_COLUMNS = 4096  # columns converted at once (a multiple of every panel): an output head stays ~20 MB at a time
 
 
-def from_nbits(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray, k: int, n: int) -> RowsWeight:
-    """MatMulNBits' 4-bit layout (export/quantize.py's PackedWeight) -> this layout, the same codes;
+def from_nbits(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray, k: int, n: int,
+               layout: int) -> RowsWeight:
+    """MatMulNBits' 4-bit layout (export/quantize.py's PackedWeight) -> `layout`, the same codes;
     CHUNK_COLUMNS columns at a time."""
     blocks = scales.shape[1]
     parts = []
@@ -66,7 +84,7 @@ def from_nbits(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray, 
         rows = slice(c, min(c + CHUNK_COLUMNS, n))
         codes = nibbles(packed[rows]).reshape(-1, k)
         zeros = nibbles(zero_points[rows]).reshape(len(codes), -1)
-        parts.append(pack_codes(codes, scales[rows], zeros[:, :blocks]))
+        parts.append(pack_codes(codes, scales[rows], zeros[:, :blocks], layout))
     if len(parts) == 1:
         return parts[0]
     joined = {name: np.concatenate([getattr(p, name) for p in parts]) for name in ("packed", "scales", "zero_points")}
@@ -76,10 +94,10 @@ def from_nbits(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray, 
 def unpack(w: RowsWeight) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """-> codes uint8 [N, K], scales float32 [N, blocks], zero points uint8 [N, blocks]."""
     p, k8 = w.packed.shape[:2]
-    halves = nibbles(w.packed).reshape(p, k8, PANEL, 4, 2)
-    codes = halves.transpose(0, 2, 1, 4, 3).reshape(p * PANEL, w.k)[:w.n]
-    return (codes, w.scales.transpose(0, 2, 1).reshape(p * PANEL, -1)[:w.n],
-            w.zero_points.transpose(0, 2, 1).reshape(p * PANEL, -1)[:w.n])
+    halves = nibbles(w.packed).reshape(p, k8, w.panel, 4, 2)
+    codes = halves.transpose(0, 2, 1, 4, 3).reshape(p * w.panel, w.k)[:w.n]
+    return (codes, w.scales.transpose(0, 2, 1).reshape(p * w.panel, -1)[:w.n],
+            w.zero_points.transpose(0, 2, 1).reshape(p * w.panel, -1)[:w.n])
 
 
 def quantize_rows(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -67,6 +67,14 @@ def isa() -> str:
     return lib.specedge_kernel_isa().decode() if lib is not None else ""
 
 
+def layout() -> int:
+    """The weight layout int4 exports for the op are packed in here: the one its best path reads
+    (kernels/int4_layout.py)."""
+    from specedge.kernels.int4_layout import layout_for  # numpy: not at import
+
+    return layout_for(isa())
+
+
 def isas() -> tuple[str, ...]:
     """Every instruction set this CPU runs, best first (the portable path last)."""
     lib = library()

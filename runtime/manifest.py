@@ -10,7 +10,7 @@ from typing import Any
 
 from specedge.contract import ATTENTION, INT4_KERNELS, MANIFEST_NAME, QUANT_BITS, TARGETS, TOKENIZER_NAME
 from specedge.errors import DamagedArtifactError, SpecEdgeError
-from specedge.kernels.int4_layout import LAYOUT as ROWS_LAYOUT
+from specedge.kernels.int4_layout import PANELS as ROWS_LAYOUTS
 from specedge.runtime.traffic import WeightCosts
 
 __all__ = ["MANIFEST_NAME", "TOKENIZER_NAME", "Manifest", "Quantization", "load_manifest", "sha256_file"]
@@ -40,7 +40,7 @@ class Quantization:
     float_tensors: tuple[str, ...] = ()  # what was left in float
     int8_weights: bool = False  # w8a8 weights stored as int8 (u8 x s8 MatMulInteger), else uint8 (u8 x u8)
     kernel: str = "nbits"  # int4: "rows" (ai.specedge::MatMulInt4Rows, rows exact by construction) or MatMulNBits
-    layout: int = 0  # the rows kernel's weight layout (kernels/int4_layout.py LAYOUT)
+    layout: int = 0  # the rows kernel's weight layout (kernels/int4_layout.py PANELS)
 
 
 @dataclass(frozen=True)
@@ -267,9 +267,10 @@ def check_quantization(value: object) -> None:
     check_bool(q.get("int8_weights", False), "quantization.int8_weights")
     check_str(q.get("kernel", "nbits"), "quantization.kernel", choices=INT4_KERNELS)
     check_int(q.get("layout", 0), "quantization.layout", 0, 1 << 16)
-    if q.get("kernel", "nbits") == "rows" and (q["method"] != "int4" or q.get("layout") != ROWS_LAYOUT):
+    if q.get("kernel", "nbits") == "rows" and (q["method"] != "int4" or q.get("layout") not in ROWS_LAYOUTS):
         raise ManifestFieldError("quantization.layout", f"is {q.get('layout')!r}: weights packed for another "
-                                 f"release of specedge's int4 kernel (this one reads layout {ROWS_LAYOUT})")
+                                 f"release of specedge's int4 kernel (this one reads layouts "
+                                 f"{', '.join(map(str, ROWS_LAYOUTS))})")
     for tensor in check_list(q.get("float_tensors", []), "quantization.float_tensors", 1 << 16):
         check_str(tensor, "quantization.float_tensors", 1024)
 

@@ -63,11 +63,11 @@ def rows_nodes(count: int, block: int):
     blocks = K // block
     zeros = np.full((N, (blocks + 1) // 2), 0x88, np.uint8)
     for i, (packed, scales) in enumerate(nbits_weights(count, 4, block)):
-        w = int4_layout.from_nbits(packed, scales.reshape(N, blocks), zeros, K, N)
+        w = int4_layout.from_nbits(packed, scales.reshape(N, blocks), zeros, K, N, native.layout())
         inits += [numpy_helper.from_array(w.packed, f"B{i}"), numpy_helper.from_array(w.scales, f"S{i}"),
                   numpy_helper.from_array(w.zero_points, f"Z{i}")]
         nodes.append(helper.make_node(native.OP, ["x", f"B{i}", f"S{i}", f"Z{i}"], [f"y{i}"], domain=native.DOMAIN,
-                                      K=K, N=N, block_size=block, layout=int4_layout.LAYOUT))
+                                      K=K, N=N, block_size=block, layout=w.layout))
     return nodes, inits
 
 

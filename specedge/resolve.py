@@ -10,7 +10,6 @@ from specedge.contract import MANIFEST_NAME
 from specedge.errors import SpecEdgeError
 from specedge.export.cache import artifact_path, is_exported
 from specedge.export.settings import ExportSettings, int4_kernel_here, int8_weights_here
-from specedge.kernels.int4_layout import LAYOUT as ROWS_LAYOUT
 from specedge.models.fetch import fetch
 from specedge.models.paths import artifacts_dir
 from specedge.models.registry import ModelEntry, get_model
@@ -36,8 +35,9 @@ def why_again(label: str, settings: ExportSettings) -> str:
             continue
         if q.get("kernel", "nbits") != "rows":
             return " for specedge's native int4 kernel (the cached int4 export runs MatMulNBits)"
-        if q.get("layout") != ROWS_LAYOUT:
-            return f" for this release's int4 weight layout ({ROWS_LAYOUT}; the cached export has {q.get('layout')})"
+        if q.get("layout") != settings.rows_layout:
+            return (f" for this machine's int4 weight layout ({settings.rows_layout}; the cached export "
+                    f"has {q.get('layout')})")
     return ""
 
 

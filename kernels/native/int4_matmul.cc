@@ -42,7 +42,7 @@ void quantize_rows(const float* x, int64_t m, int64_t k, int64_t block, int8_t* 
 
 void panels_portable(const Int4Weights& w, const QuantizedRows& x, int64_t p0, int64_t p1, float* y) {
   const int64_t k = w.k, blocks = k / w.block;
-  for (int64_t g = 4 * p0; g < 4 * p1; ++g) {
+  for (int64_t g = p0 * groups_per_panel(w); g < p1 * groups_per_panel(w); ++g) {
     const uint8_t* pg = group_chunks(w, g);
     for (int64_t r = 0; r < x.m; ++r) {
       const int8_t* xr = x.q + r * k;
@@ -50,7 +50,7 @@ void panels_portable(const Int4Weights& w, const QuantizedRows& x, int64_t p0, i
       for (int64_t b = 0; b < blocks; ++b) {
         int32_t d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         for (int64_t kk = b * w.block; kk < (b + 1) * w.block; kk += 8) {
-          const uint8_t* p = pg + (kk / 8) * kPanelBytes;
+          const uint8_t* p = pg + (kk / 8) * chunk_stride(w);
           for (int c = 0; c < 8; ++c) {
             for (int i = 0; i < 4; ++i) {
               d[c] += (p[4 * c + i] & 0x0F) * xr[kk + i] + (p[4 * c + i] >> 4) * xr[kk + 4 + i];
@@ -74,31 +74,31 @@ void panels_portable(const Int4Weights& w, const QuantizedRows& x, int64_t p0, i
 
 int available_isas(Isa* out, int capacity) {
   int n = 0;
-  auto add = [&](const char* name, PanelsFn fn, QuantizeFn quantize) {
-    if (n < capacity) out[n++] = Isa{name, fn, quantize};
+  auto add = [&](const char* name, PanelsFn fn, QuantizeFn quantize, int64_t panel) {
+    if (n < capacity) out[n++] = Isa{name, fn, quantize, panel};
   };
 #if defined(__x86_64__) || defined(_M_X64)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
-    add("avx512-vnni", panels_avx512_vnni, quantize_rows_avx2);
+    add("avx512-vnni", panels_avx512_vnni, quantize_rows_avx2, 32);
   }
-  if (avx2) add("avx2", panels_avx2, quantize_rows_avx2);
+  if (avx2) add("avx2", panels_avx2, quantize_rows_avx2, 0);
 #endif
 #if defined(__aarch64__) && defined(__linux__)
-  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) add("neon-dot", panels_neon_dot, quantize_rows);
+  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) add("neon-dot", panels_neon_dot, quantize_rows, 0);
 #endif
-  add("portable", panels_portable, quantize_rows);
+  add("portable", panels_portable, quantize_rows, 0);
   return n;
 }
 
-const Isa* pick_isa(const char* forced) {
+const Isa* pick_isa(const char* forced, int64_t panel) {
   static Isa isas[4];
   static int count = available_isas(isas, 4);
-  if (forced == nullptr || forced[0] == '\0') return &isas[0];
   for (int i = 0; i < count; ++i) {
-    if (std::strcmp(isas[i].name, forced) == 0) return &isas[i];
+    const bool named = forced == nullptr || forced[0] == '\0' || std::strcmp(isas[i].name, forced) == 0;
+    if (named && (panel == 0 || isas[i].panel == 0 || isas[i].panel == panel)) return &isas[i];
   }
   return nullptr;
 }

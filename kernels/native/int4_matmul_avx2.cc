@@ -47,7 +47,7 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, f
       for (int r = 0; r < R; ++r) h[r] = _mm256_setzero_si256();
       const int64_t k0 = (b * subs + s) * 32;
 #pragma GCC unroll 1
-      for (int c = 0; c < 4; ++c, p += kPanelBytes) {  // not unrolled: unrolled, GCC spills the products
+      for (int c = 0; c < 4; ++c, p += chunk_stride(w)) {  // not unrolled: unrolled, GCC spills the products
         const __m256i packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
         const __m256i lo = _mm256_and_si256(packed, low);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
@@ -119,7 +119,7 @@ void quantize_rows_avx2(const float* x, int64_t m, int64_t k, int64_t block, int
 }
 
 void panels_avx2(const Int4Weights& w, const QuantizedRows& x, int64_t p0, int64_t p1, float* y) {
-  each_tile(p0, p1, x.m, [&](auto rows, int64_t g, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
+  each_tile(w, p0, p1, x.m, [&](auto rows, int64_t g, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
 }
 
 }  // namespace specedge

@@ -1,6 +1,6 @@
 // AVX-512 VNNI path: vpdpbusd multiplies the unsigned 4-bit codes by int8 activations and adds each
-// lane's four products into int32, exactly (no int16 step, no saturation). A panel's 128 bytes per 8 k
-// are two zmm loads; lane c of the first holds column c (of 16) at k..k+3 in its low nibbles and
+// lane's four products into int32, exactly (no int16 step, no saturation). It reads layout 2: a panel's
+// 128 bytes per 8 k are two zmm loads; lane c of the first holds column c (of 16) at k..k+3 in its low nibbles and
 // k+4..k+7 in its high ones, the second columns 16..31. So one 32-bit broadcast of a row's activations
 // (4 k, read straight from the quantized row) feeds two multiply-adds of 64 products each - the
 // broadcasts, not the weight stream, are what a tile of many rows waits on, and this halves them. Each
@@ -35,6 +35,7 @@ int64_t tile_rows(int64_t m, int64_t t, int64_t r0) { return (m - r0) / (tile_co
 // past the end never faults)
 constexpr int64_t kAhead = 4096;
 constexpr int64_t kL1Activations = 24 << 10;  // bytes of a tile's activations a span of K may hold
+constexpr int64_t kColumns = 32, kBytes = 128;  // this path reads layout 2: panels of 32 columns
 
 inline __m512i broadcast4(const int8_t* p) {
   int32_t v;
@@ -47,8 +48,8 @@ template <int R>
 void tile(const Int4Weights& w, const QuantizedRows& x, int64_t p, int64_t r0, int64_t b0, int64_t b1, float* y) {
   const int64_t k = w.k, blocks = k / w.block, steps = w.block / 8;
   const __m512i low = _mm512_set1_epi8(0x0F);
-  const uint8_t* c = w.packed + p * (k / 8) * kPanelBytes + b0 * steps * kPanelBytes;
-  float* y0 = y + r0 * w.n + p * kPanel;
+  const uint8_t* c = w.packed + p * (k / 8) * kBytes + b0 * steps * kBytes;
+  float* y0 = y + r0 * w.n + p * kColumns;
   if (b0 == 0) {
     for (int r = 0; r < R; ++r) {
       _mm512_storeu_ps(y0 + r * w.n, _mm512_setzero_ps());
@@ -59,7 +60,7 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t p, int64_t r0, i
     __m512i d[R][2];
     for (int r = 0; r < R; ++r) d[r][0] = d[r][1] = _mm512_setzero_si512();
     const int8_t* xk = x.q + r0 * k + b * w.block;
-    for (int64_t s = 0; s < steps; ++s, c += kPanelBytes, xk += 8) {
+    for (int64_t s = 0; s < steps; ++s, c += kBytes, xk += 8) {
       _mm_prefetch(reinterpret_cast<const char*>(c + kAhead), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(c + kAhead + 64), _MM_HINT_T0);
       const __m512i w0 = _mm512_loadu_si512(c), w1 = _mm512_loadu_si512(c + 64);
@@ -73,7 +74,7 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t p, int64_t r0, i
         d[r][1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(d[r][1], lo1, xl), hi1, xh);
       }
     }
-    const int64_t at = (p * blocks + b) * kPanel;
+    const int64_t at = (p * blocks + b) * kColumns;
     const __m512i zero[2] = {
         _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.zeros + at))),
         _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.zeros + at + 16)))};

@@ -26,7 +26,7 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, f
   for (int64_t b = 0; b < blocks; ++b) {
     int32x4_t d[R][2];
     for (int r = 0; r < R; ++r) d[r][0] = d[r][1] = vdupq_n_s32(0);
-    for (int64_t kk = b * w.block; kk < (b + 1) * w.block; kk += 8, p += kPanelBytes) {
+    for (int64_t kk = b * w.block; kk < (b + 1) * w.block; kk += 8, p += chunk_stride(w)) {
       const uint8x16_t p0 = vld1q_u8(p), p1 = vld1q_u8(p + 16);
       const int8x16_t lo0 = vreinterpretq_s8_u8(vandq_u8(p0, low)), hi0 = vreinterpretq_s8_u8(vshrq_n_u8(p0, 4));
       const int8x16_t lo1 = vreinterpretq_s8_u8(vandq_u8(p1, low)), hi1 = vreinterpretq_s8_u8(vshrq_n_u8(p1, 4));
@@ -60,7 +60,7 @@ void tile(const Int4Weights& w, const QuantizedRows& x, int64_t g, int64_t r0, f
 }  // namespace
 
 void panels_neon_dot(const Int4Weights& w, const QuantizedRows& x, int64_t p0, int64_t p1, float* y) {
-  each_tile(p0, p1, x.m, [&](auto rows, int64_t g, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
+  each_tile(w, p0, p1, x.m, [&](auto rows, int64_t g, int64_t r0) { tile<decltype(rows)::value>(w, x, g, r0, y); });
 }
 
 }  // namespace specedge

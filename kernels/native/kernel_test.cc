@@ -16,7 +16,7 @@ using namespace specedge;
 namespace {
 
 struct Case {
-  int64_t k, n, block, m;
+  int64_t k, n, block, m, panel;  // panel: 8 (layout 1) or 32 (layout 2)
 };
 
 // The formula, straight from the header's comment.
@@ -58,43 +58,45 @@ bool run_case(const Case& c, std::mt19937& rng, const Isa* isas, int count) {
   for (auto& v : scales) v = 0.001f + 0.02f * std::fabs(unit(rng));
   for (auto& v : x) v = unit(rng) * (1 + (rng() % 4 == 0 ? 40.0f : 0.0f));
   for (int64_t b = 0; b < blocks && c.m > 0; b += 3) std::memset(&x[b * c.block], 0, c.block * sizeof(float));
-  // the layout: [N/32][K/8][128], byte 4c+i = W[k+i][32p+c] | W[k+4+i][32p+c] << 4
+  // the layout: [N/P][K/8][4P], byte 4c+i = W[k+i][Pp+c] | W[k+4+i][Pp+c] << 4
+  const int64_t P = c.panel;
   std::vector<float> pscales(c.n * blocks);
   std::vector<uint8_t> pzeros(c.n * blocks);
-  for (int64_t p = 0; p < c.n / kPanel; ++p) {
+  for (int64_t p = 0; p < c.n / P; ++p) {
     for (int64_t k8 = 0; k8 < c.k / 8; ++k8) {
-      for (int col = 0; col < kPanel; ++col) {
+      for (int col = 0; col < P; ++col) {
         for (int i = 0; i < 4; ++i) {
-          const int64_t n = kPanel * p + col;
-          packed[(p * (c.k / 8) + k8) * kPanelBytes + 4 * col + i] =
+          const int64_t n = P * p + col;
+          packed[(p * (c.k / 8) + k8) * 4 * P + 4 * col + i] =
               static_cast<uint8_t>(codes[n * c.k + 8 * k8 + i] | (codes[n * c.k + 8 * k8 + 4 + i] << 4));
         }
       }
     }
     for (int64_t b = 0; b < blocks; ++b) {
-      for (int col = 0; col < kPanel; ++col) {
-        pscales[(p * blocks + b) * kPanel + col] = scales[(kPanel * p + col) * blocks + b];
-        pzeros[(p * blocks + b) * kPanel + col] = zeros[(kPanel * p + col) * blocks + b];
+      for (int col = 0; col < P; ++col) {
+        pscales[(p * blocks + b) * P + col] = scales[(P * p + col) * blocks + b];
+        pzeros[(p * blocks + b) * P + col] = zeros[(P * p + col) * blocks + b];
       }
     }
   }
-  const Int4Weights w{packed.data(), pscales.data(), pzeros.data(), c.k, c.n, c.block};
+  const Int4Weights w{packed.data(), pscales.data(), pzeros.data(), c.k, c.n, c.block, P};
   std::vector<int8_t> q(c.m * c.k);
   std::vector<float> xs(c.m * blocks);
   std::vector<int32_t> xsum(c.m * blocks);
   auto rows_from = [&](int64_t r, int64_t m) {  // rows [r, r + m)
     return QuantizedRows{q.data() + r * c.k, xs.data() + r * blocks, xsum.data() + r * blocks, m};
   };
-  const int64_t panels = c.n / kPanel;
+  const int64_t panels = c.n / P;
   const std::vector<float> want = formula(x, codes, scales, zeros, c);
   bool ok = true;
   for (int i = 0; i < count; ++i) {
+    if (isas[i].panel != 0 && isas[i].panel != P) continue;  // reads the other layout
     isas[i].quantize(x.data(), c.m, c.k, c.block, q.data(), xs.data(), xsum.data());
     std::vector<float> y(c.m * c.n, NAN);
     isas[i].fn(w, rows_from(0, c.m), 0, panels, y.data());
     if (std::memcmp(y.data(), want.data(), y.size() * sizeof(float)) != 0) {
-      std::printf("FAILED %s K=%lld N=%lld block=%lld M=%lld: not the formula's bits\n", isas[i].name,
-                  (long long)c.k, (long long)c.n, (long long)c.block, (long long)c.m);
+      std::printf("FAILED %s K=%lld N=%lld block=%lld M=%lld panel=%lld: not the formula's bits\n", isas[i].name,
+                  (long long)c.k, (long long)c.n, (long long)c.block, (long long)c.m, (long long)P);
       ok = false;
     }
     for (int64_t r = 0; r < c.m; r += 5) {  // a row alone, split over two calls of panels
@@ -102,8 +104,8 @@ bool run_case(const Case& c, std::mt19937& rng, const Isa* isas, int count) {
       isas[i].fn(w, rows_from(r, 1), 0, panels / 2, one.data());
       isas[i].fn(w, rows_from(r, 1), panels / 2, panels, one.data());
       if (std::memcmp(one.data(), &want[r * c.n], c.n * sizeof(float)) != 0) {
-        std::printf("FAILED %s K=%lld N=%lld block=%lld M=%lld: row %lld alone differs\n", isas[i].name,
-                    (long long)c.k, (long long)c.n, (long long)c.block, (long long)c.m, (long long)r);
+        std::printf("FAILED %s K=%lld N=%lld block=%lld M=%lld panel=%lld: row %lld alone differs\n", isas[i].name,
+                    (long long)c.k, (long long)c.n, (long long)c.block, (long long)c.m, (long long)P, (long long)r);
         ok = false;
       }
     }
@@ -121,14 +123,16 @@ int main() {
   std::printf("\n");
   std::mt19937 rng(7);
   int passed = 0, failed = 0;
-  for (int64_t block : {32, 64, 128}) {
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 33, 64}) {
-      const Case c{block * (1 + static_cast<int64_t>(rng() % 4)), kPanel * (1 + static_cast<int64_t>(rng() % 3)), block, m};
-      (run_case(c, rng, isas, count) ? passed : failed)++;
+  for (int64_t panel : {8, 32}) {
+    for (int64_t block : {32, 64, 128}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 33, 64}) {
+        const int64_t k = block * (1 + static_cast<int64_t>(rng() % 4)), n = 32 * (1 + static_cast<int64_t>(rng() % 3));
+        (run_case(Case{k, n, block, m, panel}, rng, isas, count) ? passed : failed)++;
+      }
     }
-  }
-  for (int64_t m : {3, 16, 17}) {  // a long K: the AVX-512 path takes it in spans (24 KB of a tile's activations)
-    (run_case(Case{4096, 2 * kPanel, 32, m}, rng, isas, count) ? passed : failed)++;
+    for (int64_t m : {3, 16, 17}) {  // a long K: the AVX-512 path takes it in spans (24 KB of a tile's activations)
+      (run_case(Case{4096, 64, 32, m, panel}, rng, isas, count) ? passed : failed)++;
+    }
   }
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

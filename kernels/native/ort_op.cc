@@ -1,11 +1,11 @@
 // The ONNX Runtime custom op ai.specedge::MatMulInt4Rows around the kernel in int4_matmul.h, and a
 // streaming read for the bandwidth profiler. The op is registered by RegisterCustomOps (what
 // SessionOptions.register_custom_ops_library calls); threads come only from the session's intra-op
-// pool (KernelContext_ParallelFor), split over panels of 32 columns, never over K.
+// pool (KernelContext_ParallelFor), split over panels of columns, never over K.
 //
-// Inputs: A float [..., K], packed uint8 [P, K/8, 128], scales float [P, K/block, 32], zero points
-// uint8 [P, K/block, 32], P = ceil(N/32) (columns past N are padding, computed and dropped).
-// Attributes: K, N, block_size, layout (2). Output: Y float [..., N].
+// Inputs: A float [..., K], packed uint8 [Q, K/8, 4P], scales float [Q, K/block, P], zero points
+// uint8 [Q, K/block, P], Q = ceil(N/P) panels of P columns (columns past N are padding, computed and
+// dropped). Attributes: K, N, block_size, layout (1: P = 8, 2: P = 32). Output: Y float [..., N].
 // Shapes and attributes are checked when the session is made (one error naming the node and the fix).
 #include <onnxruntime_c_api.h>
 
@@ -24,12 +24,12 @@ namespace {
 
 constexpr const char* kDomain = "ai.specedge";
 constexpr const char* kOpName = "MatMulInt4Rows";
-constexpr int64_t kLayout = 2;
 constexpr const char* kIsaEnv = "SPECEDGE_KERNEL_ISA";
 const OrtApi* g_api = nullptr;
 
 struct Kernel {
   int64_t k, n, block;
+  int64_t panel;  // columns per panel of the weights' layout
   const specedge::Isa* isa;
   bool weights_checked;  // all three weight inputs are constants, checked when the session was made
 };
@@ -70,9 +70,9 @@ std::string shape_text(const std::vector<int64_t>& d) {
 
 // The expected shapes of inputs 1..3.
 std::vector<int64_t> expected(const Kernel& kn, size_t input) {
-  const int64_t panels = (kn.n + specedge::kPanel - 1) / specedge::kPanel;
-  if (input == 1) return {panels, kn.k / 8, specedge::kPanelBytes};
-  return {panels, kn.k / kn.block, specedge::kPanel};
+  const int64_t panels = (kn.n + kn.panel - 1) / kn.panel;
+  if (input == 1) return {panels, kn.k / 8, 4 * kn.panel};
+  return {panels, kn.k / kn.block, kn.panel};
 }
 
 OrtStatus* check_weight(const Kernel& kn, size_t input, const std::vector<int64_t>& dims) {
@@ -93,9 +93,10 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp*, const OrtApi*, const O
   RETURN_IF(attribute(info, "N", &kn.n));
   RETURN_IF(attribute(info, "block_size", &kn.block));
   RETURN_IF(attribute(info, "layout", &layout));
-  if (layout != kLayout) {
-    return fail("MatMulInt4Rows: weights packed in layout " + std::to_string(layout) + ", this library reads layout " +
-                std::to_string(kLayout) + "; re-export the model");
+  kn.panel = specedge::panel_columns(layout);
+  if (kn.panel == 0) {
+    return fail("MatMulInt4Rows: weights packed in layout " + std::to_string(layout) +
+                ", this library reads layouts 1 and 2; re-export the model");
   }
   if (kn.block != 32 && kn.block != 64 && kn.block != 128) {
     return fail("MatMulInt4Rows: block_size " + std::to_string(kn.block) + " is not 32, 64 or 128");
@@ -105,9 +106,10 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp*, const OrtApi*, const O
                 std::to_string(kn.block) + ") and N=" + std::to_string(kn.n) + " positive (both below 2^24)");
   }
   const char* forced = std::getenv(kIsaEnv);
-  kn.isa = specedge::pick_isa(forced);
+  kn.isa = specedge::pick_isa(forced, kn.panel);
   if (kn.isa == nullptr) {
-    return fail(std::string(kIsaEnv) + "=" + forced + " names no instruction set this CPU runs (unset it)");
+    return fail(std::string(kIsaEnv) + "=" + forced + " names no instruction set this CPU runs on weights of layout " +
+                std::to_string(layout) + " (unset it)");
   }
   kn.weights_checked = true;
   for (size_t input = 1; input <= 3; ++input) {  // constant weights: checked now, not at every run
@@ -180,11 +182,11 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   std::vector<int32_t> xsum(static_cast<size_t>(m * blocks));
   kn.isa->quantize(static_cast<const float*>(ptr[0]), m, kn.k, kn.block, q.data(), xs.data(), xsum.data());
 
-  const int64_t panels = (kn.n + specedge::kPanel - 1) / specedge::kPanel, width = panels * specedge::kPanel;
-  std::vector<float> padded;  // N not a multiple of 32: whole panels into a buffer, then the N columns
+  const int64_t panels = (kn.n + kn.panel - 1) / kn.panel, width = panels * kn.panel;
+  std::vector<float> padded;  // N not a multiple of P: whole panels into a buffer, then the N columns
   if (width != kn.n) padded.resize(static_cast<size_t>(m * width));
   Job job{{static_cast<const uint8_t*>(ptr[1]), static_cast<const float*>(ptr[2]), static_cast<const uint8_t*>(ptr[3]),
-           kn.k, width, kn.block},
+           kn.k, width, kn.block, kn.panel},
           {q.data(), xs.data(), xsum.data(), m},
           kn.isa,
           padded.empty() ? y : padded.data(),

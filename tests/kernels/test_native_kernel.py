@@ -1,6 +1,7 @@
 """The native 4-bit MatMul (ai.specedge::MatMulInt4Rows) through real ONNX Runtime sessions: bit for
 bit the numpy model of its arithmetic (kernels/int4_layout.py) at M = 1..64, every block size,
-column and K tails, 1 and 2 threads, on every instruction set this CPU runs plus the portable path;
+column and K tails, 1 and 2 threads, both weight layouts, on every instruction set this CPU runs
+(that reads the layout) plus the portable path;
 a row alone equals the same row among others; bad weights and shapes refused when the session is
 made. The kernel alone under sanitizers, and the ARM path under qemu-user, through kernel_test.cc."""
 
@@ -26,11 +27,11 @@ needs_library = pytest.mark.skipif(not native.available() and not os.environ.get
 ARM_TOOLS = ("aarch64-linux-gnu-g++", "qemu-aarch64")
 
 
-def random_weight(rng: np.random.Generator, k: int, n: int, block: int) -> int4_layout.RowsWeight:
+def random_weight(rng: np.random.Generator, k: int, n: int, block: int, layout: int = 2) -> int4_layout.RowsWeight:
     codes = rng.integers(0, 16, (n, k), dtype=np.uint8)
     scales = (rng.random((n, k // block), dtype=np.float32) * 0.02 + 1e-3).astype(np.float32)
     zeros = rng.integers(0, 16, (n, k // block), dtype=np.uint8)
-    return int4_layout.pack_codes(codes, scales, zeros)
+    return int4_layout.pack_codes(codes, scales, zeros, layout)
 
 
 def op_model(w: int4_layout.RowsWeight, *, shapes: dict[str, tuple[int, ...]] | None = None,
@@ -38,7 +39,7 @@ def op_model(w: int4_layout.RowsWeight, *, shapes: dict[str, tuple[int, ...]] | 
     tensors = {"B": w.packed, "S": w.scales, "Z": w.zero_points}
     for name, shape in (shapes or {}).items():
         tensors[name] = np.zeros(shape, tensors[name].dtype)
-    attributes = {"K": w.k, "N": w.n, "block_size": w.block, "layout": int4_layout.LAYOUT, **(attrs or {})}
+    attributes = {"K": w.k, "N": w.n, "block_size": w.block, "layout": w.layout, **(attrs or {})}
     node = helper.make_node(native.OP, ["x", "B", "S", "Z"], ["y"], domain=native.DOMAIN, **attributes)
     graph = helper.make_graph([node], "op", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", w.k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
@@ -61,14 +62,17 @@ def isa_params() -> list[str]:
 
 
 @needs_library
+@pytest.mark.parametrize("layout", sorted(int4_layout.PANELS))
 @pytest.mark.parametrize("isa", isa_params())
 @pytest.mark.parametrize(("k", "n", "block"), [(256, 24, 32), (192, 44, 64), (384, 72, 128), (1536, 133, 128),
-                                             (4096, 40, 32)])  # K in spans (AVX-512: 3 at 16 rows)
-def test_rows_are_the_numpy_model_bit_for_bit(isa: str, k: int, n: int, block: int,
+                                             (4096, 40, 32)])  # K in spans (AVX-512: 2 at 8 rows)
+def test_rows_are_the_numpy_model_bit_for_bit(isa: str, layout: int, k: int, n: int, block: int,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    if isa in int4_layout.WIDE_ISAS and layout != 2:
+        pytest.skip(f"{isa} reads layout 2 only (layout 1 runs the next path)")
     monkeypatch.setenv(native.ISA_ENV, isa)
     rng = np.random.default_rng(k + n)
-    w = random_weight(rng, k, n, block)
+    w = random_weight(rng, k, n, block, layout)
     x = rng.standard_normal((64, k)).astype(np.float32) * rng.choice([0.01, 1.0, 30.0], (64, 1)).astype(np.float32)
     x[5, :block] = 0.0  # a block of zeros: scale 0, codes 0
     want = int4_layout.reference_matmul(x, w)
@@ -98,8 +102,10 @@ def test_layout_keeps_the_exporters_codes() -> None:
     weight = rng.standard_normal((256, 43)).astype(np.float32)
     for block in (32, 64, 128):
         pw = quantize_blockwise(weight, 4, block)
-        rows = int4_layout.from_nbits(pw.packed, pw.scales, pw.zero_points, pw.k, pw.n)
-        assert np.array_equal(int4_layout.dequantize(rows), dequantize_blockwise(pw, 4))
+        for layout in int4_layout.PANELS:
+            rows = int4_layout.from_nbits(pw.packed, pw.scales, pw.zero_points, pw.k, pw.n, layout)
+            assert rows.layout == layout
+            assert np.array_equal(int4_layout.dequantize(rows), dequantize_blockwise(pw, 4))
 
 
 @needs_library
@@ -125,6 +131,23 @@ def test_an_unknown_instruction_set_is_refused(monkeypatch: pytest.MonkeyPatch) 
     w = random_weight(np.random.default_rng(6), 64, 8, 32)
     with pytest.raises(Exception, match="SPECEDGE_KERNEL_ISA=avx1024 names no instruction set"):
         session(op_model(w))
+
+
+@needs_library
+def test_each_layout_runs_on_the_best_path_that_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An export packed on another machine still runs here, bit for bit; forcing a path onto a layout
+    it does not read is one error."""
+    monkeypatch.delenv(native.ISA_ENV, raising=False)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((5, 256)).astype(np.float32)
+    for layout in int4_layout.PANELS:
+        w = random_weight(rng, 256, 72, 64, layout)
+        assert np.array_equal(session(op_model(w)).run(None, {"x": x[None]})[0][0], int4_layout.reference_matmul(x, w))
+    wide = [isa for isa in native.isas() if isa in int4_layout.WIDE_ISAS]
+    if wide:
+        monkeypatch.setenv(native.ISA_ENV, wide[0])
+        with pytest.raises(Exception, match=f"{wide[0]} names no instruction set this CPU runs on weights of layout 1"):
+            session(op_model(random_weight(rng, 64, 8, 32, 1)))
 
 
 @needs_library
