@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from specedge.contract import round_rate
-from specedge.kernels.acceptance import expected_tokens
+from specedge.kernels.acceptance import expected_tokens, round_rate
 
 THEORETICAL_EFFICIENCY = 0.7  # streaming reads reach ~70% of a datasheet peak; measured figures are used as is
 

@@ -14,17 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specedge import __version__
-from specedge.contract import TOKENIZER_NAME
-from specedge.errors import SpecEdgeError
-from specedge.export.decoder_graph import DecoderBuilder
-from specedge.export.onnx_writer import GraphWriter
-from specedge.export.quantize import QuantSpec
-from specedge.export.replace import KEEP_FIX, listed_files, recover, replace_artifact
-from specedge.export.settings import QUANT_BITS, ExportSettings
-from specedge.export.source import SourceModel, inspect_source, load_source
-from specedge.export.source_check import SourceSummary
-from specedge.models.locks import ensure_space, ensure_writable, exclusive, is_disk_full, remove_scratch
-from specedge.runtime.manifest import (
+from specedge.core.contract import TOKENIZER_NAME
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
     Manifest,
@@ -35,6 +27,14 @@ from specedge.runtime.manifest import (
     sha256_file,
     tokenizer_fingerprint,
 )
+from specedge.export.decoder_graph import DecoderBuilder
+from specedge.export.onnx_writer import GraphWriter
+from specedge.export.quantize import QuantSpec
+from specedge.export.replace import KEEP_FIX, listed_files, recover, replace_artifact
+from specedge.export.settings import QUANT_BITS, ExportSettings
+from specedge.export.source import SourceModel, inspect_source, load_source
+from specedge.export.source_check import SourceSummary
+from specedge.models.locks import ensure_space, ensure_writable, exclusive, is_disk_full, remove_scratch
 
 GRAPH_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from specedge.contract import MANIFEST_NAME
+from specedge.core.contract import MANIFEST_NAME
 from specedge.export.settings import EXPORT_FORMAT, ExportSettings
 from specedge.models.paths import artifacts_dir
 

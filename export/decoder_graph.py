@@ -33,13 +33,13 @@ from collections.abc import Callable
 import numpy as np
 from onnx import TensorProto
 
+from specedge.core.costs import WeightCosts
 from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec, quantize_blockwise, quantize_per_channel
 from specedge.export.source import DecoderConfig, SourceModel
 from specedge.kernels.int4_layout import from_nbits
 from specedge.kernels.native import DOMAIN as ROWS_DOMAIN
 from specedge.kernels.native import OP as ROWS_OP
-from specedge.runtime.traffic import WeightCosts
 
 F32 = TensorProto.FLOAT
 U8 = TensorProto.UINT8

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.export.source_check import ARRAY, GGUF_MAGIC, MAX_DIMS, STRING, _Reader, overlapping
 
 # GGUF value types -> struct formats (little-endian); 8 = string and 9 = array are read apart

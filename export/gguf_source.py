@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import MAX_VOCAB
 from specedge.export.gguf_file import GgufFile, TensorInfo, dequantize, read_raw
 from specedge.export.source_config import CRAFTED
-from specedge.runtime.manifest import MAX_VOCAB
 
 # what transformers' config classes default to when the file does not say
 CLASS_DEFAULTS = {

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.export.source_check import SafetensorsEntry, safetensors_entries
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.runtime import qnn
 
 MODES = ("shared", "per-width", "both")
@@ -58,7 +58,7 @@ def compile_contexts(folder: Path, soc: str | None = None, shared: bool = True,
                      threads: int | None = None) -> CompiledContexts:
     """Compile every width's graph of the QNN artifact `folder` for `soc` (see the module doc)."""
     from specedge.export.artifact import peak_rss_bytes
-    from specedge.runtime.session import ProviderSetup, _make_qnn_session, _session_options, check_provider
+    from specedge.runtime.session import ProviderSetup, check_provider, make_qnn_session, session_options
 
     check_provider("qnn")
     folder = Path(folder)
@@ -82,7 +82,7 @@ def compile_contexts(folder: Path, soc: str | None = None, shared: bool = True,
                                   entries, graph=graph)
             print(f"specedge: qnn: compiling {graph.name} for {qnn.soc_label(soc)}", flush=True)
             try:
-                sessions.append(_make_qnn_session(setup, _session_options(setup, threads)))
+                sessions.append(make_qnn_session(setup, session_options(setup, threads)))
             except Exception as e:
                 first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
                 raise SpecEdgeError(f"QNN could not compile {graph.name} for {qnn.soc_label(soc)}: {first}",

@@ -18,8 +18,8 @@ import stat
 import sys
 from pathlib import Path
 
-from specedge.errors import SpecEdgeError
-from specedge.runtime.manifest import MANIFEST_NAME, parse_manifest
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import MANIFEST_NAME, parse_manifest
 
 OLD_MARK = ".replaced-"
 KEEP_FIX = "choose a new --out; specedge replaces only its own artifacts, even with --force"

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from specedge.contract import (  # what the manifest may say: see specedge/contract.py
+from specedge.core.contract import (  # what the manifest may say: see core/contract.py
     ATTENTION,
     INT4_KERNELS,
     QUANT_BITS,
     TARGETS,
 )
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 
 __all__ = ["ATTENTION", "DEFAULT_CONTEXT", "DEFAULT_WIDTHS", "EXPORT_FORMAT", "QUANT_BITS", "TARGETS", "ExportSettings"]
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import sha256_file
 from specedge.export.lazy_weights import LazyWeights
 from specedge.export.source_check import SourceSummary, check_gguf, check_hf_folder
 from specedge.export.source_config import (
@@ -25,7 +26,6 @@ from specedge.export.source_config import (
     expected_shapes,
 )
 from specedge.export.source_tokenizer import SourceTokenizer, gguf_tokenizer, hf_tokenizer
-from specedge.runtime.manifest import sha256_file
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "mistral")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt")

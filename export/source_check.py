@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 
 GGUF_MAGIC = b"GGUF"
 MAX_ITEMS = 1 << 20  # key/value pairs or tensors in one header

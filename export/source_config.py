@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specedge.errors import SpecEdgeError
-from specedge.runtime.manifest import (
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import (
     MAX_HEAD_DIM,
     MAX_HEADS,
     MAX_HIDDEN,

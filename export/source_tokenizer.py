@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 
 CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values
 

@@ -13,7 +13,7 @@ import copy
 
 import onnx
 
-from specedge.contract import graph_name, logits_rows  # a width's file and logits rows: the graph contract
+from specedge.core.contract import graph_name, logits_rows  # a width's file and logits rows: the graph contract
 
 __all__ = ["DIMS", "fix_dims", "graph_name", "logits_rows"]
 

@@ -47,6 +47,11 @@ def expected_tokens(alpha: float, gamma: int) -> float:
     return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
 
 
+def round_rate(alpha: float, gamma: int, t_draft: float, t_verify: float) -> float:
+    """Tokens per second of rounds of γ drafts at acceptance α: E(α,γ) / (γ·t_draft + t_verify(γ+1))."""
+    return expected_tokens(alpha, gamma) / (gamma * t_draft + t_verify)
+
+
 def accept_sampled(draft_tokens: np.ndarray, p: np.ndarray, draws: Draws, start: int) -> AcceptResult:
     """draft_tokens [k], for positions start .. start+k-1; p [k+1, V], the target's distributions
     for positions start .. start+k. The target draws position by position until its token differs

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PANELS = {1: 8, 2: 32}  # the op's `layout` attribute -> output columns per panel (a new packing: a new number)
+from specedge.core.contract import ROWS_LAYOUTS
+
+PANELS = ROWS_LAYOUTS  # the op's `layout` attribute -> output columns per panel (a new packing: a new number)
 WIDE_ISAS = ("avx512-vnni",)  # the kernel's paths that read layout 2 best
 
 

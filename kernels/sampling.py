@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 
 TOKEN_NOISE = 0  # the purpose in a noise key: the Exp(1) race that picks the token at a position
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import sha256_file
+from specedge.core.progress import Progress
 from specedge.models.locks import ensure_space, exclusive, is_disk_full, remove_scratch
 from specedge.models.paths import weights_dir
 from specedge.models.registry import ModelEntry, Part, get_model, installed_part
-from specedge.progress import Progress
-from specedge.runtime.manifest import sha256_file
 
 CHUNK = 1 << 22
 

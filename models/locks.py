@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt

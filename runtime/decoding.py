@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_rejection, accept_sampled
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count, probabilities
 from specedge.runtime.constraints import Constraint, Guide, mask_rows

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from specedge.contract import MASK_VALUE
+from specedge.core.contract import MASK_VALUE
 
 Feeds = dict[str, np.ndarray]
 FeedBuilder = Callable[[Sequence[int], int, int], tuple[Feeds, int]]

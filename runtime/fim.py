@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.runtime.model import check_token_ids
 from specedge.runtime.text import TextCodec
 

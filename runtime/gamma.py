@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specedge.contract import gamma_choices, round_rate
+from specedge.core.contract import gamma_choices
+from specedge.kernels.acceptance import round_rate
 
 PRIOR_ALPHA = 0.7
 PRIOR_COUNT = 2.0  # pseudo-counts of the prior

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from specedge.contract import gamma_choices
-from specedge.errors import SpecEdgeError
+from specedge.core.contract import gamma_choices
+from specedge.core.errors import SpecEdgeError
 from specedge.runtime.constraints import Constraint
 from specedge.runtime.decoding import SpecConfig, decode_tokens
 from specedge.runtime.drafters import (

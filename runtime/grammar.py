@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specedge.errors import DamagedArtifactError
-from specedge.runtime.manifest import Manifest
+from specedge.core.errors import DamagedArtifactError
+from specedge.core.manifest import Manifest
 
 Shape = tuple[int | str, ...]  # a dimension's size, or its symbol ("R", "T")
 

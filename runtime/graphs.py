@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specedge.contract import logits_rows
-from specedge.errors import SpecEdgeError
-from specedge.runtime.manifest import Manifest
+from specedge.core.contract import logits_rows
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import Manifest
 from specedge.runtime.session import create_session
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 
 FLOAT_BYTES = 4  # the cache is float32
 
@@ -92,13 +92,19 @@ class KVCache:
     def reuse_prefix(self, tokens: Sequence[int], limit: int) -> int:
         """Keep the longest common prefix of the cached tokens and `tokens`, at most `limit`
         entries; returns how many are kept."""
-        n = 0
-        for cached, new in zip(self.tokens[:limit], tokens, strict=False):
-            if cached != new:
-                break
-            n += 1
+        n = common_prefix(self.tokens, tokens, limit)
         self.truncate(n)
         return n
+
+
+def common_prefix(cached: Sequence[int], tokens: Sequence[int], limit: int) -> int:
+    """How many leading tokens `cached` and `tokens` share, at most `limit`."""
+    n = 0
+    for a, b in zip(cached[:limit], tokens, strict=False):
+        if a != b:
+            break
+        n += 1
+    return n
 
 
 def check_fits(needed: int, memory: int | None, what: str, where: str) -> None:

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
-from specedge.contract import MAX_VERIFY_WIDTH
-from specedge.errors import SpecEdgeError
+from specedge.core.contract import MAX_VERIFY_WIDTH
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import Manifest, load_manifest
 from specedge.kernels.sampling import argmax
 from specedge.runtime.feeds import FEEDS, attention_bias
 from specedge.runtime.graph_facts import check_graphs
 from specedge.runtime.graphs import open_graphs
 from specedge.runtime.kernel_probe import u8s8_exact
 from specedge.runtime.kv_cache import KVCache
-from specedge.runtime.manifest import Manifest, load_manifest
 from specedge.runtime.rows import ONE_ROW, RowPolicy, plan_pass
 from specedge.runtime.runners import CopyRunner, InPlaceRunner
 from specedge.runtime.traffic import Traffic, pass_traffic

@@ -32,8 +32,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from specedge.contract import MAX_VERIFY_WIDTH
-from specedge.errors import SpecEdgeError
+from specedge.core.contract import MAX_VERIFY_WIDTH
+from specedge.core.errors import SpecEdgeError
 
 EP_NAME = "QNNExecutionProvider"
 CONTEXT_DIR = "qnn_ctx"

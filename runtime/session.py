@@ -25,7 +25,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.kernels import native
 from specedge.runtime import qnn
 
@@ -131,7 +131,8 @@ def resolve_provider(provider: str, fallback: str | None = None) -> str:
         return fallback
 
 
-def _session_options(setup: ProviderSetup, threads: int | None, spin: bool = False) -> ort.SessionOptions:
+def session_options(setup: ProviderSetup, threads: int | None, spin: bool = False) -> ort.SessionOptions:
+    """The options a session of `setup` is made with (also the export's, compiling QNN contexts)."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -162,7 +163,7 @@ def create_session(graph: Path, provider: str = "cpu", threads: int | None = Non
         check_built_for_qnn(Path(graph))
         return _qnn_width_session(Path(graph), width, context, threads)
     setup = provider_setup(provider, Path(graph), width, context)
-    opts = _session_options(setup, threads, spin)
+    opts = session_options(setup, threads, spin)
     try:
         return ort.InferenceSession(str(setup.graph), opts, providers=[(setup.ort_name, setup.provider_options)])
     except Exception as e:  # onnxruntime raises its own exception types for bad graphs
@@ -226,7 +227,7 @@ def _qnn_session(setup: ProviderSetup, threads: int | None) -> ort.InferenceSess
             setup = dataclasses.replace(setup, session_entries=entries, qnn=plan)
     print(f"specedge: {plan.message}", file=sys.stderr, flush=True)
     try:
-        session = _make_qnn_session(setup, _session_options(setup, threads))
+        session = make_qnn_session(setup, session_options(setup, threads))
     except Exception as e:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
@@ -244,7 +245,8 @@ def _qnn_session(setup: ProviderSetup, threads: int | None) -> ort.InferenceSess
     return session
 
 
-def _make_qnn_session(setup: ProviderSetup, opts: ort.SessionOptions) -> ort.InferenceSession:
+def make_qnn_session(setup: ProviderSetup, opts: ort.SessionOptions) -> ort.InferenceSession:
+    """A session on the QNN provider, built in (onnxruntime-qnn 1.x) or as the plugin's device."""
     if qnn.built_in():  # onnxruntime-qnn 1.x: QNN compiled into onnxruntime
         return ort.InferenceSession(str(setup.graph), opts, providers=[(setup.ort_name, setup.provider_options)])
     devices = qnn.ep_devices()
@@ -263,7 +265,7 @@ def fallback_nodes(setup: ProviderSetup, threads: int | None = None) -> list[tup
     entries |= {"session.disable_cpu_ep_fallback": "0", "session.record_ep_graph_assignment_info": "1"}
     options = dict(setup.provider_options, htp_graph_finalization_optimization_mode="1")
     probe = dataclasses.replace(setup, session_entries=entries, provider_options=options)
-    session = _make_qnn_session(probe, _session_options(probe, threads))
+    session = make_qnn_session(probe, session_options(probe, threads))
     return [(node.name or "(unnamed)", node.op_type) for sub in session.get_provider_graph_assignment_info()
             if sub.ep_name != setup.ort_name for node in sub.get_nodes()]
 

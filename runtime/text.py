@@ -15,8 +15,8 @@ from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from tokenizers import Tokenizer
 
-from specedge.errors import DamagedArtifactError, SpecEdgeError
-from specedge.runtime.manifest import TOKENIZER_NAME, Manifest
+from specedge.core.errors import DamagedArtifactError, SpecEdgeError
+from specedge.core.manifest import TOKENIZER_NAME, Manifest
 from specedge.runtime.template_bounds import FILTER_SIZES, GLOBAL_SIZES, call_size, method_size, percent_size, text_size
 from specedge.runtime.text_checks import check_ids, check_messages, check_text, check_vocabulary
 from specedge.runtime.tools import template_messages

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from specedge.errors import DamagedArtifactError, InvalidTextError
-from specedge.runtime.manifest import TOKENIZER_NAME, Manifest
+from specedge.core.errors import DamagedArtifactError, InvalidTextError
+from specedge.core.manifest import TOKENIZER_NAME, Manifest
 
 FOREIGN = "the tokenizer belongs to another model"
 

@@ -10,21 +10,9 @@ For one pass of width S over a cache buffer of T slots with R logits rows:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class WeightCosts:
-    matmul_bytes: int = 0  # read in full by every pass
-    matmul_params: int = 0  # multiply-adds per token: 2 * matmul_params FLOPs a position
-    head_bytes: int = 0  # the output head's share of matmul_bytes
-    other_bytes: int = 0  # norms, biases: read in full by every pass
-    gather_row_bytes: int = 0  # bytes of one position's rows of the gathered tables
-    kv_slot_bytes: int = 0  # K and V of one token slot, all layers
-    vocab_size: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
+from specedge.core.costs import WeightCosts
 
 
 @dataclass

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from specedge.core.manifest import load_manifest
 from specedge.runtime import OnnxModel, qnn
-from specedge.runtime.manifest import load_manifest
 from specedge.runtime.text import TextCodec
 
 TEXTS = [  # code, prose, a chat turn: kinds of text the pair serves

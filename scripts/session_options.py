@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import onnxruntime as ort
 
+from specedge.core.manifest import load_manifest
 from specedge.device_profiles.cpu import cpu_info
 from specedge.options import artifact_arg
 from specedge.profiling import time_widths
 from specedge.runtime import OnnxModel, session
-from specedge.runtime.manifest import load_manifest
 from specedge.runtime.row_groups import probe_rows
 
 Tweak = Callable[[ort.SessionOptions], None]
@@ -54,7 +54,7 @@ OPTION_SETS: dict[str, Tweak | None] = {
 
 
 def timed(folder, tweak: Tweak | None, widths: list[int]) -> dict[int, float]:
-    original = session._session_options
+    original = session.session_options
 
     def patched(*args, **kwargs):
         opts = original(*args, **kwargs)
@@ -62,11 +62,11 @@ def timed(folder, tweak: Tweak | None, widths: list[int]) -> dict[int, float]:
             tweak(opts)
         return opts
 
-    session._session_options = patched
+    session.session_options = patched
     try:
         model = OnnxModel(folder, verify=False)  # its files were checked once, in main
     finally:
-        session._session_options = original
+        session.session_options = original
     rows = probe_rows(model)
     out = time_widths(model, [1], repeats=9)
     out.update(time_widths(model, [w for w in widths if w % rows.group == 0], repeats=9, rows=rows))

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import CpuInfo, cpu_info
-from specedge.errors import SpecEdgeError
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.drafters import Drafter, build_drafter

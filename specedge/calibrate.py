@@ -25,8 +25,8 @@ from typing import TypeVar
 
 from specedge.calibration import CALIBRATION, TOKENS
 from specedge.choose import STOPPED, Candidate, Way, WayRun, prune
-from specedge.contract import MAX_VERIFY_WIDTH
-from specedge.errors import SpecEdgeError
+from specedge.core.contract import MAX_VERIFY_WIDTH
+from specedge.core.errors import SpecEdgeError
 from specedge.profiling import artifact_id, time_widths
 from specedge.runtime import OnnxModel
 from specedge.runtime.decoding import SpecConfig

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.runtime.generator import Generator, check_gamma
 from specedge.runtime.stats import GenerationStats
 from specedge.runtime.text import Message

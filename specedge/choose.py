@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specedge.contract import round_rate
+from specedge.kernels.acceptance import round_rate
 
 DRAFTERS = ("none", "draft", "hybrid")  # 1-token plain steps; the pair's draft, γ auto; draft + n-gram, γ auto
 STOPPED = 0.0  # a text not decoded: the way was already slower than plain decoding on an earlier one

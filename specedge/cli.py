@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specedge import __version__
-from specedge.errors import DamagedArtifactError, SpecEdgeError
+from specedge.core.errors import DamagedArtifactError, SpecEdgeError
 from specedge.models.locks import is_disk_full
 from specedge.models.registry import DEFAULT_PAIR, MODELS, PAIRS, get_pair
 from specedge.options import (

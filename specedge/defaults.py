@@ -15,9 +15,9 @@ from pathlib import Path
 
 from specedge.calibration import CALIBRATION
 from specedge.choose import Choice, pick, recorded_choice, verdict
+from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import cpu_info
 from specedge.device_profiles.profiles import DeviceProfile, ProfileError, load_profile, save_profile
-from specedge.errors import SpecEdgeError
 from specedge.models.locks import ensure_writable, exclusive
 from specedge.models.registry import PAIRS, get_model, get_pair
 from specedge.profiling import THIS_DEVICE, new_profile, profiles_dir

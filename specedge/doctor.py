@@ -6,10 +6,10 @@ from pathlib import Path
 
 import onnxruntime as ort
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import Manifest, load_manifest
 from specedge.models.paths import artifacts_dir
 from specedge.runtime import qnn
-from specedge.runtime.manifest import Manifest, load_manifest
 from specedge.runtime.session import PROVIDERS, WHERE_TO_GET, available
 
 

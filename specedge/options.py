@@ -158,7 +158,7 @@ def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequenc
 def artifact_arg(value: str) -> Path:
     """An artifact folder, or the name of a registry model, optionally NAME:QUANT (fetched and
     exported on first use; without a quant, the export chosen for this machine)."""
-    from specedge.contract import QUANT_BITS  # numpy (through kernels): loaded when a command runs
+    from specedge.core.contract import QUANT_BITS  # numpy (through kernels): loaded when a command runs
 
     path = Path(value)
     name, _, quant = value.partition(":")

@@ -10,7 +10,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from specedge.contract import MAX_VERIFY_WIDTH, gamma_choices
+from specedge.core.contract import MAX_VERIFY_WIDTH, gamma_choices
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import Manifest, load_manifest
 from specedge.device_profiles.measure import measure_bandwidth
 from specedge.device_profiles.predict import PassModel, Prediction, efficiency, predict
 from specedge.device_profiles.profiles import (
@@ -23,11 +25,9 @@ from specedge.device_profiles.profiles import (
     profile_file,
     save_profile,
 )
-from specedge.errors import SpecEdgeError
 from specedge.kernels.acceptance import expected_tokens
 from specedge.models.paths import cache_root
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.manifest import Manifest, load_manifest
 from specedge.runtime.row_groups import probe_rows
 from specedge.runtime.rows import ONE_ROW, RowPolicy
 from specedge.runtime.traffic import pass_traffic

@@ -4,7 +4,7 @@ cannot be read at all), the error names `specedge fetch NAME:QUANT --reexport`, 
 weights (fetching them again if they changed) and exports them into the cache anew. A folder of the
 user's own is never rebuilt by specedge: its error names `specedge export`, with `--force` where
 that replaces it (its manifest reads), else into the same path once the user has moved the folder
-away (specedge/errors.py DamagedArtifactError)."""
+away (core/errors.py DamagedArtifactError)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from specedge.contract import MANIFEST_NAME, QUANT_BITS
-from specedge.errors import DamagedArtifactError, SpecEdgeError, export_with_force
+from specedge.core.contract import MANIFEST_NAME, QUANT_BITS
+from specedge.core.errors import DamagedArtifactError, SpecEdgeError, export_with_force
+from specedge.core.manifest import parse_manifest
 from specedge.models.fetch import fetch
 from specedge.models.locks import exclusive
 from specedge.models.paths import artifacts_dir
 from specedge.models.registry import MODELS, ModelEntry, get_model
 from specedge.resolve import cached_artifact, export_settings
-from specedge.runtime.manifest import parse_manifest
 
 
 def export_quants(entry: ModelEntry) -> tuple[str, ...]:

@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from specedge.contract import MANIFEST_NAME
-from specedge.errors import SpecEdgeError
+from specedge.core.contract import MANIFEST_NAME
+from specedge.core.errors import SpecEdgeError
 from specedge.export.cache import artifact_path, is_exported
 from specedge.export.settings import ExportSettings, int4_kernel_here, int8_weights_here
 from specedge.models.fetch import fetch

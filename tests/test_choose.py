@@ -205,7 +205,7 @@ def test_chat_on_a_pair_decodes_the_chosen_way_unless_flags_say_otherwise(
 
 def test_a_failed_measurement_is_one_line(tmp_path: Path) -> None:
     from specedge import calibrate
-    from specedge.errors import SpecEdgeError
+    from specedge.core.errors import SpecEdgeError
 
     with pytest.raises(SpecEdgeError, match="failed") as e:
         calibrate.measure_in_child({"int4": tmp_path / "missing"}, None)

@@ -235,7 +235,7 @@ def test_a_chat_prompt_that_fails_exits_non_zero(tiny_llama: tuple[Path, Path, P
 
 def forged(art: Path, **manifest_values: object) -> None:
     """Set manifest fields, and seal a swapped tokenizer's checksum and fingerprint, as a forger would."""
-    from specedge.runtime.manifest import sha256_file, tokenizer_fingerprint
+    from specedge.core.manifest import sha256_file, tokenizer_fingerprint
 
     manifest = json.loads((art / "manifest.json").read_text())
     manifest.update(manifest_values)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from specedge.cli import main
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
 from tests.fault_child import make_fake_wheels

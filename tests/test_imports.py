@@ -1,6 +1,8 @@
-"""The specedge package has no import circle: no module imports one that imports it back, directly
-or around a longer circle, at module level or inside a function (imports under `if TYPE_CHECKING`
-never run and are left out; so is the package `__init__` Python runs before a submodule)."""
+"""The specedge package is in layers, and has no import circle: a folder imports only the folders
+below it (LAYERS; docs/design.md draws the same table), and no module imports one that imports it
+back, directly or around a longer circle, at module level or inside a function (imports under
+`if TYPE_CHECKING` never run and are left out; so is the package `__init__` Python runs before a
+submodule, which holds only the version)."""
 
 from __future__ import annotations
 
@@ -65,3 +67,37 @@ def test_a_circle_inside_functions_is_found(tmp_path: Path) -> None:
     graph = import_graph({"specedge.a": tmp_path / "a.py", "specedge.b": tmp_path / "b.py"})
     with pytest.raises(graphlib.CycleError):
         tuple(graphlib.TopologicalSorter(graph).static_order())
+
+
+# folder (its package) -> the folders it may import; the app (specedge/: the CLI, chat, serve, bench)
+# may import every folder, and no folder imports the app
+LAYERS: dict[str, tuple[str, ...]] = {
+    "core": (),
+    "kernels": ("core",),
+    "models": ("core",),
+    "device_profiles": ("core", "kernels"),
+    "runtime": ("core", "kernels", "device_profiles"),
+    "export": ("core", "kernels", "models", "device_profiles", "runtime"),
+}
+
+
+def folder_of(module: str) -> str:
+    """specedge.runtime.model -> runtime; the app's modules (specedge.cli, specedge.serve.app) -> app."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "app"
+
+
+def test_each_folder_imports_only_the_folders_below_it() -> None:
+    graph = import_graph(package_modules())
+    crossings = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                       if b != "specedge" and folder_of(a) != "app" and folder_of(b) != folder_of(a)
+                       and folder_of(b) not in LAYERS[folder_of(a)])
+    assert graph["specedge.runtime.model"], "the graph sees imports at all"
+    assert not crossings, "imports across the layers: " + ", ".join(crossings)
+
+
+def test_the_layers_are_a_ladder() -> None:
+    """The rule itself has no circle, and reaches every folder: core at the bottom."""
+    order = tuple(graphlib.TopologicalSorter({f: set(below) for f, below in LAYERS.items()}).static_order())
+    assert order[0] == "core" and set(order) == set(LAYERS)
+

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.runtime.grammar import COMPACT, Grammar, grammar_text
 from specedge.runtime.tools import CLOSE, OPEN, ToolCall, open_call_at, split_tool_calls
 from specedge.serve.protocol import invalid

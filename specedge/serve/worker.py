@@ -22,9 +22,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.runtime.generator import GenerationResult, Generator, Segment, TextStream
 from specedge.runtime.grammar import Grammar
+from specedge.runtime.kv_cache import common_prefix
 from specedge.runtime.logprobs import TokenLogprob
 from specedge.serve.metrics import Metrics
 from specedge.serve.protocol import APIError
@@ -87,13 +88,9 @@ class Job:
 
 
 def cached_prefix(cached: Sequence[int], prompt: Sequence[int]) -> int:
-    """How many prompt tokens the target's prefill will keep from its cache (as KVCache.reuse_prefix)."""
-    n = 0
-    for a, b in zip(cached[:max(len(prompt) - 1, 0)], prompt, strict=False):
-        if a != b:
-            break
-        n += 1
-    return n
+    """How many prompt tokens the target's prefill will keep from its cache: OnnxModel.prefill's
+    KVCache.reuse_prefix, which feeds the prompt's last token again for its logits."""
+    return common_prefix(cached, prompt, max(len(prompt) - 1, 0))
 
 
 def piece_logprobs(stream: TextStream, segment: Segment, sent: int) -> tuple[TokenLogprob, ...]:

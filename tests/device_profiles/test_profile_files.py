@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles import profiles
 from specedge.device_profiles.profiles import BUILTIN_DIR, ProfileError, load_profile
-from specedge.errors import SpecEdgeError
 from specedge.profiling import device_profile, measured_bandwidth
 
 CORRUPT = {

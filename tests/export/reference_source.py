@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.export.lazy_weights import LazyWeights
 from specedge.export.source import (
     SUPPORTED_ARCHITECTURES,

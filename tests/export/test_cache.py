@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specedge.contract import MANIFEST_NAME
+from specedge.core.contract import MANIFEST_NAME
 from specedge.export.cache import artifact_path
 from specedge.export.settings import ExportSettings
 from specedge.kernels import native

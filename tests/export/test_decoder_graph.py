@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
+from specedge.core.manifest import load_manifest
 from specedge.runtime import OnnxModel
-from specedge.runtime.manifest import load_manifest
 from tests.numpy_forward import reference_logits
 
 IDS = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 35, 32, 97, 98, 99, 100]
@@ -189,7 +189,7 @@ def test_a_truncated_head_scores_the_first_ids_and_only_drafts(tiny_pair: tuple[
                                                                 tmp_path: Path) -> None:
     """--head-vocab N: the logits are the first N columns of the full head's; such a model may
     draft but refuses to be a target, and N must be below the vocabulary."""
-    from specedge.errors import SpecEdgeError
+    from specedge.core.errors import SpecEdgeError
     from specedge.export.artifact import export_model
     from specedge.export.settings import ExportSettings
     from specedge.runtime import Generator

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
 from specedge.export.source_check import check_gguf

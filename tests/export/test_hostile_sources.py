@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import load_manifest
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
-from specedge.runtime.manifest import load_manifest
 from tests.export.hostile_sources import HIDDEN, hf_copy, limited_memory, rewrite_safetensors_header, write_gguf
 
 SETTINGS = ExportSettings(quant="fp32", context=64, widths=(1, 5))
@@ -46,7 +46,7 @@ def test_a_huge_layer_count_is_refused_under_a_memory_limit(tmp_path: Path) -> N
     process that may not take more than 2 GiB."""
     src = write_gguf(tmp_path / "layers.gguf", {"llama.block_count": (1 << 32) - 1})
     script = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
-              "from pathlib import Path\nfrom specedge.errors import SpecEdgeError\n"
+              "from pathlib import Path\nfrom specedge.core.errors import SpecEdgeError\n"
               "from specedge.export.artifact import export_model\nfrom specedge.export.settings import ExportSettings\n"
               "settings = ExportSettings(quant='fp32', context=64, widths=(1, 5))\n"
               "try:\n    export_model(Path(sys.argv[1]), Path(sys.argv[2]), settings)\n"

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.export.artifact import export_model
 from specedge.export.checker import fp16_overflows
 from specedge.export.fp16_safe import norm_inputs, prescale_exponent, safe_rms_norms

@@ -10,12 +10,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import load_manifest
 from specedge.export.artifact import export_model
 from specedge.export.checker import DML_MAX_OPSET, check_graph
 from specedge.export.settings import ExportSettings
 from specedge.runtime import OnnxModel
-from specedge.runtime.manifest import load_manifest
 from tests.tiny_models import make_tiny_model
 
 WIDTHS = (1, 2, 5)

@@ -11,14 +11,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import load_manifest
 from specedge.eval_text import EVAL_TEXT
 from specedge.export.artifact import export_model
 from specedge.export.checker import check_graph
 from specedge.export.settings import ExportSettings
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.manifest import load_manifest
 from tests.tiny_models import make_tiny_model
 
 WIDTHS = (1, 2, 3, 5, 8)

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specedge.contract import TOKENIZER_NAME
-from specedge.errors import SpecEdgeError
+from specedge.core.contract import TOKENIZER_NAME
+from specedge.core.errors import SpecEdgeError
 from specedge.export import artifact
 from specedge.export.artifact import DATA_FILE, GRAPH_FILE, export_model
 from specedge.export.lazy_weights import LazyWeights

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.kernels.sampling import Draws, SamplingParams, keyed_exponentials, probabilities, race, softmax
 
 LOGITS = np.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.models import fetch as fetch_mod
 from specedge.models import registry
 from specedge.models.fetch import PipDownloader, fetch, is_fetched, verified_path

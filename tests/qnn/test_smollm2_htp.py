@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specedge.core.manifest import load_manifest
 from specedge.runtime import Generator, OnnxModel, SpecConfig, qnn
 from specedge.runtime.drafters import NgramDrafter
-from specedge.runtime.manifest import load_manifest
 from specedge.runtime.text import TextCodec
 from tests.qnn.conftest import compile_once
 

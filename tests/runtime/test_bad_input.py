@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import load_manifest
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
 from specedge.runtime import Generator, SpecConfig
 from specedge.runtime import text as text_module
-from specedge.runtime.manifest import load_manifest
 from specedge.runtime.text import TextCodec
 
 HI = [{"role": "user", "content": "hi"}]

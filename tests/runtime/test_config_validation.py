@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime import Generator, SpecConfig
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.runtime import Generator
 from specedge.runtime.fim import FimTokens, NoFimTokens, fim_prompt, find_fim_tokens
 from specedge.runtime.text import TextCodec

@@ -1,6 +1,6 @@
 """γ auto on hand-made acceptance and pass times."""
 
-from specedge.contract import gamma_choices
+from specedge.core.contract import gamma_choices
 from specedge.export.settings import DEFAULT_WIDTHS
 from specedge.kernels.acceptance import expected_tokens
 from specedge.runtime.gamma import GammaController

@@ -11,9 +11,9 @@ from typing import Any
 import onnx
 import pytest
 
-from specedge.errors import DamagedArtifactError
+from specedge.core.errors import DamagedArtifactError
+from specedge.core.manifest import MANIFEST_NAME
 from specedge.runtime.graph_facts import parse_graph, read_graph
-from specedge.runtime.manifest import MANIFEST_NAME
 from specedge.runtime.model import OnnxModel
 
 

@@ -14,9 +14,9 @@ def test_runtime_loads_no_torch_transformers_or_optimum() -> None:
 
 
 def test_runtime_and_the_contract_import_nothing_of_export() -> None:
-    """The graph contract both sides share lives in specedge/contract.py: no runtime module reaches
+    """The graph contract both sides share lives in core/contract.py: no runtime module reaches
     into the export package (whose modules need the export extra)."""
-    code = ("import importlib, pkgutil, sys, specedge.runtime, specedge.contract\n"
+    code = ("import importlib, pkgutil, sys, specedge.runtime, specedge.core.contract\n"
             "for m in pkgutil.iter_modules(specedge.runtime.__path__):\n"
             "    importlib.import_module('specedge.runtime.' + m.name)\n"
             "print(','.join(m for m in sys.modules if m.startswith('specedge.export')))")

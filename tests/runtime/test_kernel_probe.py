@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
 from specedge.runtime import OnnxModel

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime import Generator, SpecConfig
 from specedge.runtime.logprobs import log_softmax, token_logprobs, top_tokens

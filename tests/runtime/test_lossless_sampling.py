@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.kernels.acceptance import accept_sampled
 from specedge.kernels.sampling import Draws, SamplingParams, probabilities
 from specedge.runtime import Generator, OnnxModel, SpecConfig

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime import Generator, OnnxModel, SpecConfig, row_groups
 from specedge.runtime.decoding import pad_guesses

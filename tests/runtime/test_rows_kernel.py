@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.export import settings as settings_module
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings, int4_kernel_here

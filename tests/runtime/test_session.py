@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.runtime import qnn
 from specedge.runtime.session import QNN_CPU_FALLBACK_ENV, provider_setup, qnn_context_path, resolve_provider
 
@@ -105,9 +105,9 @@ def test_missing_provider_names_the_package_and_fallback_says_so(provider: str, 
 def test_threads_stop_spinning_between_passes(tiny_llama) -> None:
     """Target and draft alternate: neither session's threads may spin through the other's pass."""
     from specedge.runtime import OnnxModel
-    from specedge.runtime.session import _session_options, provider_setup
+    from specedge.runtime.session import provider_setup, session_options
 
-    opts = _session_options(provider_setup("cpu", tiny_llama[1] / "model.onnx"), threads=2)
+    opts = session_options(provider_setup("cpu", tiny_llama[1] / "model.onnx"), threads=2)
     assert opts.get_session_config_entry("session.force_spinning_stop") == "1"
     assert opts.intra_op_num_threads == 2
     assert opts.get_session_config_entry("session.set_denormal_as_zero") == "1"

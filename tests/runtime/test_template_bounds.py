@@ -15,7 +15,7 @@ import tracemalloc
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.runtime import template_bounds as tb
 from specedge.runtime.text import MAX_CHARS, BoundedSandbox, TextCodec
 
@@ -201,7 +201,7 @@ import gc, json, resource, sys, time
 limit = int(sys.argv[1])
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 gc.disable()  # what a failed render built must go by reference counting alone, as in a server between collections
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
 from specedge.runtime.text import BoundedSandbox, TextCodec
 
 def rss():

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-from specedge.errors import DamagedArtifactError, InvalidTextError, SpecEdgeError
+from specedge.core.errors import DamagedArtifactError, InvalidTextError, SpecEdgeError
+from specedge.core.manifest import MANIFEST_NAME, sha256_file, tokenizer_fingerprint
 from specedge.runtime import Generator, SpecConfig
-from specedge.runtime.manifest import MANIFEST_NAME, sha256_file, tokenizer_fingerprint
 from tests.tiny_models import SPECIALS, byte_tokenizer
 
 

@@ -8,10 +8,17 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from specedge.contract import ATTENTION, INT4_KERNELS, MANIFEST_NAME, QUANT_BITS, TARGETS, TOKENIZER_NAME
-from specedge.errors import DamagedArtifactError, SpecEdgeError
-from specedge.kernels.int4_layout import PANELS as ROWS_LAYOUTS
-from specedge.runtime.traffic import WeightCosts
+from specedge.core.contract import (
+    ATTENTION,
+    INT4_KERNELS,
+    MANIFEST_NAME,
+    QUANT_BITS,
+    ROWS_LAYOUTS,
+    TARGETS,
+    TOKENIZER_NAME,
+)
+from specedge.core.costs import WeightCosts
+from specedge.core.errors import DamagedArtifactError, SpecEdgeError
 
 __all__ = ["MANIFEST_NAME", "TOKENIZER_NAME", "Manifest", "Quantization", "load_manifest", "sha256_file"]
 

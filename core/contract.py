@@ -1,15 +1,13 @@
-"""The graph contract: what an export writes and the runtime reads, in one place both import.
+"""The graph contract: what an export writes and the runtime reads, in one place every layer imports.
 
-Light on purpose (the standard library and the acceptance formula of `kernels`): export, runtime,
-device profiles and the CLI share it without importing each other, and without torch or
-onnxruntime. The graphs' inputs and outputs are described in docs/design.md.
+The standard library only: the runtime reads artifacts without importing the export (which needs
+its extra), and nothing here pulls in torch, onnx or onnxruntime. The graphs' inputs and outputs
+are described in docs/design.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-from specedge.kernels.acceptance import expected_tokens
 
 # -- files of an artifact ------------------------------------------------------------------------
 MANIFEST_NAME = "manifest.json"
@@ -33,6 +31,9 @@ ATTENTION = ("exact", "fused")
 # CPU and the block); rows, specedge's own ai.specedge::MatMulInt4Rows (kernels/native/): each row
 # computed alone, bit for bit the same at any width, so an exact-attention graph is row-exact as built
 INT4_KERNELS = ("nbits", "rows")
+# the rows kernel's weight layouts (the op's `layout` attribute) -> output columns per panel: 1, panels
+# of 8 (its AVX2, ARM and portable paths); 2, panels of 32 (its AVX-512 VNNI path); kernels/int4_layout.py
+ROWS_LAYOUTS = {1: 8, 2: 32}
 # exact: every row of a wide pass bitwise equal to a 1-token step, as built, with row-exact weights (w8a8,
 # fp32, int4 block 32); fused: ONNX Runtime's GroupQueryAttention with the cache updated in place, faster
 # steps, rows exact only in whole groups (a draft, or a target verifying in row groups). Whether this CPU
@@ -52,7 +53,3 @@ def gamma_choices(widths: Iterable[int]) -> tuple[int, ...]:
     """The draft lengths γ >= 1 that exported widths can verify (width γ+1 <= MAX_VERIFY_WIDTH)."""
     return tuple(w - 1 for w in sorted(widths) if 2 <= w <= MAX_VERIFY_WIDTH)
 
-
-def round_rate(alpha: float, gamma: int, t_draft: float, t_verify: float) -> float:
-    """Tokens per second of rounds of γ drafts at acceptance α: E(α,γ) / (γ·t_draft + t_verify(γ+1))."""
-    return expected_tokens(alpha, gamma) / (gamma * t_draft + t_verify)

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from specedge.errors import SpecEdgeError
+from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import MANIFEST_NAME, load_manifest, sha256_file
 from specedge.runtime.kv_cache import KVCache
-from specedge.runtime.manifest import MANIFEST_NAME, load_manifest, sha256_file
 from specedge.runtime.model import OnnxModel
 from tests.tiny_models import byte_tokenizer
 
