@@ -98,7 +98,7 @@ def check_stop_strings(stop_strings: object) -> None:
                             "drop the empty --stop, or give it some text")
 
 
-def choose(logits: np.ndarray, params: SamplingParams, draws: Draws, position: int) -> int:
+def pick_token(logits: np.ndarray, params: SamplingParams, draws: Draws, position: int) -> int:
     """The target's own token at `position` from that position's row of logits [V]."""
     if params.greedy:
         return int(argmax(logits))
@@ -192,7 +192,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
     context = list(prompt)
     first = prefill(target, cache, prompt, rows)
     row = first if guide is None else mask_rows(first[None], guide.row_masks())[0]
-    context.append(choose(row, params, draws, len(context)))
+    context.append(pick_token(row, params, draws, len(context)))
     if guide is not None:
         guide.settle(0, context[-1])
     if on_logits is not None:
@@ -222,7 +222,8 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         drafted = len(draft.tokens)
         if drafter is not None and rows.group > 1:  # a speculative round: guesses in the pad rows
             guesses = pad_guesses(context, draft.tokens, rows.group, room)
-            draft.tokens += guesses if guide is None else guide.follow(guesses)
+            guesses = guesses if guide is None else guide.follow(guesses)
+            draft = dataclasses.replace(draft, tokens=[*draft.tokens, *guesses], guesses=len(guesses))
         # verify: one target pass over the pending token and the drafts, a row each
         t = time.perf_counter()
         out = target.forward([context[-1], *draft.tokens], cache, all_logits=True, rows=rows)
@@ -237,7 +238,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         n_guesses = result.n_accepted - n_drafts
         n_forced = draft.forced_in(n_drafts)  # always accepted: the drafter's own are the rest
         own, own_accepted = drafted - draft.forced_in(drafted), n_drafts - n_forced
-        stats.record_round(own, own_accepted, gamma, guessed=len(draft.tokens) - drafted,
+        stats.record_round(own, own_accepted, gamma, guessed=draft.guesses,
                            guessed_accepted=n_guesses, source=draft.source, forced=n_forced)
         if controller is not None:  # judged on the source's own drafts; the pass time is the padded one's
             controller.observe(own, own_accepted, t_draft, t_verify, source or "model", guessed_accepted=n_guesses,
@@ -249,6 +250,6 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
             on_logits(out.logits, new)
         context.extend(new)
         if drafter is not None:
-            drafter.accept(cache.length)
+            drafter.keep(cache.length)
         produced += len(new)
         yield new

@@ -37,6 +37,7 @@ class Draft:
     q: list[np.ndarray | None] = field(default_factory=list)
     source: str = ""  # where the tokens came from: "model", "ngram", "prediction" ("" none)
     forced: list[bool] = field(default_factory=list)  # per token: a grammar forced it (no pass drew it)
+    guesses: int = 0  # the last `guesses` tokens are prompt-lookup guesses in a row group's pad rows, not drafts
 
     def forced_in(self, n: int) -> int:
         """How many of the first n tokens a grammar forced."""
@@ -61,7 +62,7 @@ class Drafter(Protocol):
         a sampled token at position len(context) + j is drawn with `draws` at that position.
         guide: a grammar's masks (runtime/constraints.py), which every token proposed is consumed by."""
 
-    def accept(self, committed: int) -> None:
+    def keep(self, committed: int) -> None:
         """The first `committed` tokens of the context are final; forget anything beyond."""
 
 
@@ -75,7 +76,7 @@ class NgramDrafter:
     def begin(self, context: Sequence[int]) -> None:
         pass
 
-    def accept(self, committed: int) -> None:
+    def keep(self, committed: int) -> None:
         pass
 
     def match(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
@@ -116,7 +117,7 @@ class DraftModelDrafter:
         else:
             self.cache.reset()
 
-    def accept(self, committed: int) -> None:
+    def keep(self, committed: int) -> None:
         self.cache.truncate(committed)
 
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
@@ -179,8 +180,8 @@ class HybridDrafter:
     def begin(self, context: Sequence[int]) -> None:
         self.model.begin(context)
 
-    def accept(self, committed: int) -> None:
-        self.model.accept(committed)
+    def keep(self, committed: int) -> None:
+        self.model.keep(committed)
 
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         tokens, n = self.ngram.match(context, 1)
@@ -211,7 +212,7 @@ class PredictionDrafter:
     def begin(self, context: Sequence[int]) -> None:
         self.cursor = 0
 
-    def accept(self, committed: int) -> None:
+    def keep(self, committed: int) -> None:
         pass
 
     def place(self, context: Sequence[int]) -> int:
@@ -251,9 +252,9 @@ class PredictedDrafter:
         if self.other is not None:
             self.other.begin(context)
 
-    def accept(self, committed: int) -> None:
+    def keep(self, committed: int) -> None:
         if self.other is not None:
-            self.other.accept(committed)
+            self.other.keep(committed)
 
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         return self.prediction.sources(context) + (self.other.sources(context) if self.other is not None else ())

@@ -161,7 +161,7 @@ class TableDrafter:
     def begin(self, context: list[int]) -> None:
         pass
 
-    def accept(self, committed: int) -> None:
+    def keep(self, committed: int) -> None:
         pass
 
     def sources(self, context: list[int]) -> tuple[str, ...]:
