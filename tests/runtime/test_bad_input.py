@@ -14,7 +14,7 @@ from specedge.core.manifest import load_manifest
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
 from specedge.runtime import Generator, SpecConfig
-from specedge.runtime import text as text_module
+from specedge.runtime.template import sandbox
 from specedge.runtime.text import TextCodec
 
 HI = [{"role": "user", "content": "hi"}]
@@ -79,7 +79,7 @@ LOOPS = {  # each would run for hours, or allocate gigabytes, unbounded
 @pytest.mark.parametrize("case", list(LOOPS))
 def test_a_template_that_runs_long_or_grows_huge_is_stopped(tiny_llama: tuple[Path, Path, Path],
                                                             monkeypatch: pytest.MonkeyPatch, case: str) -> None:
-    monkeypatch.setattr(text_module, "RENDER_SECONDS", 0.3)
+    monkeypatch.setattr(sandbox, "RENDER_SECONDS", 0.3)
     start = time.monotonic()
     with pytest.raises(SpecEdgeError, match="chat template was stopped"):
         codec(tiny_llama, LOOPS[case]).render_chat(HI)

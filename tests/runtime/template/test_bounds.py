@@ -1,5 +1,5 @@
 """A chat template that would amplify its operands into gigabytes is refused before the work is
-done: sized up front (runtime/template_bounds.py), not stopped by the clock or after the fact.
+done: sized up front (runtime/template/bounds.py), not stopped by the clock or after the fact.
 One that builds many values each within the bounds is stopped by the render's total budget, one
 that hands a filter more items than a loop may take is refused before the filter walks them, and
 a failed render frees what it built at once (the hostile ones run in a child process under a
@@ -16,8 +16,9 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime import template_bounds as tb
-from specedge.runtime.text import MAX_CHARS, BoundedSandbox, TextCodec
+from specedge.runtime.template import bounds as tb
+from specedge.runtime.template.sandbox import MAX_CHARS, BoundedSandbox
+from specedge.runtime.text import TextCodec
 
 PEAK_BYTES = 64 << 20  # what refusing may take: the operands, never the result
 
@@ -202,7 +203,8 @@ limit = int(sys.argv[1])
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 gc.disable()  # what a failed render built must go by reference counting alone, as in a server between collections
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.text import BoundedSandbox, TextCodec
+from specedge.runtime.template.sandbox import BoundedSandbox
+from specedge.runtime.text import TextCodec
 
 def rss():
     with open("/proc/self/statm") as f:
