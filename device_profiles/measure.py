@@ -2,8 +2,8 @@
 
 The read is the native library's streaming read on every core (kernels/native/ort_op.cc), the
 best of a few rounds: numpy's float32 `sum` is compute-bound and reads well below what the
-decoder itself streams (17 against ~31 GB/s on a 2-core EPYC), which put "183% of bandwidth"
-under a chat answer. numpy's sum only where the library is absent (`Bandwidth.method` says which).
+decoder itself streams, so a roofline from it put the decoder above 100% of "bandwidth". numpy's
+sum only where the library is absent (`Bandwidth.method` says which).
 """
 
 from __future__ import annotations

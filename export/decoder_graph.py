@@ -6,7 +6,9 @@ Inputs:  input_ids [1,S] int64, position_ids [1,S] int64, attention_bias [1,S,T]
          past_value.i [1,kv_heads,T,head_dim] float32: a cache buffer of T slots (T = the
          capacity C on static providers, a bucket of the context on CPU).
 Outputs: logits [1,R,V], and per layer new_key.i / new_value.i [1,kv_heads,S,head_dim]: only
-         the S new entries; the host commits the accepted ones.
+         the S new entries; the host commits the accepted ones. A CPU graph exported with the cache
+         in place writes them into present_key.i / present_value.i (bound to the past buffers)
+         instead, and may also return next_ids [1,R] (each row's argmax).
 
 Attention scatters the new keys into the cache buffer at their positions and attends over the
 whole buffer under the mask. Every query row therefore reduces over the same slots in the same
@@ -15,8 +17,9 @@ MatMul kernels, logits are bitwise equal across widths, so greedy speculation is
 token-identical to plain decoding. Grouped-query heads attend through a reshape
 [1,heads,S,d] -> [1,kv_heads,group*S,d], never by repeating the cache.
 
-With attention="fused" (CPU only: drafts, and targets such as the int4 one that verify in whole
-groups of rows, runtime/row_groups.py) attention is ONNX Runtime's GroupQueryAttention over a KV
+With attention="fused" (CPU only: drafts, and int4 targets on MatMulNBits that verify in whole
+groups of rows, runtime/row_groups.py; an int4 target on specedge's own kernel keeps exact
+attention, row-exact at any width) attention is ONNX Runtime's GroupQueryAttention over a KV
 buffer it updates in place, and residual adds fuse into the norms: fewer nodes and no copy of the
 cache per pass, but ORT computes a lone row by another kernel path than rows in pairs, so its
 rows are bitwise equal across widths only in whole groups. Its contract:

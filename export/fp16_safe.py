@@ -2,12 +2,12 @@
 
 Only the MatMuls of a QNN graph are quantized; norms, residual adds, RoPE and softmax stay float,
 which the HTP runs in fp16 (max 65,504). The residual stream of real models carries a few huge
-channels - SmolLM2-135M's reaches |x| = 22,479 on calibration text, at the first token - so
-RMSNorm's x² overflows fp16 (5e8) and the logits come out wrong. A second limit, measured on
+channels, tens of thousands at the first token, so RMSNorm's x² overflows fp16 and the logits
+come out wrong. A second limit, measured on
 QNN's HTP compiler and simulator: a Div by a per-row tensor (x / m with m [1,S,1], S > 1) is
 computed as x * (1/m) with subnormals flushed, so any divisor above 2^14 = 16,384 gives 0.
-Everything else stays within 43k: every other float tensor is normalized, the residual itself,
-or bounded by the mask (-30,000).
+Everything else stays within fp16: every other float tensor is normalized, the residual itself,
+or bounded by the mask (-30,000); `fp16_overflows` checks it on calibration text.
 
 `safe_rms_norms` rewrites each RMSNorm, x / sqrt(mean(x²) + eps) * w, into the same function
 computed from x scaled into [-1, 1], squared by a Mul (the HTP's Pow is not to be trusted):

@@ -1,8 +1,8 @@
 """A GGUF file read as data: its metadata and tensor table from the header, each tensor's bytes on demand.
 
 The header is parsed with every length bounded by the file's size (source_check.py's reader); the
-token and merge lists come out as Python strings in well under a second, where gguf's GGUFReader
-builds a numpy view per field (14 s for a 150k-token vocabulary). A tensor is read with one
+token and merge lists come out as Python strings directly, where gguf's GGUFReader builds a numpy
+view per field (seconds for a large vocabulary). A tensor is read with one
 positioned read into its own buffer, not through a memory map, so its file pages never count in
 the exporter's resident size, then dequantized to float32 by gguf's numpy code (`gguf.quants`).
 """

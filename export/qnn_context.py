@@ -11,6 +11,7 @@ writes the EP context models into the artifact's `qnn_ctx/soc<N>/`:
   elsewhere (runtime/qnn.py).
 - per-width: a `_ctx.onnx` and `.bin` per width (the weights in each), in `qnn_ctx/soc<N>/`:
   what the runtime loads anywhere, and what it writes itself on a graph's first load.
+- both: the two above.
 """
 
 from __future__ import annotations

@@ -6,9 +6,10 @@ A float MatMul weight W [K, N] becomes B uint8 [N, K/block, block*bits/8], scale
 block, with the scale and zero point of each block searched for the least squared error (a
 symmetric grid wastes levels on a block whose values are not centred on 0, and the 4-bit GGUF
 sources are not: Q4_K stores w = d*q - m). With accuracy_level 4 the CPU
-kernel quantizes activations to int8 per block of a row; at block 32 a graph is row-exact as
-built (`Manifest.rows_exact`: every row of a wide pass computed as the same row of a 1-token
-pass), above block 32 it is not. Whether this CPU keeps it, and in which groups of rows a target
+kernel quantizes activations to int8 per block of a row; at block 32 a MatMulNBits graph is
+row-exact as built (`Manifest.rows_exact`: every row of a wide pass computed as the same row of a
+1-token pass), above block 32 it is not (specedge's own int4 kernel, `kernel="rows"`, is at any
+block). Whether this CPU keeps it, and in which groups of rows a target
 verifies if not, runtime/row_groups.py probes at load (measured: see docs/design.md).
 """
 

@@ -1,12 +1,14 @@
-"""Acceptance rules of speculative decoding, as pure functions.
+"""Acceptance rules of speculative decoding, as pure functions; and what a round yields,
+E(α,γ) tokens (`expected_tokens`), and at what rate (`round_rate`).
 
 Greedy: accept the longest prefix of the draft on which the target's argmax agrees.
 Sampling: the same rule with the target's argmax replaced by the target's own draw at each
 position, `Draws.sample(p_i, position)`: the exponential race of p_i on the noise keyed by
 (seed, position). The draft drew d_i by racing its q_i on that same noise, so d_i equals the
 target's draw as often as the two distributions allow (at least (1 - d) / (1 + d) of the time,
-d = TV(p_i, q_i); measured on SmolLM2 fp32 against its int4 draft, 1-4 points below the
-min(1, p/q) rule of Leviathan et al. 2023). What is emitted at a position is always the target's
+d = TV(p_i, q_i); a little below the min(1, p/q) rule of Leviathan et al. 2023, which
+`accept_rejection` implements: the README gives the measured gap). What is emitted at a position
+is always the target's
 own draw from p_i, so a seeded run is token-identical to plain sampling with that seed, for any γ,
 any draft, and γ auto whatever it picks; the law of the output is the target's exactly.
 """

@@ -3,9 +3,9 @@
 Layouts (kernels/native/int4_matmul.h): per panel of P output columns and per 8 consecutive k,
 4P bytes; byte 4c+i holds the code of W[k+i][Pp+c] in its low nibble and of W[k+4+i][Pp+c] in its
 high nibble. Scales and zero points per panel and block: [N/P, K/block, P]. Layout 1 has panels of
-8 columns (the AVX2, ARM and portable paths stream them), layout 2 of 32 (the AVX-512 VNNI path's);
-every path reads layout 1, and all but the AVX2 and ARM ones - which would stream it at a stride -
-layout 2. An export is packed in the layout of the machine's best path (`layout_for`).
+8 columns (the AVX2, ARM and portable paths stream them), layout 2 of 32 (the AVX-512 VNNI path's).
+The AVX-512 VNNI path reads layout 2 only; the others read either (layout 2 at a stride, slower).
+An export is packed in the layout of the machine's best path (`layout_for`).
 
 `reference_matmul` computes what the kernel computes on every instruction set: each row of x
 quantized per block to int8 (round half to even), exact integer sums, then one float epilogue per

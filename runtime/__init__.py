@@ -1,4 +1,5 @@
-"""The light runtime: numpy + onnxruntime + tokenizers, no torch.
+"""The light runtime: numpy + onnxruntime + tokenizers + jinja2 (chat templates), no torch;
+llguidance only for a grammar (the `grammar` extra).
 
 Its public names load on first use (PEP 562), so importing one of its small modules - the QNN SoC
 catalogue a command-line parser lists - loads no onnxruntime.

@@ -5,11 +5,12 @@
   the context's last n tokens.
 - PredictionDrafter: the caller's prediction of the output (predicted outputs), looked up the
   same way; PredictedDrafter takes it beside a request's other drafter.
+- HybridDrafter: the n-gram lookup where it finds a long enough match, else the draft model.
 When sampling, the draft model draws the token at each position from its q with that
 position's noise in `Draws`, the noise the target draws its own token with there, so a draft
 agrees with the target's draw as often as q and p allow (kernels/acceptance.py); the n-gram
 drafter proposes deterministically. `sources(context)` names where this round's drafts could
-come from ("ngram", "model"), best first, so γ auto can judge each source on its own record;
+come from ("ngram", "model", "prediction"), best first, so γ auto can judge each source on its own record;
 `propose(..., source=...)` takes drafts from the one it picked.
 """
 

@@ -5,9 +5,11 @@ tokens; plain decoding yields 1 token per t_verify(1). The controller keeps, per
 (the draft model, the n-gram lookup), decayed counts of accepted drafts and of rejections and a
 moving average of the drafting time per token; and moving averages of the verification pass
 times it has seen. α is the maximum-likelihood estimate under the model above,
-accepted / (accepted + rejections): the drafts after a rejection were never tested, so counting
+accepted / (accepted + rejections), with a weak prior (PRIOR_COUNT rounds at PRIOR_ALPHA): the
+drafts after a rejection were never tested, so counting
 them as failures (accepted / proposed) underrates α whenever acceptance comes in runs, as it
-does. Widths not yet measured come from a straight line through the measured ones. The controller
+does. Widths not yet measured come from a straight line through the measured ones (from one
+measured width, a slope of PRIOR_SLOPE a token). The controller
 picks the γ (0 = plain) with the most tokens per second; while plain decoding wins it still
 drafts every `probe_every` rounds, so a rise in acceptance is noticed. A plain step over a target
 that runs row pairs also checks a prompt-lookup guess in its pad row (runtime/decoding.py): the

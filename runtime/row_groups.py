@@ -3,10 +3,11 @@
 A lossless target computes each position's row bit for bit the same whatever the width of the
 pass and the row's place in it; then speculative decoding, whose passes are wide, and plain
 decoding agree token for token. Graphs with exact attention and row-exact weights (w8a8, fp32,
-MatMulNBits at block 32) are built so (`Manifest.rows_exact`). ONNX Runtime's CPU kernels for
+MatMulNBits at block 32, specedge's own int4 kernel at any block) are built so
+(`Manifest.rows_exact`). ONNX Runtime's CPU kernels for
 GroupQueryAttention and MatMulNBits at blocks above 32 are not: they run a lone row through
 another kernel than rows that come in pairs, and the last bits that differ grow through the
-layers into logits ~0.4 apart, enough to flip a near-tie. Measured on x86 with AVX-512, they do
+layers into logits far enough apart to flip a near-tie. Measured on x86 with AVX-512, they do
 compute every row alike when rows come in whole pairs, wherever the pass starts.
 
 "Built so" is not "so on every CPU": which kernel runs a row is the CPU's business, and on an

@@ -1,6 +1,6 @@
 """The built-in texts the default's decoding is measured on: code, edits and chat, a few of each.
 
-Short on purpose (the measurement runs once, on first use, within 90 s on 2 cores) and apart from
+Short on purpose (the measurement runs once, on first use, before the first answer) and apart from
 the benchmark's prompts (bench/prompts.jsonl), which measure what the choice gives.
 """
 

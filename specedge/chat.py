@@ -1,6 +1,6 @@
 """The terminal chat: multi-turn, streamed, with a stats line after each answer.
 
-Commands: /reset, /stats, /gamma N, /quit. Ctrl-C stops the current answer. When the
+Commands: /reset, /stats, /gamma N or /gamma auto, /quit (or /exit). Ctrl-C stops the current answer. When the
 conversation would overflow the context, the oldest turns are dropped (and the user is told).
 A message that cannot be answered is told in brackets and the chat goes on; the one message of
 `chat --prompt` raises its error instead, for the command to exit non-zero with it.
