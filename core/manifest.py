@@ -47,7 +47,7 @@ class Quantization:
     float_tensors: tuple[str, ...] = ()  # what was left in float
     int8_weights: bool = False  # w8a8 weights stored as int8 (u8 x s8 MatMulInteger), else uint8 (u8 x u8)
     kernel: str = "nbits"  # int4: "rows" (ai.specedge::MatMulInt4Rows, rows exact by construction) or MatMulNBits
-    layout: int = 0  # the rows kernel's weight layout (kernels/int4_layout.py PANELS)
+    layout: int = 0  # the rows kernel's weight layout (core/contract.py ROWS_LAYOUTS)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ class QuantSpec:
     accuracy_level: int = DEFAULT_ACCURACY_LEVEL
     int8_weights: bool = False  # w8a8: int8 weights (u8 x s8), else uint8 with zero point 128 (u8 x u8)
     kernel: str = "nbits"  # int4: "rows", specedge's MatMulInt4Rows (kernels/int4_layout.py), or MatMulNBits
-    layout: int = 0  # rows: the weights' layout (kernels/int4_layout.py PANELS)
+    layout: int = 0  # rows: the weights' layout (core/contract.py ROWS_LAYOUTS)
 
     @property
     def bits(self) -> int:

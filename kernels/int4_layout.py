@@ -5,7 +5,7 @@ Layouts (kernels/native/int4_matmul.h): per panel of P output columns and per 8 
 high nibble. Scales and zero points per panel and block: [N/P, K/block, P]. Layout 1 has panels of
 8 columns (the AVX2, ARM and portable paths stream them), layout 2 of 32 (the AVX-512 VNNI path's).
 The AVX-512 VNNI path reads layout 2 only; the others read either (layout 2 at a stride, slower).
-An export is packed in the layout of the machine's best path (`layout_for`).
+An export is packed in the layout of the machine's best path (`native.layout`).
 
 `reference_matmul` computes what the kernel computes on every instruction set: each row of x
 quantized per block to int8 (round half to even), exact integer sums, then one float epilogue per
@@ -19,14 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from specedge.core.contract import ROWS_LAYOUTS
-
-PANELS = ROWS_LAYOUTS  # the op's `layout` attribute -> output columns per panel (a new packing: a new number)
-WIDE_ISAS = ("avx512-vnni",)  # the kernel's paths that read layout 2 best
-
-
-def layout_for(isa: str) -> int:
-    """The layout an export for a machine whose kernel runs `isa` is packed in."""
-    return 2 if isa in WIDE_ISAS else 1
 
 
 @dataclass(frozen=True)
@@ -44,7 +36,7 @@ class RowsWeight:
 
     @property
     def layout(self) -> int:
-        return next(layout for layout, panel in PANELS.items() if panel == self.panel)
+        return next(layout for layout, panel in ROWS_LAYOUTS.items() if panel == self.panel)
 
 
 def nibbles(packed: np.ndarray) -> np.ndarray:
@@ -55,7 +47,7 @@ def nibbles(packed: np.ndarray) -> np.ndarray:
 def pack_codes(codes: np.ndarray, scales: np.ndarray, zeros: np.ndarray, layout: int) -> RowsWeight:
     """codes uint8 [N, K] (0..15), scales float32 [N, blocks], zero points uint8 [N, blocks]. N is
     padded to whole panels with zero columns (the op computes and drops them)."""
-    panel = PANELS[layout]
+    panel = ROWS_LAYOUTS[layout]
     n, k = codes.shape
     blocks = scales.shape[1]
     if k % 32 or k % blocks or (k // blocks) % 32:

@@ -41,6 +41,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         lib = ctypes.CDLL(str(path))
         lib.specedge_kernel_isa.restype = ctypes.c_char_p
         lib.specedge_kernel_isas.restype = ctypes.c_char_p
+        lib.specedge_kernel_reads.restype = ctypes.c_int
+        lib.specedge_kernel_reads.argtypes = [ctypes.c_char_p, ctypes.c_int64]
         lib.specedge_read_bandwidth.restype = ctypes.c_double
         lib.specedge_read_bandwidth.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
     except (OSError, AttributeError) as e:
@@ -67,12 +69,17 @@ def isa() -> str:
     return lib.specedge_kernel_isa().decode() if lib is not None else ""
 
 
-def layout() -> int:
-    """The weight layout int4 exports for the op are packed in here: the one its best path reads
-    (kernels/int4_layout.py)."""
-    from specedge.kernels.int4_layout import layout_for  # numpy: not at import
+def reads(name: str, layout: int) -> bool:
+    """Does the instruction set `name` run here and read weights of `layout` (kernels/int4_layout.py)?"""
+    lib = library()
+    return lib is not None and bool(lib.specedge_kernel_reads(name.encode(), layout))
 
-    return layout_for(isa())
+
+def layout() -> int:
+    """The weight layout int4 exports for the op are packed in here: the only one its path reads
+    where it reads one (AVX-512 VNNI: 2), else 1, which the paths that read either stream best."""
+    name = isa()
+    return 2 if name and not reads(name, 1) else 1
 
 
 def isas() -> tuple[str, ...]:

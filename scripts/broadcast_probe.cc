@@ -5,8 +5,8 @@
 // line, medians of 7; "cycles" are vpdpbusd issue slots, measured first by a loop of independent
 // vpdpbusd (one a cycle on the CPUs this was written on). Build and run on an AVX-512 VNNI machine:
 //
-//     g++ -O2 -std=c++17 -pthread -mavx512f -mavx512bw -mavx512vnni scripts/broadcast_probe.cc -o /tmp/probe
-//     /tmp/probe
+//     g++ -O2 -std=c++17 -pthread -mavx512f -mavx512bw -mavx512vnni scripts/broadcast_probe.cc -o broadcast_probe
+//     ./broadcast_probe
 #include <immintrin.h>
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // AVX-512 VNNI path: vpdpbusd multiplies the unsigned 4-bit codes by int8 activations and adds each
 // lane's four products into int32, exactly (no int16 step, no saturation). It reads layout 2: a panel's
-// 128 bytes per 8 k are two zmm loads; lane c of the first holds column c (of 16) at k..k+3 in its low nibbles and
-// k+4..k+7 in its high ones, the second columns 16..31. So one 32-bit broadcast of a row's activations
+// 128 bytes per 8 k are two zmm loads; lane c of the first holds column c (of 16) at k..k+3 in its low
+// nibbles and k+4..k+7 in its high ones, the second columns 16..31. So one 32-bit broadcast of a row's activations
 // (4 k, read straight from the quantized row) feeds two multiply-adds of 64 products each - the
 // broadcasts, not the weight stream, are what a tile of many rows waits on, and this halves them. Each
 // panel's chunk is unpacked once per tile of up to 8 rows (two int32 sums a row: 16 of the 32 zmm,

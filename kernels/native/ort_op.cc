@@ -284,6 +284,12 @@ __attribute__((visibility("default"))) const char* specedge_kernel_isa() {
   return isa != nullptr ? isa->name : "";
 }
 
+// 1 if the instruction set `name` runs here and reads weights of `layout` (1 or 2), else 0.
+__attribute__((visibility("default"))) int specedge_kernel_reads(const char* name, int64_t layout) {
+  const int64_t panel = specedge::panel_columns(layout);
+  return name != nullptr && name[0] != '\0' && panel != 0 && specedge::pick_isa(name, panel) != nullptr;
+}
+
 // Every instruction set this CPU runs, comma-separated, best first.
 __attribute__((visibility("default"))) const char* specedge_kernel_isas() {
   static std::string names = [] {

@@ -17,6 +17,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from specedge.core.contract import ROWS_LAYOUTS
 from specedge.export.quantize import dequantize_blockwise, quantize_blockwise
 from specedge.kernels import int4_layout, native
 
@@ -63,8 +64,8 @@ def isa_params() -> list[str]:
 
 def isa_layouts() -> list[tuple[str, int]]:
     """Each instruction set with each layout it reads (the AVX-512 VNNI path: layout 2 only)."""
-    return [(isa, layout) for isa in isa_params() for layout in sorted(int4_layout.PANELS)
-            if isa not in int4_layout.WIDE_ISAS or layout == 2]
+    return [(isa, layout) for isa in isa_params() for layout in sorted(ROWS_LAYOUTS)
+            if isa == "portable" or native.reads(isa, layout)]
 
 
 @needs_library
@@ -105,7 +106,7 @@ def test_layout_keeps_the_exporters_codes() -> None:
     weight = rng.standard_normal((256, 43)).astype(np.float32)
     for block in (32, 64, 128):
         pw = quantize_blockwise(weight, 4, block)
-        for layout in int4_layout.PANELS:
+        for layout in ROWS_LAYOUTS:
             rows = int4_layout.from_nbits(pw.packed, pw.scales, pw.zero_points, pw.k, pw.n, layout)
             assert rows.layout == layout
             assert np.array_equal(int4_layout.dequantize(rows), dequantize_blockwise(pw, 4))
@@ -143,10 +144,10 @@ def test_each_layout_runs_on_the_best_path_that_reads_it(monkeypatch: pytest.Mon
     monkeypatch.delenv(native.ISA_ENV, raising=False)
     rng = np.random.default_rng(8)
     x = rng.standard_normal((5, 256)).astype(np.float32)
-    for layout in int4_layout.PANELS:
+    for layout in ROWS_LAYOUTS:
         w = random_weight(rng, 256, 72, 64, layout)
         assert np.array_equal(session(op_model(w)).run(None, {"x": x[None]})[0][0], int4_layout.reference_matmul(x, w))
-    wide = [isa for isa in native.isas() if isa in int4_layout.WIDE_ISAS]
+    wide = [isa for isa in native.isas() if not native.reads(isa, 1)]
     if wide:
         monkeypatch.setenv(native.ISA_ENV, wide[0])
         with pytest.raises(Exception, match=f"{wide[0]} names no instruction set this CPU runs on weights of layout 1"):
