@@ -8,7 +8,7 @@ writes the EP context models into the artifact's `qnn_ctx/soc<N>/`:
   `ep.stop_share_ep_contexts`: a `_ctx.onnx` per width and one `.bin` holding the weights once,
   in `qnn_ctx/soc<N>/shared/`. What a device loads: one copy of the weights for every width.
   Only an ARM64 device can load it (on x86_64 it crashes the process), so the runtime never does
-  elsewhere (runtime/qnn.py).
+  elsewhere (runtime/qnn/contexts.py).
 - per-width: a `_ctx.onnx` and `.bin` per width (the weights in each), in `qnn_ctx/soc<N>/`:
   what the runtime loads anywhere, and what it writes itself on a graph's first load.
 - both: the two above.

@@ -8,8 +8,9 @@ max_new_tokens) by no longer pulling. The target's KV cache holds every token bu
 One round, in `decode_tokens`: plan (runtime/gamma.py), draft (`Drafter.propose`,
 runtime/drafters.py), verify (`OnnxModel.forward`), accept (`accept`, below: kernels/acceptance.py),
 commit (`KVCache.commit`; rejected entries lie beyond the cache's length). A target that runs
-whole groups of rows (runtime/rows.py) would pad a round's pass with copies of its last token;
-`pad_guesses` fills those rows with the prompt lookup's guesses instead, verified at no cost.
+whole groups of rows would pad a round's pass with copies of its last token (every padding is
+runtime/rows.py's); `pad_guesses` fills those rows with the prompt lookup's guesses instead,
+verified at no cost.
 
 When sampling, by the race (the rule with a seed): the token at each position (its index in
 prompt + generated tokens) is the target's draw with that position's noise from `Draws`, keyed by
@@ -37,7 +38,7 @@ from specedge.runtime.gamma import GammaController
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
 from specedge.runtime.model import ForwardOutput, OnnxModel
-from specedge.runtime.rows import ONE_ROW, RowPolicy
+from specedge.runtime.rows import ONE_ROW, RowPolicy, group_pad
 from specedge.runtime.stats import GenerationStats
 
 ACCEPTANCE = ("auto", "race", "rejection")
@@ -118,7 +119,7 @@ def pad_guesses(context: Sequence[int], drafts: Sequence[int], group: int, room:
     """Tokens for the rows that pad a pass of the pending token and `drafts` to a whole group of
     rows (runtime/rows.py): the prompt lookup's continuation of context + drafts, at most
     `room` - len(drafts) of them. The pass runs those rows anyway; each guess accepted is a token."""
-    pad = min(-(len(drafts) + 1) % group, room - len(drafts))
+    pad = min(group_pad(len(drafts) + 1, group), room - len(drafts))
     return PAD_LOOKUP.lookup([*context, *drafts], pad) if pad > 0 else []
 
 

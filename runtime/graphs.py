@@ -35,7 +35,7 @@ class DynamicGraph:
 class StaticGraphs:
     """One graph per exported width with every shape fixed; a session per width, made on first use
     (on QNN, runtime/session.py runs every pass up to the widest verification graph in that graph,
-    padded: runtime/qnn.py)."""
+    padded: runtime/rows.py)."""
 
     session = None
 

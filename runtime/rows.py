@@ -1,16 +1,32 @@
-"""How a target's passes are laid out in rows: the row policy (a value) and the plan of one pass.
+"""How a target's passes are laid out in rows: the row policy, and every way a pass is padded.
 
 A target computes a lossless verification only if each row equals that position's row in any
-other pass. Graphs with exact attention and row-exact weights do by construction; fused attention
-and MatMulNBits blocks above 32 do only when every pass runs whole groups of rows (found per CPU
-by the probe in runtime/row_groups.py). `RowPolicy` records that decision, made once when a
-target is loaded; `plan_pass` lays one pass out under it. Both are pure: no model, no session.
-"""
+other pass. Graphs with exact attention and row-exact weights do by construction (specedge's own
+int4 kernel, w8a8, fp32). Where they do not, a pass runs more rows than it has tokens, for one of
+two reasons, and both paddings are here:
 
+- Row groups (CPU): fused attention and MatMulNBits blocks above 32 compute every row alike only
+  when every pass runs whole groups of rows (found per CPU by the probe in runtime/row_groups.py).
+  `RowPolicy` records that decision, made once when a target is loaded; `plan_pass` lays one pass
+  out under it, `group_pad` rows after its tokens (or committed tokens again before them, where
+  the cache has no room). In a speculative round, runtime/decoding.py's `pad_guesses` fills
+  those rows with the prompt lookup's guesses instead of copies, verified at no cost.
+- One compiled width (QNN): the HTP's rows differ between compiled widths, so every pass of up
+  to an artifact's verification width runs in that one graph (`one_width_graph`), its last row
+  repeated to fill it and the outputs cut back (`PaddedSession`, made by runtime/session.py).
+
+`RowPolicy`, `plan_pass` and `group_pad` are pure: no model, no session.
+"""
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specedge.core.contract import MAX_VERIFY_WIDTH
 
 
 @dataclass(frozen=True)
@@ -68,13 +84,85 @@ class PassPlan:
         return slice(rows - 1 - self.back, rows - self.back)
 
 
+def group_pad(width: int, group: int) -> int:
+    """Rows that pad a pass of `width` tokens to whole groups of `group` rows."""
+    return -width % group
+
+
 def plan_pass(start: int, width: int, group: int, capacity: int) -> PassPlan:
     """Pad a pass of `width` tokens at `start` to whole groups: after its tokens where the
     context has room, else before them. Raises ValueError if neither fits."""
     if width < 1 or group < 1:
         raise ValueError(f"a pass needs tokens and a group of rows, got width {width}, group {group}")
-    pad = -width % group
+    pad = group_pad(width, group)
     front = pad if start + width + pad > capacity else 0
     if front > start:
         raise ValueError(f"a pass of {width} tokens padded to {width + pad} does not fit the cache")
     return PassPlan(start=start, width=width, front=front, back=pad - front, group=group)
+
+
+# -- one compiled width (QNN) ---------------------------------------------------------------
+def verify_width(folder: Path) -> int | None:
+    """The widest static graph of an artifact that still returns every row (width <= 13): the one
+    compiled width every QNN pass of that many rows or fewer runs at."""
+    manifest = Path(folder) / "manifest.json"
+    if not manifest.is_file():
+        return None
+    widths = [int(w) for w in json.loads(manifest.read_text()).get("graphs", {})]
+    return max((w for w in widths if w <= MAX_VERIFY_WIDTH), default=None)
+
+
+def one_width_graph(graph: Path, width: int | None) -> tuple[Path, int | None]:
+    """(the graph a pass of `width` rows runs, the width it is padded to, or None).
+
+    Rows of different widths are different compiled graphs on the HTP, and they differ: measured on
+    SmolLM2-135M (QDQ, context 256), a row of the width-1 graph and the same row of the width-2
+    graph differ by up to 0.64 in a logit (a near-tie flipped), while the rows of width-2 passes are
+    bit-equal whichever row of the pass a token is and however the tokens are split into passes.
+    So every pass of up to `verify_width` rows runs in that one graph, padded (as OnnxModel pads
+    row groups): plain steps and verifications compute each row alike, and greedy speculation stays
+    token-identical to plain decoding."""
+    graph = Path(graph)
+    target = verify_width(graph.parent)
+    if width is None or target is None or width >= target:
+        return graph, None
+    manifest = json.loads((graph.parent / "manifest.json").read_text())
+    name = manifest.get("graphs", {}).get(str(target))
+    if not name or manifest.get("graphs", {}).get(str(width)) != graph.name:
+        return graph, None
+    return graph.parent / name, target
+
+
+class PaddedSession:
+    """A session of a static graph of `width` rows serving passes of fewer: the last row (token,
+    position, mask row, logits index) repeated to fill it, and the outputs cut back. The repeated
+    rows rewrite the last row's own cache slot with the same values inside the pass, and every
+    row of a pass is computed independently of the others, so the real rows come out as in any
+    other pass of this graph."""
+
+    ROW_OUTPUTS = frozenset({"logits", "next_ids"})  # a row per logits index; new_* have S rows (axis 2)
+
+    def __init__(self, session, width: int) -> None:
+        self.session = session
+        self.width = width
+
+    def __getattr__(self, name: str):
+        return getattr(self.session, name)
+
+    def run(self, output_names, feeds, run_options=None):  # type: ignore[no-untyped-def]
+        n = feeds["input_ids"].shape[1]
+        pad = self.width - n
+        if pad <= 0:
+            return self.session.run(output_names, feeds, run_options)
+        rows = len(feeds["logits_index"])
+        padded = dict(feeds)
+        for name, axis in (("input_ids", 1), ("position_ids", 1), ("attention_bias", 1)):
+            value = feeds[name]
+            last = np.take(value, [-1], axis=axis)
+            padded[name] = np.concatenate([value, np.repeat(last, pad, axis=axis)], axis=axis)
+        index = feeds["logits_index"]
+        padded["logits_index"] = np.concatenate([index, np.repeat(index[-1:], self.width - rows)])
+        out = self.session.run(output_names, padded, run_options)
+        names = output_names or [o.name for o in self.session.get_outputs()]
+        return [value[:, :rows] if name in self.ROW_OUTPUTS else value[:, :, :n] if value.ndim == 4 else value
+                for name, value in zip(names, out, strict=True)]

@@ -7,7 +7,7 @@ asks for, and one-line errors for providers this installation lacks.
   (soc_model, default 60), burst performance mode, graph finalization level 3, fp16 for float ops,
   and no CPU fallback: a graph with a node the HTP does not take fails, naming the nodes. The
   compiled graph is loaded from the artifact's qnn_ctx/soc<N>/ where it is there (shared-weights
-  contexts only where the platform can load them, see runtime/qnn.py), else compiled and cached
+  contexts only where the platform can load them, see runtime/qnn/contexts.py), else compiled and cached
   there for next time; the session says which on stderr.
 - dml (DirectML): memory pattern off, sequential execution, free dimensions fixed.
 """
@@ -28,6 +28,7 @@ import onnxruntime as ort
 from specedge.core.errors import SpecEdgeError
 from specedge.kernels import native
 from specedge.runtime import qnn
+from specedge.runtime.rows import PaddedSession, one_width_graph
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -194,8 +195,8 @@ _qnn_sessions: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # on
 
 def _qnn_width_session(graph: Path, width: int | None, context: int | None, threads: int | None):
     """The session a pass of `width` rows runs on QNN: the graph of its artifact's verification
-    width, padded (see qnn.one_width_graph), made once per process while it is in use."""
-    run, padded_to = qnn.one_width_graph(graph, width)
+    width, padded (see runtime/rows.py), made once per process while it is in use."""
+    run, padded_to = one_width_graph(graph, width)
     setup = provider_setup("qnn", run, padded_to or width, context)
     key = (str(run.resolve()), setup.provider_options["soc_model"],  # compiled now or loaded: the same graph
            setup.session_entries["session.disable_cpu_ep_fallback"])
@@ -208,7 +209,7 @@ def _qnn_width_session(graph: Path, width: int | None, context: int | None, thre
     rows = f"{width} row" + ("s" if width > 1 else "")
     print(f"specedge: qnn: passes of {rows} run in {run.name}, padded to {padded_to} rows (the HTP's rows differ "
           "between compiled widths; one width keeps speculation lossless)", file=sys.stderr, flush=True)
-    return qnn.PaddedSession(session, padded_to)
+    return PaddedSession(session, padded_to)
 
 
 def _qnn_session(setup: ProviderSetup, threads: int | None) -> ort.InferenceSession:

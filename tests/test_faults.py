@@ -226,7 +226,7 @@ def test_an_artifact_naming_an_unknown_soc_is_one_line(tmp_path: Path, monkeypat
     from specedge.runtime import qnn
 
     monkeypatch.delenv(qnn.SOC_ENV, raising=False)
-    monkeypatch.setattr(qnn, "_default_soc", None)
+    monkeypatch.setattr(qnn.socs, "_default_soc", None)
     (tmp_path / qnn.CONTEXT_DIR).mkdir()
     (tmp_path / qnn.CONTEXT_DIR / qnn.TARGET_FILE).write_text('{"soc_model": "99999999999999999999"}')
     with pytest.raises(SpecEdgeError, match="names the SoC '99999999999999999999', which QNN's HTP does not know"):

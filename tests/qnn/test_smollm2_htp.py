@@ -29,7 +29,7 @@ MAX_DLOGIT = 2.0  # measured over positions 0-7: QDQ 0.40-1.62, int4 0.47-1.70 (
 
 def teacher_forced(folder: Path, provider: str, ids: list[int]) -> np.ndarray:
     """Logit rows of ids[0..n), fed two tokens a pass: the width-2 graph, the one every QNN pass of
-    up to 2 rows runs (runtime/qnn.py), on both providers."""
+    up to 2 rows runs (runtime/rows.py), on both providers."""
     model = OnnxModel(folder, provider=provider)
     cache, rows = model.new_cache(), []
     for start in range(0, len(ids), 2):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specedge.runtime.rows import ONE_ROW, PassPlan, RowPolicy, plan_pass
+from specedge.runtime.rows import ONE_ROW, PassPlan, RowPolicy, group_pad, plan_pass
 
 
 def test_one_row_groups_never_pad() -> None:
@@ -54,3 +54,11 @@ def test_a_policy_is_a_value() -> None:
     with pytest.raises(AttributeError):
         ONE_ROW.group = 2  # type: ignore[misc]
     assert RowPolicy(group=2) == RowPolicy(group=2, exact=True) and hash(RowPolicy(group=2))
+
+
+def test_group_pad_is_the_plans_pad() -> None:
+    for group in (1, 2, 4):
+        for width in range(1, 10):
+            plan = plan_pass(start=20, width=width, group=group, capacity=64)
+            assert group_pad(width, group) == plan.front + plan.back == plan.size - width
+            assert plan.size % group == 0
