@@ -102,8 +102,7 @@ class PairEntry:
     name: str
     target: str
     draft: str
-    gamma: int
-    description: str
+    description: str  # decoded γ auto: no fixed γ belongs to a pair
 
 
 def _chunks(package: str, version: str, count: int) -> tuple[Part, ...]:
@@ -153,7 +152,7 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
 )}
 
 PAIRS: dict[str, PairEntry] = {p.name: p for p in (
-    PairEntry(name="qwen2.5-coder", target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b", gamma=4,
+    PairEntry(name="qwen2.5-coder", target="qwen2.5-coder-1.5b", draft="qwen2.5-coder-0.5b",
               description="Qwen2.5-Coder 1.5B target with the 0.5B draft (default)"),
 )}
 DEFAULT_PAIR = "qwen2.5-coder"

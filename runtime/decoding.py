@@ -47,7 +47,7 @@ OnLogits = Callable[[np.ndarray, list[int]], None]
 
 @dataclass(frozen=True)
 class SpecConfig:
-    gamma: int = 4  # draft tokens per round; 0 decodes plainly; with auto_gamma, where to start
+    gamma: int = 4  # draft tokens a round asks for (0 decodes plainly); with auto_gamma, the first round's
     auto_gamma: bool = False  # choose γ each round from measured acceptance and pass times
     max_new_tokens: int = 128
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -208,7 +208,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
     while len(context) <= capacity:  # the pending token still fits
         # plan: the source and the number of drafts, capped by the context and max_new_tokens
         remaining = config.max_new_tokens - produced
-        source, gamma = None, config.gamma
+        source, gamma = None, config.gamma if drafter is not None else 0
         if controller is not None and drafter is not None:
             source, gamma = controller.plan(drafter.sources(context))
         room = min(capacity - len(context), max(remaining - 1, 0))

@@ -14,9 +14,9 @@ class GenerationStats:
     n_tokens: int = 0  # generated tokens (EOS excluded)
     prompt_tokens: int = 0
     stop_reason: str = ""  # "eos", "max_new_tokens", "stop_string", "context"
-    gamma: int = 0  # draft tokens asked per round (0: plain decoding); with γ auto, the most chosen
+    gamma: int = 0  # the γ most rounds asked for (fixed or chosen by γ auto; 0: plain decoding)
     gamma_auto: bool = False
-    gamma_counts: dict[int, int] = field(default_factory=dict)  # γ chosen -> rounds
+    gamma_counts: dict[int, int] = field(default_factory=dict)  # γ asked for -> rounds
     drafter: str = "none"
     acceptance_rule: str = "greedy"  # how drafts were verified: greedy, race or rejection (runtime/decoding.py)
     target_calls: int = 0  # target passes after prefill (plain steps and verifications)
@@ -100,8 +100,7 @@ class GenerationStats:
             self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + proposed
             self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
         self.gamma_counts[gamma] = self.gamma_counts.get(gamma, 0) + 1
-        if self.gamma_auto:
-            self.gamma = max(self.gamma_counts, key=lambda g: self.gamma_counts[g])
+        self.gamma = max(self.gamma_counts, key=lambda g: self.gamma_counts[g])
         grow = proposed - len(self.proposed_by_position)
         if grow > 0:
             self.proposed_by_position += [0] * grow

@@ -24,17 +24,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pair", default="qwen2.5-coder")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--gamma", type=int, default=None)
+    parser.add_argument("--gamma", type=int, default=None, help="a fixed γ (default: γ auto, as chat decodes)")
     args = parser.parse_args()
-    target, draft, gamma = pair_artifacts(args.pair)
-    gamma = args.gamma or gamma
+    target, draft = pair_artifacts(args.pair)
+    gamma = args.gamma or SpecConfig.gamma
     # each as a user gets it: plain decoding's session runs alone (its threads spin between passes),
     # the speculative pair's sessions take turns (theirs stop)
     plain = Generator.load(target, config=SpecConfig(gamma=0, max_new_tokens=args.max_new_tokens))
-    spec = Generator.load(target, draft=draft, config=SpecConfig(gamma=gamma, max_new_tokens=args.max_new_tokens))
+    spec = Generator.load(target, draft=draft, config=SpecConfig(gamma=gamma, auto_gamma=args.gamma is None,
+                                                                 max_new_tokens=args.max_new_tokens))
     plain.generate("warm up", max_new_tokens=4)
     spec.generate("warm up", max_new_tokens=4)
-    print(f"| prompt | tokens | plain tok/s | speculative tok/s (γ={gamma}) | ratio | tokens/pass | identical |")
+    way = "auto" if args.gamma is None else gamma
+    print(f"| prompt | tokens | plain tok/s | speculative tok/s (γ {way}) | ratio | tokens/pass | identical |")
     print("|---|---|---|---|---|---|---|")
     ratios, same = [], 0
     for i, prompt in enumerate(PROMPTS):

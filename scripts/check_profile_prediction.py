@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("--gamma", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     args = parser.parse_args()
-    target_dir, draft_dir, _ = pair_artifacts(args.pair)
+    target_dir, draft_dir = pair_artifacts(args.pair)
     profile, path = measure_device(target_dir, draft_dir)
     print(f"profile written to {path}")
     prediction = predict_pair(profile, target_dir, draft_dir, None)

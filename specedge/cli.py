@@ -140,7 +140,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     print("pairs:")
     for pair in PAIRS.values():
         mark = " (default)" if pair.name == DEFAULT_PAIR else ""
-        print(f"  {pair.name:<22} target {pair.target}, draft {pair.draft}, gamma {pair.gamma}{mark}")
+        print(f"  {pair.name:<22} target {pair.target}, draft {pair.draft}, γ auto{mark}")
     return 0
 
 

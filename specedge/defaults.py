@@ -157,7 +157,7 @@ def pair_decoding(pair_name: str) -> Decoding:
     return Decoding(target, resolve_model(pair.draft), choice.way.drafter == "hybrid", False, line)
 
 
-def pair_artifacts(name: str) -> tuple[Path, Path, int]:
-    """(target artifact, draft artifact, default gamma) of a registry pair, the target's export chosen here."""
+def pair_artifacts(name: str) -> tuple[Path, Path]:
+    """(target artifact, draft artifact) of a registry pair, the target's export chosen here."""
     pair = get_pair(name)
-    return default_artifact(pair.target), resolve_model(pair.draft), pair.gamma
+    return default_artifact(pair.target), resolve_model(pair.draft)

@@ -176,7 +176,7 @@ def pair_paths(pair: str, target: str | None = None, draft: str | None = None) -
         return artifact_arg(target), artifact_arg(draft) if draft else None
     from specedge.defaults import pair_artifacts  # the runtime and device profiles: loaded when a command runs
 
-    target_path, draft_path, _ = pair_artifacts(pair)
+    target_path, draft_path = pair_artifacts(pair)
     return target_path, draft_path
 
 
