@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.machinery
+import importlib.metadata
 import importlib.util
 import os
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -14,6 +17,30 @@ import pytest
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
 from tests.tiny_models import make_tiny_model
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def import_installed(name: str) -> None:
+    """Import the installed distribution `name` as the top-level module `name`, from where pip put
+    it. The repository's folders are specedge's subpackages (kernels/ is specedge.kernels), but the
+    tests package puts the repository root on sys.path, where kernels/ would hide the PyPI package
+    `kernels` that transformers (>= 5.25, the reference tests' import) imports at load."""
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return
+    path = [p for p in sys.path if Path(p or ".").resolve() != ROOT]
+    spec = importlib.machinery.PathFinder.find_spec(name, path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+for folder in sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file() and p.name != "tests"):
+    import_installed(folder)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
