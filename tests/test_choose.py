@@ -123,7 +123,7 @@ def two_ways(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: p
     entry = dataclasses.replace(registry.MODELS["smollm2-135m"], name="two-ways",
                                 variants=(ExportDefaults(quant="int4", context=64),))
     monkeypatch.setitem(registry.MODELS, "two-ways", entry)
-    monkeypatch.setitem(registry.PAIRS, "two-ways-pair", registry.PairEntry("two-ways-pair", "two-ways", "d", 4, ""))
+    monkeypatch.setitem(registry.PAIRS, "two-ways-pair", registry.PairEntry("two-ways-pair", "two-ways", "d", ""))
     monkeypatch.setenv("SPECEDGE_CACHE", str(tmp_path))
     monkeypatch.setattr(defaults, "resolve_model", lambda name, quant=None: draft if name == "d" else target)
     monkeypatch.setattr(profiling, "measure_bandwidth", lambda: measure_bandwidth(16 << 20, repeats=1))

@@ -152,22 +152,26 @@ class GenerationWorker:
             with self._lock:
                 self._current = job
             started = time.perf_counter()
+            last: Finished | Failed | None = None
             try:
                 if not job.cancelled.is_set():
-                    self._serve(job)
+                    last = self._serve(job)
             except (APIError, SpecEdgeError) as e:  # the request's fault: a one-line answer
                 log.info("%s: %s", job.name, e)
-                job.emit(Failed(e))
+                last = Failed(e)
             except BaseException as e:  # never lose the thread: the next job is served
                 log.exception("%s failed", job.name)
-                job.emit(Failed(e))
+                last = Failed(e)
             finally:
                 with self._lock:
                     self._current = None
                     self._outstanding -= 1
                 self._seconds.append(time.perf_counter() - started)
+            if last is not None:  # after the bookkeeping: a client with its answer sees the queue without it
+                job.emit(last)
 
-    def _serve(self, job: Job) -> None:
+    def _serve(self, job: Job) -> Finished | None:
+        """Decode a job, streaming its pieces; its last event (None: the client is gone)."""
         gen = self.generator
         queued = time.perf_counter() - job.arrived
         prompt = job.encode()
@@ -198,5 +202,4 @@ class GenerationWorker:
                  "%.2f tokens/target pass, stop: %s%s", job.name, len(prompt), reused, s.n_tokens,
                  s.tokens_per_s, 100 * s.acceptance_rate, s.tokens_per_target_pass,
                  s.stop_reason or "interrupted", " (client gone)" if job.cancelled.is_set() else "")
-        if not job.cancelled.is_set():
-            job.emit(Finished(result, reused, timing))
+        return None if job.cancelled.is_set() else Finished(result, reused, timing)
