@@ -3,7 +3,10 @@
 Entries at or beyond `length` are stale and masked out by the graph, so rolling back a rejected
 draft suffix is `truncate()`: nothing is erased. The cache remembers which tokens it holds, so a
 new prompt that shares a prefix with what is cached (the next turn of a chat) reuses it. On CPU
-the buffers grow in buckets, so a pass over a short context does not pay for the whole capacity.
+the buffers grow in buckets, so a pass over a short context does not pay for the whole capacity:
+exact attention reads the whole buffer (masked beyond the length), so a buffer holds at most a
+bucket, or an eighth of what it holds, more than is needed; copying the entries into the larger
+buffer is then amortized over the tokens the growth makes room for.
 An in-place cache (on CPU, a graph with fused attention or one exported with kv_in_place, whose
 present_* outputs are bound to the past_* buffers: runtime/runners.py) has its entries written into
 the buffers by the pass itself; committing them only records their tokens. A static cache
@@ -21,6 +24,7 @@ import numpy as np
 from specedge.core.errors import SpecEdgeError
 
 FLOAT_BYTES = 4  # the cache is float32
+GROWTH = 8  # a grown buffer holds at most 1/GROWTH more slots than needed (or one bucket)
 
 
 class KVCache:
@@ -68,8 +72,7 @@ class KVCache:
         if needed > self.capacity:
             raise ValueError(f"{needed} slots exceed the cache capacity {self.capacity}")
         if needed > self.slots:
-            grown = min(self.capacity, -(-needed // self.bucket) * self.bucket)
-            self._allocate(grown)
+            self._allocate(min(self.capacity, grown_slots(needed, self.bucket)))
         return self.slots
 
     def commit(self, new_keys: list[np.ndarray], new_values: list[np.ndarray], tokens: Sequence[int]) -> None:
@@ -95,6 +98,13 @@ class KVCache:
         n = common_prefix(self.tokens, tokens, limit)
         self.truncate(n)
         return n
+
+
+def grown_slots(needed: int, bucket: int) -> int:
+    """Slots of a buffer grown to hold `needed`: rounded up to a step of whole buckets, one bucket
+    while `needed` is short, about needed/GROWTH beyond."""
+    step = bucket * max(1, needed // (GROWTH * bucket))
+    return -(-needed // step) * step
 
 
 def common_prefix(cached: Sequence[int], tokens: Sequence[int], limit: int) -> int:

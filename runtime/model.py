@@ -93,7 +93,7 @@ class OnnxModel:
     def name(self) -> str:
         return self.folder.name
 
-    def new_cache(self, bucket: int = 256) -> KVCache:
+    def new_cache(self, bucket: int = 64) -> KVCache:
         m = self.manifest
         return KVCache(m.num_layers, m.num_kv_heads, m.head_dim, m.context, bucket=bucket,
                        static=m.static or self.provider != "cpu", in_place=self.in_place)

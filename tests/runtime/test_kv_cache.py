@@ -1,6 +1,6 @@
 import numpy as np
 
-from specedge.runtime.kv_cache import KVCache
+from specedge.runtime.kv_cache import KVCache, grown_slots
 
 
 def entries(n: int, value: float) -> list[np.ndarray]:
@@ -32,3 +32,11 @@ def test_reuse_prefix_keeps_common_part_only() -> None:
 def test_static_cache_takes_full_capacity() -> None:
     cache = KVCache(num_layers=1, kv_heads=1, head_dim=2, capacity=24, bucket=8, static=True)
     assert cache.slots == 24
+
+
+def test_a_grown_buffer_holds_at_most_a_bucket_or_an_eighth_more() -> None:
+    for bucket in (16, 64):
+        for needed in range(1, 5000, 7):
+            slots = grown_slots(needed, bucket)
+            assert slots >= needed and slots % bucket == 0
+            assert slots - needed < max(bucket, needed / 8)
