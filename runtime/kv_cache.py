@@ -4,9 +4,9 @@ Entries at or beyond `length` are stale and masked out by the graph, so rolling 
 draft suffix is `truncate()`: nothing is erased. The cache remembers which tokens it holds, so a
 new prompt that shares a prefix with what is cached (the next turn of a chat) reuses it. On CPU
 the buffers grow in buckets, so a pass over a short context does not pay for the whole capacity:
-exact attention reads the whole buffer (masked beyond the length), so a buffer holds at most a
-bucket, or an eighth of what it holds, more than is needed; copying the entries into the larger
-buffer is then amortized over the tokens the growth makes room for.
+exact attention reads the whole buffer (masked beyond the length), so a grown buffer holds at most
+a bucket, or an eighth of the slots needed, more than needed (`grown_slots`); copying the entries
+into it is amortized over the tokens the growth makes room for.
 An in-place cache (on CPU, a graph with fused attention or one exported with kv_in_place, whose
 present_* outputs are bound to the past_* buffers: runtime/runners.py) has its entries written into
 the buffers by the pass itself; committing them only records their tokens. A static cache

@@ -17,6 +17,7 @@ two reasons, and both paddings are here:
 
 `RowPolicy`, `plan_pass` and `group_pad` are pure: no model, no session.
 """
+
 from __future__ import annotations
 
 import json
