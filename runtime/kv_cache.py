@@ -24,12 +24,13 @@ import numpy as np
 from specedge.core.errors import SpecEdgeError
 
 FLOAT_BYTES = 4  # the cache is float32
+BUCKET = 64  # slots a CPU cache's buffers grow by while the context is short
 GROWTH = 8  # a grown buffer holds at most 1/GROWTH more slots than needed (or one bucket)
 
 
 class KVCache:
     def __init__(self, num_layers: int, kv_heads: int, head_dim: int, capacity: int,
-                 bucket: int = 256, static: bool = False, in_place: bool = False) -> None:
+                 bucket: int = BUCKET, static: bool = False, in_place: bool = False) -> None:
         self.num_layers = num_layers
         self.kv_heads = kv_heads
         self.head_dim = head_dim

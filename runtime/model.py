@@ -18,7 +18,7 @@ from specedge.runtime.feeds import FEEDS, attention_bias
 from specedge.runtime.graph_facts import check_graphs
 from specedge.runtime.graphs import open_graphs
 from specedge.runtime.kernel_probe import u8s8_exact
-from specedge.runtime.kv_cache import KVCache
+from specedge.runtime.kv_cache import BUCKET, KVCache
 from specedge.runtime.rows import ONE_ROW, RowPolicy, plan_pass
 from specedge.runtime.runners import CopyRunner, InPlaceRunner
 from specedge.runtime.traffic import Traffic, pass_traffic
@@ -93,7 +93,7 @@ class OnnxModel:
     def name(self) -> str:
         return self.folder.name
 
-    def new_cache(self, bucket: int = 64) -> KVCache:
+    def new_cache(self, bucket: int = BUCKET) -> KVCache:
         m = self.manifest
         return KVCache(m.num_layers, m.num_kv_heads, m.head_dim, m.context, bucket=bucket,
                        static=m.static or self.provider != "cpu", in_place=self.in_place)

@@ -103,35 +103,26 @@ def plan_pass(start: int, width: int, group: int, capacity: int) -> PassPlan:
 
 
 # -- one compiled width (QNN) ---------------------------------------------------------------
-def verify_width(folder: Path) -> int | None:
-    """The widest static graph of an artifact that still returns every row (width <= 13): the one
-    compiled width every QNN pass of that many rows or fewer runs at."""
-    manifest = Path(folder) / "manifest.json"
-    if not manifest.is_file():
-        return None
-    widths = [int(w) for w in json.loads(manifest.read_text()).get("graphs", {})]
-    return max((w for w in widths if w <= MAX_VERIFY_WIDTH), default=None)
-
-
 def one_width_graph(graph: Path, width: int | None) -> tuple[Path, int | None]:
-    """(the graph a pass of `width` rows runs, the width it is padded to, or None).
+    """(the graph a pass of `width` rows runs, the width it is padded to, or None): the artifact's
+    verification width, its widest static graph that still returns every row (width <= 13).
 
     Rows of different widths are different compiled graphs on the HTP, and they differ: measured on
     SmolLM2-135M (QDQ, context 256), a row of the width-1 graph and the same row of the width-2
     graph differ by up to 0.64 in a logit (a near-tie flipped), while the rows of width-2 passes are
     bit-equal whichever row of the pass a token is and however the tokens are split into passes.
-    So every pass of up to `verify_width` rows runs in that one graph, padded (as OnnxModel pads
+    So every pass of up to the verification width runs in that one graph, padded (as OnnxModel pads
     row groups): plain steps and verifications compute each row alike, and greedy speculation stays
     token-identical to plain decoding."""
     graph = Path(graph)
-    target = verify_width(graph.parent)
-    if width is None or target is None or width >= target:
+    manifest = graph.parent / "manifest.json"
+    if width is None or not manifest.is_file():
         return graph, None
-    manifest = json.loads((graph.parent / "manifest.json").read_text())
-    name = manifest.get("graphs", {}).get(str(target))
-    if not name or manifest.get("graphs", {}).get(str(width)) != graph.name:
+    graphs = json.loads(manifest.read_text()).get("graphs", {})
+    target = max((int(w) for w in graphs if int(w) <= MAX_VERIFY_WIDTH), default=None)
+    if target is None or width >= target or not graphs.get(str(target)) or graphs.get(str(width)) != graph.name:
         return graph, None
-    return graph.parent / name, target
+    return graph.parent / graphs[str(target)], target
 
 
 class PaddedSession:
