@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from specedge.calibration import CALIBRATION, TOKENS
+from specedge.calibration import CALIBRATION
 from specedge.choose import STOPPED, Candidate, Way, WayRun, prune
 from specedge.core.contract import MAX_VERIFY_WIDTH
 from specedge.core.errors import SpecEdgeError
@@ -57,25 +57,26 @@ def time_draft(folder: Path) -> float:
 
 
 def decode_rates(gen: Generator, floor: Sequence[float] | None = None) -> tuple[float, ...]:
-    """Decode tokens/s of `gen` on each calibration text (greedy, TOKENS tokens, EOS ignored; a
+    """Decode tokens/s of `gen` on each calibration text (greedy, the text's tokens, EOS ignored; a
     model of a small context decodes fewer, after the end of the prompt). With a floor (plain
     decoding's rates), a way slower than it on a text is timed on that text once more and the
-    faster run counts (a 32-token text sits inside a shared machine's noise, and plain decoding
+    faster run counts (a text of 32 to 96 tokens sits inside a shared machine's noise, and plain decoding
     gets its second run too where the way keeps up: `measure_ways`); still slower, it cannot be
     the default: the texts after that one are not decoded (STOPPED)."""
     half = gen.target.manifest.context // 2
-    tokens, keep = min(TOKENS, half), max(1, half - MAX_VERIFY_WIDTH)
+    keep = max(1, half - MAX_VERIFY_WIDTH)
     prompts = [gen.encode(t.prompt, chat=True)[-keep:] for t in CALIBRATION]
     gen.generate(prompts[0], max_new_tokens=4, ignore_eos=True)  # warm up
 
-    def rate(prompt: list[int]) -> float:
-        return gen.generate(prompt, max_new_tokens=tokens, ignore_eos=True).stats.tokens_per_s
+    def rate(i: int) -> float:
+        tokens = min(CALIBRATION[i].tokens, half)
+        return gen.generate(prompts[i], max_new_tokens=tokens, ignore_eos=True).stats.tokens_per_s
 
     rates: list[float] = []
-    for i, prompt in enumerate(prompts):
-        rates.append(rate(prompt))
+    for i in range(len(prompts)):
+        rates.append(rate(i))
         if floor is not None and rates[-1] < floor[i]:
-            rates[-1] = max(rates[-1], rate(prompt))
+            rates[-1] = max(rates[-1], rate(i))
             if rates[-1] < floor[i]:
                 return tuple(rates + [STOPPED] * (len(prompts) - len(rates)))
     return tuple(rates)

@@ -1,5 +1,6 @@
 """The first-use calibration's child process dies with its caller, printing nothing (two first
-uses at once: tests/test_choose.py); a way that loses a text is timed on it once more."""
+uses at once: tests/test_choose.py); a way that loses a text is timed on it once more; each text
+is decoded for its own budget."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from specedge.calibrate import decode_rates
-from specedge.calibration import CALIBRATION
+from specedge.calibration import CALIBRATION, EDIT_TOKENS, TOKENS
 from specedge.choose import STOPPED
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,14 +90,17 @@ def test_the_calibration_child_dies_with_its_caller_and_prints_nothing(tiny_llam
 class Timed:
     """A generator whose decoding speed is read off a list, one rate a generate() after the warm-up."""
 
-    def __init__(self, rates: list[float]) -> None:
+    def __init__(self, rates: list[float], context: int = 4096) -> None:
         self.rates = list(rates)
-        self.target = SimpleNamespace(manifest=SimpleNamespace(context=4096))
+        self.target = SimpleNamespace(manifest=SimpleNamespace(context=context))
+        self.budgets: list[int] = []  # max_new_tokens of each generate() after the warm-up
 
     def encode(self, text: str, chat: bool) -> list[int]:
         return [1, 2, 3]
 
     def generate(self, prompt: list[int], max_new_tokens: int, ignore_eos: bool):
+        if max_new_tokens > 4:
+            self.budgets.append(max_new_tokens)
         rate = self.rates.pop(0) if max_new_tokens > 4 else 0.0
         return SimpleNamespace(stats=SimpleNamespace(tokens_per_s=rate))
 
@@ -113,3 +117,16 @@ def test_a_way_that_loses_a_text_is_timed_on_it_again() -> None:
     # no floor (plain decoding): each text once
     gen = Timed([5.0] * len(CALIBRATION))
     assert decode_rates(gen) == (5.0,) * len(CALIBRATION)
+
+
+def test_each_text_is_decoded_for_its_own_budget() -> None:
+    """Edits (an answer that is mostly the file again) are decoded longer than chat and code; a model
+    of a small context decodes at most half of it."""
+    gen = Timed([5.0] * len(CALIBRATION))
+    decode_rates(gen)
+    assert gen.budgets == [t.tokens for t in CALIBRATION]
+    assert {t.tokens for t in CALIBRATION if t.kind == "edit"} == {EDIT_TOKENS}
+    assert {t.tokens for t in CALIBRATION if t.kind != "edit"} == {TOKENS} and TOKENS < EDIT_TOKENS
+    gen = Timed([5.0] * len(CALIBRATION), context=128)
+    decode_rates(gen)
+    assert gen.budgets == [min(t.tokens, 64) for t in CALIBRATION]
