@@ -29,7 +29,7 @@ DRAFTERS = ("none", "draft", "hybrid")  # 1-token plain steps; the pair's draft,
 STOPPED = 0.0  # a text not decoded: the way was already slower than plain decoding on an earlier one
 # A way at least this fraction of plain decoding's rate on a text is even with it there, not slower:
 # two runs of one decoding over a 32-96-token text differ by more than 3% on a shared machine (a first
-# use here had hybrid drafting at 0.994x on a chat text, twice, and 1.3-2x on the edits it then never
+# use on a Zen 4 had hybrid drafting at 0.994x on a chat text, twice, and 1.3-2x on the edits it never
 # decoded); a way further behind is timed again (calibrate.decode_rates) and then ruled out.
 EVEN = 0.97
 OPTIMISTIC_ALPHA = 0.95  # pruning: a way whose passes cannot beat plain steps even at this acceptance
