@@ -67,11 +67,11 @@ def decode_rates(gen: Generator, floor: Sequence[float] | None = None) -> tuple[
     half = gen.target.manifest.context // 2
     keep = max(1, half - MAX_VERIFY_WIDTH)
     prompts = [gen.encode(t.prompt, chat=True)[-keep:] for t in CALIBRATION]
+    budgets = [min(t.tokens, half) for t in CALIBRATION]
     gen.generate(prompts[0], max_new_tokens=4, ignore_eos=True)  # warm up
 
     def rate(i: int) -> float:
-        tokens = min(CALIBRATION[i].tokens, half)
-        return gen.generate(prompts[i], max_new_tokens=tokens, ignore_eos=True).stats.tokens_per_s
+        return gen.generate(prompts[i], max_new_tokens=budgets[i], ignore_eos=True).stats.tokens_per_s
 
     rates: list[float] = []
     for i in range(len(prompts)):

@@ -99,9 +99,10 @@ class Timed:
         return [1, 2, 3]
 
     def generate(self, prompt: list[int], max_new_tokens: int, ignore_eos: bool):
+        rate = 0.0  # the warm-up's 4 tokens
         if max_new_tokens > 4:
             self.budgets.append(max_new_tokens)
-        rate = self.rates.pop(0) if max_new_tokens > 4 else 0.0
+            rate = self.rates.pop(0)
         return SimpleNamespace(stats=SimpleNamespace(tokens_per_s=rate))
 
 
