@@ -140,7 +140,8 @@ def load_source(src: Path, expected_sha256: str | None = None,
                             "the file was damaged or replaced; fetch it again (specedge fetch NAME)")
     opened = _open_gguf(folder / gguf) if kind == "gguf" else _open_hf(folder)  # type: ignore[operator]
     config, tokenizer = opened.config, opened.tokenizer
-    eos = eos_ids(tokenizer.eos_token_id, check_token_ids(opened.fields, "eos_token_id", config.vocab_size))
+    eos = eos_ids(tokenizer.eos_token_id, (*check_token_ids(opened.fields, "eos_token_id", config.vocab_size),
+                                           *tokenizer.end_token_ids))
     bos = () if tokenizer.bos_token_id is None else (tokenizer.bos_token_id,)
     check_template(tokenizer.chat_template, Path(src))
     check_tokenizer_fits(tokenizer.tokenizer, {"beginning-of-sequence": bos, "end-of-sequence": eos},

@@ -53,6 +53,11 @@ PRE_TOKENIZER_SPLITS = {
     **dict.fromkeys(("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"), _GPT4O_SPLIT),
 }
 SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
+# tokens that end a generation wherever a GGUF file has them, as llama.cpp reads one (its
+# end-of-generation set): Qwen2.5's instruct models end a turn of tool calls with <|endoftext|>,
+# while the file's eos is <|im_end|>; Hugging Face's generation_config lists both
+END_OF_GENERATION = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+                     "_<EOT>", "<|end▁of▁sentence|>", "<end_of_utterance>")
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class SourceTokenizer:
     eos_token_id: int | None
     chat_template: str | None
     tokenizer: Any = field(default=None, repr=False)  # the tokenizers.Tokenizer built, for checks (not kept after)
+    end_token_ids: tuple[int, ...] = ()  # more ids that end a generation (a GGUF's end-of-generation set)
 
 
 @lru_cache(maxsize=1)
@@ -188,7 +194,17 @@ def gguf_tokenizer(fields: dict, path: Path) -> SourceTokenizer:
     template = fields.get("tokenizer.chat_template")
     return SourceTokenizer(json=tok.to_str(), tokenizer=tok, bos_token_id=_id(tok, named["bos_token"]),
                            eos_token_id=_id(tok, named["eos_token"]),
-                           chat_template=template if isinstance(template, str) else None)
+                           chat_template=template if isinstance(template, str) else None,
+                           end_token_ids=end_of_generation(fields, tokens))
+
+
+def end_of_generation(fields: dict, tokens: list[str]) -> tuple[int, ...]:
+    """The ids a GGUF file's end-of-turn and end-of-message fields name, then those of the tokens
+    spelled as one of END_OF_GENERATION, in id order."""
+    named = [fields.get(f"tokenizer.ggml.{key}") for key in ("eot_token_id", "eom_token_id")]
+    ids = [i for i in named if isinstance(i, int) and 0 <= i < len(tokens)]
+    ids += [i for i, token in enumerate(tokens) if token in END_OF_GENERATION and i not in ids]
+    return tuple(ids)
 
 
 def _token(tokens: list[str], index: object) -> str | None:

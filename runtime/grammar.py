@@ -82,8 +82,21 @@ def llguidance_grammar(llg: Any, grammar: Grammar) -> str:
     return llg.grammar_from(grammar.kind, str(grammar.source))
 
 
-def one_line(error: object) -> str:
-    return " ".join(str(error).split())[:300]
+def one_line(error: object, limit: int = 300) -> str:
+    """llguidance's message in one line: its first line (what is wrong), not the parser's state dump after it."""
+    first = next((line for line in str(error).splitlines() if line.strip()), "")
+    return " ".join(first.split())[:limit]
+
+
+class GrammarFault(RuntimeError):
+    """The grammar refused a token in the middle of decoding, after its own mask allowed it: a fault
+    of specedge, never of the request. The message is one short line; `detail` keeps llguidance's
+    own account (its parser state) for the log."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("the grammar engine refused a token its own mask allowed, so decoding stopped "
+                         "(a fault of specedge; the server's log has the details)")
+        self.detail = detail
 
 
 @dataclass
@@ -132,7 +145,7 @@ class GrammarConstraint:
 
     def check(self) -> None:
         if self.matcher.is_error():
-            raise SpecEdgeError(f"the grammar failed: {one_line(self.matcher.get_error())}", "check the grammar")
+            raise GrammarFault(" ".join(self.matcher.get_error().split())[:2000])
 
     def allowed(self) -> np.ndarray:
         llguidance_module().numpy.fill_next_token_bitmask(self.matcher, self.bitmask)
@@ -146,7 +159,7 @@ class GrammarConstraint:
         fed = token not in self.eos
         if fed and not self.matcher.consume_token(int(token)):
             self.check()
-            raise SpecEdgeError(f"the grammar refused token {token}", "this is a bug in specedge; report it")
+            raise GrammarFault(f"token {token} refused")
         self.fed.append(fed)
 
     def rollback(self, n: int) -> None:

@@ -12,6 +12,7 @@ from tokenizers import Tokenizer
 
 from specedge.core.errors import DamagedArtifactError, SpecEdgeError
 from specedge.core.manifest import TOKENIZER_NAME, Manifest
+from specedge.runtime.template.functions import chat_sandbox
 from specedge.runtime.template.sandbox import BoundedSandbox, release, template_error
 from specedge.runtime.text_checks import check_ids, check_messages, check_text, check_vocabulary
 from specedge.runtime.tools import template_messages
@@ -56,12 +57,7 @@ class TextCodec:
         if self._env is None or self._template is None:
             if not self.manifest.chat_template:
                 raise SpecEdgeError("this model has no chat template", "drop --chat and pass the raw prompt")
-            env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True)
-
-            def raise_exception(message: str) -> None:
-                raise SpecEdgeError(f"the chat template refused the conversation: {message}")
-
-            env.globals["raise_exception"] = raise_exception
+            env = chat_sandbox()
             self._template = self._guard(lambda: env.from_string(self.manifest.chat_template))
             self._env = env
         return self._env, self._template

@@ -14,10 +14,37 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
+
+
+@dataclass(frozen=True)
+class ToolMarkup:
+    """How a model's tokenizer spells the call markers: Qwen2.5's `<tool_call>` and `</tool_call>`
+    are tokens of their own (151657, 151658), which the model emits as one token each, so a grammar
+    must name the token, not the text (whose bytes the model never writes); other models write
+    them as text. An id is set where the marker is one added token of the tokenizer."""
+
+    open_id: int | None = None
+    close_id: int | None = None
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer) -> ToolMarkup:
+        added = {token.content: i for i, token in tokenizer.get_added_tokens_decoder().items()}
+        return cls(added.get(OPEN), added.get(CLOSE))
+
+    def lark(self) -> tuple[str, str]:
+        """The open and close markers as Lark items: a token (`<[id]>`) or a string literal."""
+        return tuple(f"<[{i}]>" if i is not None else json.dumps(text)  # type: ignore[return-value]
+                     for i, text in ((self.open_id, OPEN), (self.close_id, CLOSE)))
+
+
+TEXT_MARKUP = ToolMarkup()
 
 
 @dataclass(frozen=True)
@@ -32,6 +59,11 @@ def parse_call(body: str) -> ToolCall | None:
         data = json.loads(body)
     except (ValueError, RecursionError):
         return None
+    return call_of(data)
+
+
+def call_of(data: object) -> ToolCall | None:
+    """The call a decoded JSON value is ({"name", "arguments"} or "parameters"), or None."""
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         return None
     arguments = data.get("arguments", data.get("parameters", {}))
@@ -54,6 +86,53 @@ def split_tool_calls(text: str) -> tuple[str, list[ToolCall]]:
 
     rest = CALL.sub(take, text)
     return (rest.strip() if calls else rest), calls
+
+
+def read_tool_calls(text: str, names: frozenset[str] = frozenset()) -> tuple[str, list[ToolCall]]:
+    """The text outside tool-call blocks and their calls; with the tools' `names`, a response that
+    is nothing but a call to one of them written as bare JSON (or in a ```json fence: what small
+    models such as Qwen2.5-Coder-1.5B write when free to choose) is that call, and no text."""
+    rest, calls = split_tool_calls(text)
+    if not calls and names and (bare := bare_calls(text, names)):
+        return "", bare
+    return rest, calls
+
+
+FENCED = re.compile(r"```(?:json)?\s*(.*?)\s*```", re.S)
+BARE_OPENINGS = ("```json", "```\n", "{", "[")
+
+
+def bare_calls(text: str, names: frozenset[str]) -> list[ToolCall]:
+    """The calls of a whole response written as a JSON call or list of calls to the named tools ([]: it is not)."""
+    body = text.strip()
+    if (fenced := FENCED.fullmatch(body)) is not None:
+        body = fenced.group(1)
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return []
+    calls = [call_of(item) for item in (data if isinstance(data, list) else [data])]
+    if not calls or any(c is None or c.name not in names for c in calls):
+        return []
+    return calls  # type: ignore[return-value]
+
+
+def may_be_bare_call(text: str, names: frozenset[str]) -> bool:
+    """Whether a response that begins with `text` could still be a whole bare call (streaming
+    holds it back meanwhile): it opens as JSON or a ```json fence, and no complete value in it
+    is already something else."""
+    body = text.lstrip()
+    if not any(body.startswith(o) or o.startswith(body) for o in BARE_OPENINGS):
+        return False
+    inner = body.removeprefix("```json").removeprefix("```").lstrip()
+    try:
+        value, end = json.JSONDecoder().raw_decode(inner)
+    except (ValueError, RecursionError):
+        return True  # not yet whole
+    rest = inner[end:].strip()
+    calls = [call_of(item) for item in (value if isinstance(value, list) else [value])]
+    is_call = all(c is not None and c.name in names for c in calls)
+    return is_call and (rest == "" or "```".startswith(rest))
 
 
 def open_call_at(text: str) -> int:

@@ -301,6 +301,16 @@ def _laid_out(value: object, indent: object, mode: str, limit: int) -> int:
     return size + (items + 1) * (depth * max(step, 1) + 2)
 
 
+def _json_size(a: Mapping[str, Any], limit: int) -> int:
+    """JSON text of a value (jinja2's tojson, or transformers' with its separators)."""
+    size = _laid_out(a["value"], a["indent"], "escaped", limit)
+    separators = a.get("separators")
+    if isinstance(separators, (tuple, list)) and size <= limit:
+        items, _ = _nested(a["value"], limit // ITEM_CHARS + 1)
+        size += (items + 1) * sum(len(s) for s in separators if isinstance(s, str))
+    return size
+
+
 def _lipsum(a: Mapping[str, Any], limit: int) -> int:
     n, low, high = _int(a["n"]), _int(a["min"]), _int(a["max"])
     return max(n, 0) * (max(low, high, 0) * 16 + 64)  # words of up to 15 letters and a space, a paragraph's mark-up
@@ -317,10 +327,12 @@ FILTER_SIZES: dict[str, Sizer] = {
     "urlencode": lambda a, limit: text_size(_first(a), limit) * URL_GROWTH,
     "xmlattr": lambda a, limit: text_size(a["d"], limit, "escaped"),
     "string": lambda a, limit: text_size(_first(a), limit),
-    "tojson": lambda a, limit: _laid_out(a["value"], a["indent"], "escaped", limit),
+    "tojson": _json_size,
     "pprint": lambda a, limit: _laid_out(a["value"], 1, "repr", limit),
     "batch": lambda a, limit: _int(a["linecount"]) * 8,  # the padding of the last batch: an item each
     "slice": lambda a, limit: _int(a["slices"]) * 64,  # a list per slice
 }
 FILTER_SIZES["e"] = FILTER_SIZES["forceescape"] = FILTER_SIZES["escape"]
-GLOBAL_SIZES: dict[str, Sizer] = {"lipsum": _lipsum}
+STRFTIME_GROWTH = 64  # characters one character of a strftime format may become (%c: 24 for 2)
+GLOBAL_SIZES: dict[str, Sizer] = {"lipsum": _lipsum,
+                                  "strftime_now": lambda a, limit: text_size(a["format"], limit) * STRFTIME_GROWTH}

@@ -34,7 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime.fim import NoFimTokens, fim_prompt, find_fim_tokens
 from specedge.runtime.generator import Generator, draft_model
-from specedge.runtime.tools import renders_tools, split_tool_calls
+from specedge.runtime.tools import ToolMarkup, read_tool_calls, renders_tools
 from specedge.serve.guard import LOCAL, Origins, RequestGuard
 from specedge.serve.logprobs import LogprobShapes, TokenSpeller
 from specedge.serve.metrics import CONTENT_TYPE, Metrics
@@ -176,11 +176,12 @@ class EventStream:
     chunk with finish_reason and stats, usage if asked, `data: [DONE]`. Headers wait for the
     first event, so a request that fails before any text gets its error status."""
 
-    def __init__(self, job: Job, shaper: Shaper, include_usage: bool, parse_tools: bool = False) -> None:
+    def __init__(self, job: Job, shaper: Shaper, include_usage: bool, call_names: frozenset[str] = frozenset()) -> None:
         self.job = job
         self.shaper = shaper
         self.include_usage = include_usage
-        self.calls = ToolCallFilter() if parse_tools else None  # the model's tool calls, taken out of its text
+        # the model's calls to these tools, taken out of its text
+        self.calls = ToolCallFilter(call_names) if call_names else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         finished = await until_first(self.pump(scope, send), receive, self.job)
@@ -215,9 +216,11 @@ class EventStream:
                         yield shaper.calls_chunk(out, first)
                     first = False
             elif isinstance(event, Finished):
-                rest = self.calls.flush() if self.calls is not None else ""
-                if (first or rest) and shaper.kind == "chat":
-                    yield shaper.chunk(rest, first=first)
+                for out in self.calls.flush() if self.calls is not None else ():
+                    yield shaper.chunk(out, first=first) if isinstance(out, str) else shaper.calls_chunk(out, first)
+                    first = False
+                if first and shaper.kind == "chat":
+                    yield shaper.chunk("", first=True)
                 result, called = event.result, self.calls is not None and self.calls.calls > 0
                 yield shaper.final_chunk(finish_reason(result.stats.stop_reason, called),
                                          specedge_stats(result.stats, event.reused, event.timing),
@@ -247,6 +250,7 @@ class Server:
         self.spell = TokenSpeller(generator.codec.tokenizer)
         self.fills_middle = find_fim_tokens(generator.codec.tokenizer) is not None
         self.lists_tools = renders_tools(generator.target.manifest.chat_template)
+        self.markup = ToolMarkup.of(generator.codec.tokenizer)  # how this model spells a tool call's markers
 
     def model_card(self) -> dict[str, object]:
         gen = self.generator
@@ -274,7 +278,7 @@ class Server:
 
     async def chat(self, request: Request) -> Response | EventStream:
         body = parse_json(await read_body(request))
-        return await self.complete(request, parse_chat(body), parse_structure(body))
+        return await self.complete(request, parse_chat(body), parse_structure(body, self.markup))
 
     async def completions(self, request: Request) -> Response | EventStream:
         return await self.complete(request, parse_completion(parse_json(await read_body(request))))
@@ -357,7 +361,7 @@ class Server:
                                 f"decoded; retry in {e.retry_after} s", kind="server_error", code="queue_full",
                            headers={"Retry-After": str(e.retry_after)}) from None
         if req.stream:
-            return EventStream(job, shaper, req.include_usage, structure.parse_tools)
+            return EventStream(job, shaper, req.include_usage, structure.call_names)
         finished = await until_first(job.events.get(), request.receive, job)
         if finished is None:
             return Response(status_code=204)  # the client is gone; nobody reads this
@@ -366,7 +370,7 @@ class Server:
             raise error_for(event.error)
         assert isinstance(event, Finished)
         result = event.result
-        text, calls = split_tool_calls(result.text) if structure.parse_tools else (result.text, [])
+        text, calls = read_tool_calls(result.text, structure.call_names) if structure.parse_tools else (result.text, [])
         return JSONResponse(shaper.whole(text if text or not calls else None,
                                          finish_reason(result.stats.stop_reason, bool(calls)),
                                          usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused,

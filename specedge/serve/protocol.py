@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from specedge.core.errors import SpecEdgeError
+from specedge.runtime.grammar import GrammarFault
 from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
@@ -57,8 +58,11 @@ def invalid(param: str, what: str) -> APIError:
     return APIError(400, f"'{param}' {what}", param=param, code="invalid_value")
 
 
+MESSAGE_CHARS = 300  # an error message: one line, at most this long
+
+
 def one_line(text: str) -> str:
-    return " ".join(str(text).split())[:500]
+    return " ".join(str(text).split())[:MESSAGE_CHARS]
 
 
 def error_for(exc: BaseException) -> APIError:
@@ -68,6 +72,8 @@ def error_for(exc: BaseException) -> APIError:
         return exc
     if isinstance(exc, SpecEdgeError):
         return APIError(400, one_line(str(exc)))
+    if isinstance(exc, GrammarFault):  # specedge's fault, in one line (the log has llguidance's account)
+        return APIError(500, str(exc), kind="server_error", code="grammar_fault")
     if isinstance(exc, MemoryError):
         return APIError(503, "not enough memory for this request", kind="server_error", code="out_of_memory")
     first = one_line(str(exc))

@@ -5,8 +5,11 @@ beyond the API a regex or a Lark/GBNF grammar), `tools` with `tool_choice`, and 
 Tools are listed to the model by its own chat template, and its tool-call markup is parsed back
 into `tool_calls` (runtime/tools.py). With `tool_choice` "required" or a named function, the
 output is constrained to calls whose arguments follow each function's JSON schema; with "auto"
-the model chooses between text and calls, unconstrained, and its calls are parsed; with "none"
-the tools are still listed (as the API does) and nothing is parsed.
+the model chooses between text and calls, and its calls are parsed: where a tool is `strict`, a
+lazy grammar leaves the text free and constrains each call from the moment the model opens it.
+With "none" the tools are still listed (as the API does) and nothing is parsed. The markers are
+tokens where the model's tokenizer has them as tokens (Qwen2.5's `<tool_call>`: `ToolMarkup`),
+and a call's JSON is spaced as the chat template writes the calls it shows the model.
 """
 
 from __future__ import annotations
@@ -19,12 +22,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.grammar import COMPACT, Grammar, grammar_text
-from specedge.runtime.tools import CLOSE, OPEN, ToolCall, open_call_at, split_tool_calls
+from specedge.runtime.grammar import Grammar, grammar_text
+from specedge.runtime.tools import (
+    CLOSE,
+    OPEN,
+    TEXT_MARKUP,
+    ToolCall,
+    ToolMarkup,
+    bare_calls,
+    may_be_bare_call,
+    open_call_at,
+    split_tool_calls,
+)
 from specedge.serve.protocol import invalid
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a function's name, as the API allows it
 MAX_TOOLS = 128
+# a call's JSON as templates write the calls they show the model (transformers' tojson: json.dumps'
+# spacing), with no other whitespace: the model's own habit, and more of its tokens forced
+CALL_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True)
@@ -36,22 +52,30 @@ class Structure:
     parse_tools: bool = False  # read the model's tool calls out of its text
     prediction: str | None = None
 
+    @property
+    def call_names(self) -> frozenset[str]:
+        """The functions whose calls are read out of the text (none: calls are not read)."""
+        return frozenset(t["function"]["name"] for t in self.tools) if self.parse_tools else frozenset()
+
 
 FREE_TEXT = Structure()
 
 
-def parse_structure(body: dict[str, Any]) -> Structure:
+def parse_structure(body: dict[str, Any], markup: ToolMarkup = TEXT_MARKUP) -> Structure:
+    """What `body` asks of the output's shape; `markup`: how this model spells its call markers."""
     tools = parse_tools(body.get("tools"))
     choice = parse_tool_choice(body.get("tool_choice"), tools)
     grammar = parse_response_format(body.get("response_format"))
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool):
+        raise invalid("parallel_tool_calls", "must be true or false")
     if choice not in ("auto", "none"):
         if grammar is not None:
             raise invalid("response_format", "cannot be combined with a tool_choice that requires a call")
-        parallel = body.get("parallel_tool_calls", True)
-        if not isinstance(parallel, bool):
-            raise invalid("parallel_tool_calls", "must be true or false")
         grammar = call_grammar([t for t in tools if choice == "required" or t["function"]["name"] == choice],
-                               parallel)
+                               parallel, markup)
+    elif choice == "auto" and grammar is None and any(t["function"].get("strict") is True for t in tools):
+        grammar = call_grammar(tools, parallel, markup, lazy=True)
     return Structure(grammar=grammar, tools=tuple(tools), parse_tools=bool(tools) and choice != "none",
                      prediction=parse_prediction(body.get("prediction")))
 
@@ -133,17 +157,34 @@ def parse_tool_choice(value: object, tools: list[dict[str, Any]]) -> str:
     return name
 
 
-def call_grammar(tools: list[dict[str, Any]], parallel: bool = True) -> Grammar:
+def call_grammar(tools: list[dict[str, Any]], parallel: bool = True, markup: ToolMarkup = TEXT_MARKUP,
+                 lazy: bool = False) -> Grammar:
     """The tool-call markup of a call (with `parallel`, one or more) to these tools, each call's
-    arguments following its function's schema (Lark with llguidance's embedded JSON schemas)."""
+    arguments following its function's schema (Lark with llguidance's embedded JSON schemas); a
+    non-`strict` tool's arguments are any object when `lazy`. Lazy: any text, or text and then
+    calls - the grammar binds from the open marker on (a token the text cannot contain; written
+    as text, the lazy lexeme that ends at it)."""
     calls = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
-                                               "arguments": t["function"]["parameters"]},
+                                               "arguments": arguments_schema(t, lazy)},
               "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
-    schema = {**(calls[0] if len(calls) == 1 else {"anyOf": calls}), "x-guidance": COMPACT}
-    start = 'start: call ("\\n" call)*' if parallel else "start: call"
-    lark = (f"{start}\ncall: {json.dumps(OPEN + chr(10))} body {json.dumps(chr(10) + CLOSE)}\n"
-            f"body: %json {json.dumps(schema)}\n")
-    return checked(Grammar("lark", lark), "tools")
+    schema = {**(calls[0] if len(calls) == 1 else {"anyOf": calls}), "x-guidance": CALL_JSON}
+    opener, closer = markup.lark()
+    more = (' ("\\n" call)*' if parallel else "") + ' "\\n"?'  # a newline may end the calls (Qwen2.5's does)
+    rules = [f'call: {opener} "\\n" body "\\n" {closer}', f"body: %json {json.dumps(schema)}"]
+    if not lazy:
+        rules.insert(0, f"start: call{more}")
+    elif markup.open_id is not None:
+        rules[:0] = [f"start: TEXT | TEXT? call{more}", "TEXT: /(.|\\n)+/"]
+    else:
+        rules = [f"start: TEXT | head rest{more}", "TEXT: /(.|\\n)+/", f"head[lazy]: /(.|\\n)*{re.escape(OPEN)}/",
+                 f'rest: "\\n" body "\\n" {closer}', *rules]
+    return checked(Grammar("lark", "\n".join(rules) + "\n"), "tools")
+
+
+def arguments_schema(tool: dict[str, Any], lazy: bool) -> dict[str, Any]:
+    """A call's arguments: its function's schema; in a lazy grammar, that of a strict function only."""
+    function = tool["function"]
+    return function["parameters"] if not lazy or function.get("strict") is True else {"type": "object"}
 
 
 def parse_prediction(value: object) -> str | None:
@@ -167,15 +208,22 @@ def api_calls(calls: list[ToolCall], first: int = 0) -> list[dict[str, Any]]:
 
 class ToolCallFilter:
     """Streamed text with the model's tool-call blocks taken out: text is passed on up to where a
-    block may begin; a closed block becomes a call."""
+    block may begin; a closed block becomes a call. With the tools' `names`, a response that opens
+    as bare JSON is held back while it may still be a whole bare call (runtime/tools.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: frozenset[str] = frozenset()) -> None:
         self.pending = ""
         self.calls = 0
+        self.names = names
+        self.bare = bool(names)  # the response so far may be a whole bare call
 
     def push(self, text: str) -> Iterator[str | list[dict[str, Any]]]:
         """The text to send now (str) and the calls completed (a list of API tool calls)."""
         self.pending += text
+        if self.bare:
+            if may_be_bare_call(self.pending, self.names):
+                return
+            self.bare = False
         while (end := self.pending.find(CLOSE)) >= 0 and (start := self.pending.find(OPEN)) >= 0 and start < end:
             before, calls = split_tool_calls(self.pending[:end + len(CLOSE)])
             self.pending = self.pending[end + len(CLOSE):]
@@ -191,7 +239,11 @@ class ToolCallFilter:
         if ready and (self.calls == 0 or ready.strip()):
             yield ready
 
-    def flush(self) -> str:
-        """What is held back at the end: an unclosed block, as the model wrote it."""
+    def flush(self) -> Iterator[str | list[dict[str, Any]]]:
+        """What is held back at the end: a whole bare call, or the text as the model wrote it (an unclosed block)."""
         rest, self.pending = self.pending, ""
-        return rest
+        if self.bare and (calls := bare_calls(rest, self.names)):
+            yield api_calls(calls, self.calls)
+            self.calls += len(calls)
+        elif rest:
+            yield rest

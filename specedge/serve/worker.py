@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from specedge.core.errors import SpecEdgeError
 from specedge.runtime.generator import GenerationResult, Generator, Segment, TextStream
-from specedge.runtime.grammar import Grammar
+from specedge.runtime.grammar import Grammar, GrammarFault
 from specedge.runtime.kv_cache import common_prefix
 from specedge.runtime.logprobs import TokenLogprob
 from specedge.serve.metrics import Metrics
@@ -158,6 +158,9 @@ class GenerationWorker:
                     last = self._serve(job)
             except (APIError, SpecEdgeError) as e:  # the request's fault: a one-line answer
                 log.info("%s: %s", job.name, e)
+                last = Failed(e)
+            except GrammarFault as e:  # a fault of specedge: its account to the log, one line to the client
+                log.error("%s: %s: %s", job.name, e, e.detail)
                 last = Failed(e)
             except BaseException as e:  # never lose the thread: the next job is served
                 log.exception("%s failed", job.name)

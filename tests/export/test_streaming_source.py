@@ -4,6 +4,7 @@ the old loader (kept in tests/export/reference_source.py as the reference)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
 from specedge.core.contract import TOKENIZER_NAME
 from specedge.core.errors import SpecEdgeError
@@ -20,6 +22,7 @@ from specedge.export.artifact import DATA_FILE, GRAPH_FILE, export_model
 from specedge.export.lazy_weights import LazyWeights
 from specedge.export.settings import ExportSettings
 from specedge.export.source import SourceModel, load_source
+from specedge.export.source_tokenizer import END_OF_GENERATION
 from tests.export.reference_source import reference_load, reference_tokenizer
 from tests.gguf_models import make_tiny_gguf
 from tests.tiny_models import make_tiny_model, random_weights, tiny_config, to_bfloat16_bits
@@ -54,8 +57,12 @@ def _hf_checkpoint(folder: Path, arch: str, dtype: str, **overrides: object) -> 
 
 def assert_same_source(new: SourceModel, ref: SourceModel, exact_tokenizer_json: bool) -> None:
     assert new.config == ref.config
-    assert (new.bos_token_id, new.eos_token_ids, new.chat_template) == (ref.bos_token_id, ref.eos_token_ids,
-                                                                        ref.chat_template)
+    assert (new.bos_token_id, new.chat_template) == (ref.bos_token_id, ref.chat_template)
+    # transformers' eos ids, then (a GGUF's) the rest of llama.cpp's end-of-generation set, by their text
+    more = new.eos_token_ids[len(ref.eos_token_ids):]
+    assert new.eos_token_ids[:len(ref.eos_token_ids)] == ref.eos_token_ids and (not more or new.kind == "gguf")
+    spelled = Tokenizer.from_str(new.tokenizer_json)
+    assert all(spelled.id_to_token(i) in END_OF_GENERATION for i in more)
     if exact_tokenizer_json:
         assert json.loads(new.tokenizer_json) == json.loads(ref.tokenizer_json)
     names = new.weights.keys()
@@ -67,10 +74,15 @@ def assert_same_source(new: SourceModel, ref: SourceModel, exact_tokenizer_json:
     new.weights.close()
 
 
+def with_end_of_generation(ref: SourceModel) -> SourceModel:
+    """transformers' read of a GGUF source, its eos ids followed by llama.cpp's end-of-generation tokens."""
+    vocab = Tokenizer.from_str(ref.tokenizer_json).get_vocab(with_added_tokens=True)
+    more = sorted(i for token, i in vocab.items() if token in END_OF_GENERATION and i not in ref.eos_token_ids)
+    return dataclasses.replace(ref, eos_token_ids=(*ref.eos_token_ids, *more))
+
+
 def assert_same_ids(src: Path, new: SourceModel, texts: list[str]) -> None:
     """Token ids and decoded text as transformers' tokenizer of the same source gives them."""
-    from tokenizers import Tokenizer
-
     ref = reference_tokenizer(src)
     ours = Tokenizer.from_str(new.tokenizer_json)
     for text in texts:
@@ -126,7 +138,7 @@ def test_export_equals_the_old_loaders_export(ggufs: dict[str, Path], tmp_path: 
     src = ggufs["llama-bpe"]
     settings = ExportSettings(quant=quant, context=64, widths=(1, 4), attention=attention, block_size=block)
     new = export_model(src, tmp_path / "new", settings).path
-    monkeypatch.setattr(artifact, "load_source", lambda s, *a, **k: reference_load(s))
+    monkeypatch.setattr(artifact, "load_source", lambda s, *a, **k: with_end_of_generation(reference_load(s)))
     old = export_model(src, tmp_path / "old", settings).path
     for name in (DATA_FILE, GRAPH_FILE, TOKENIZER_NAME, "manifest.json"):
         assert (new / name).read_bytes() == (old / name).read_bytes(), name

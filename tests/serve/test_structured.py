@@ -9,12 +9,18 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import openai
 import pytest
+from tokenizers import AddedToken, Tokenizer
 
 from specedge.runtime import Generator, SpecConfig
+from specedge.runtime.grammar import GrammarConstraint, GrammarFault, Vocabulary
+from specedge.runtime.tools import ToolMarkup
+from specedge.serve.protocol import error_for
+from specedge.serve.structured import call_grammar
 from tests.serve.conftest import openai_client, served_here
-from tests.tiny_models import make_tiny_model
+from tests.tiny_models import VOCAB, byte_tokenizer, make_tiny_model, write_tokenizer
 
 pytest.importorskip("llguidance")
 
@@ -37,18 +43,30 @@ GREEDY: dict[str, object] = {"model": "tiny", "temperature": 0, "max_tokens": 80
 ONE_CALL: dict[str, object] = {**GREEDY, "parallel_tool_calls": False}  # a random model would call on and on
 
 
-@pytest.fixture(scope="module")
-def tool_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A tiny pair (as tests/conftest.py's) whose chat template lists tools, with room for a conversation."""
+def marker_tokenizer() -> Tokenizer:
+    """The byte tokenizer with <tool_call> and </tool_call> as added tokens of their own, as Qwen2.5's."""
+    tok = byte_tokenizer()
+    tok.add_tokens([AddedToken(marker, normalized=False) for marker in ("<tool_call>", "</tool_call>")])
+    return tok
+
+
+@pytest.fixture(scope="module", params=["text", "tokens"])
+def tool_pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny pair (as tests/conftest.py's) whose chat template lists tools, with room for a
+    conversation; its call markers written as text, or (as Qwen2.5's) tokens of their own."""
     from specedge.export.artifact import export_model
     from specedge.export.settings import ExportSettings
 
     root = tmp_path_factory.mktemp("tools")
-    src = make_tiny_model(root / "src", "llama", seed=1)
+    tokens = request.param == "tokens"
+    src = make_tiny_model(root / "src", "llama", seed=1, **({"vocab_size": VOCAB + 2} if tokens else {}))
     draft_src = make_tiny_model(root / "draft-src", noise_from=src, noise=0.05, seed=2)
     for folder in (src, draft_src):
         config = json.loads((folder / "tokenizer_config.json").read_text())
         (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TOOLS_TEMPLATE}))
+        if tokens:
+            write_tokenizer(folder, marker_tokenizer())
+            (folder / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": TOOLS_TEMPLATE}))
     settings = ExportSettings(quant="fp32", context=1024, widths=(1, 2, 3, 5, 8))  # a byte a token
     return (export_model(src, root / "target", settings).path,
             export_model(draft_src, root / "draft", dataclasses.replace(settings, attention="fused")).path)
@@ -146,3 +164,46 @@ def test_tools_for_a_template_that_cannot_list_them_are_a_422(tiny_llama: tuple[
     with served_here(Generator.load(tiny_llama[1])) as http, \
             pytest.raises(openai.UnprocessableEntityError, match="does not list tools"):
         openai_client(http).chat.completions.create(messages=USER, tools=[WEATHER], **GREEDY)
+
+
+def lazy_constraint(markup_tokens: bool) -> tuple[GrammarConstraint, Tokenizer]:
+    tok = marker_tokenizer() if markup_tokens else byte_tokenizer()
+    eos = [tok.token_to_id("<|eos|>")]
+    markup = ToolMarkup.of(tok)
+    strict = {**WEATHER, "function": {**WEATHER["function"], "strict": True}}
+    grammar = call_grammar([strict, CLOCK], markup=markup, lazy=True)
+    return GrammarConstraint(Vocabulary.of(tok, tok.get_vocab_size(), eos), grammar, eos), tok
+
+
+@pytest.mark.parametrize("markup_tokens", [False, True])
+def test_auto_with_a_strict_tool_leaves_text_free_and_binds_a_call_once_opened(markup_tokens: bool) -> None:
+    """tool_choice auto with a strict tool: any text (ending there, or followed by calls); from the
+    open marker on, the call's markup, a tool's name and (strict) its schema are enforced."""
+    constraint, tok = lazy_constraint(markup_tokens)
+    eos = tok.token_to_id("<|eos|>")
+    for token in tok.encode("Let me check <tool", add_special_tokens=False).ids:
+        assert constraint.allowed()[token]
+        constraint.advance(token)
+    assert constraint.allowed()[eos]  # free text may end anywhere
+    for token in tok.encode("_call>" if not markup_tokens else "", add_special_tokens=False).ids:
+        constraint.advance(token)
+    if markup_tokens:  # the text "<tool" stays text; the marker is its own token
+        constraint.rollback(5)
+        constraint.advance(tok.token_to_id("<tool_call>"))
+    forced = tok.decode(constraint.forced())
+    assert forced == '\n{"name": "get_'  # the markup and the key, spaced as the template writes calls
+    for token in constraint.forced():
+        constraint.advance(token)
+    allowed = {tok.decode([i]) for i in np.flatnonzero(constraint.allowed())}
+    assert allowed == {"w", "t"} and not constraint.allowed()[eos]  # get_weather or get_time, nothing else
+    for token in tok.encode('weather", "arguments": {"city": "', add_special_tokens=False).ids:
+        constraint.advance(token)
+    assert {tok.decode([i]) for i in np.flatnonzero(constraint.allowed())} == {"P", "O", "L"}  # the strict enum
+
+
+def test_a_grammar_fault_is_a_500_in_one_short_line() -> None:
+    """A grammar that refuses a token mid-decoding is specedge's fault: never a 400, never llguidance's dump."""
+    dump = "Parser Error: token x doesn't satisfy the grammar; <state> Tokens: ... " + "Flags: {...} " * 100
+    err = error_for(GrammarFault(dump))
+    assert err.status == 500 and err.body()["error"]["type"] == "server_error"
+    assert len(err.message) <= 300 and "Parser" not in err.message and "\n" not in err.message

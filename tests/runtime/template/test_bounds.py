@@ -17,6 +17,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from specedge.core.errors import SpecEdgeError
 from specedge.runtime.template import bounds as tb
+from specedge.runtime.template.functions import chat_sandbox, strftime_now, tojson
 from specedge.runtime.template.sandbox import MAX_CHARS, BoundedSandbox
 from specedge.runtime.text import TextCodec
 
@@ -62,11 +63,14 @@ AMPLIFIERS = {  # each would take from 100 MB to several GB; the operands take a
     "Markup replace, which escapes the new text": "{{ (('x' * 4000) | safe).replace('x', '\"' * 4000) }}",
     "a block set doubling": ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s %}{{ ns.s }}"
                              "{{ ns.s }}{% endset %}{% endfor %}"),
+    "transformers' tojson with long separators": "{{ ([0] * 100000) | tojson(separators=('x' * 100000, ':')) }}",
+    "transformers' tojson with a wide indent": "{{ ([[0]] * 100000) | tojson(indent=100000) }}",
+    "strftime_now of a long format": "{{ strftime_now('%c' * 1000000) }}",
 }
 
 
 def render(template: str) -> str:
-    env = BoundedSandbox()
+    env = chat_sandbox()  # the environment chat templates render in: transformers' functions too
     return TextCodec._guard(lambda: env.render_bounded(env.from_string(template)))
 
 
@@ -187,6 +191,20 @@ def test_filter_bounds_are_never_below_the_result(name: str, template: str) -> N
     env.filters[name] = sizing
     env.from_string(template).render(v=TEXT)
     assert seen
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"indent": 3}, {"separators": (" ,  ", " :: ")}, {"ensure_ascii": True},
+                                    {"indent": "\t\t", "separators": (",", ":"), "sort_keys": True}])
+def test_transformers_tojson_bound_is_never_below_the_result(kwargs: dict[str, object]) -> None:
+    value = [TEXT, {"k": [TEXT, 1, None], "z": {"y": 2.5}}] * 5
+    size = tb.call_size(tb.FILTER_SIZES, "tojson", tojson, (value,), kwargs, LIMIT)
+    assert size is not None and size >= len(tojson(value, **kwargs))  # type: ignore[arg-type]
+
+
+def test_strftime_now_bound_is_never_below_the_result() -> None:
+    fmt = "%c %A %B %x %X %Z %% %j" * 3
+    size = tb.call_size(tb.GLOBAL_SIZES, "strftime_now", strftime_now, (fmt,), {}, LIMIT)
+    assert size is not None and size >= len(strftime_now(fmt))
 
 
 def test_lipsum_bound_is_never_below_the_result() -> None:
