@@ -34,6 +34,7 @@ from specedge.export.replace import KEEP_FIX, listed_files, recover, replace_art
 from specedge.export.settings import QUANT_BITS, ExportSettings
 from specedge.export.source import SourceModel, inspect_source, load_source
 from specedge.export.source_check import SourceSummary
+from specedge.export.source_config import DecoderConfig
 from specedge.models.locks import ensure_space, ensure_writable, exclusive, is_disk_full, remove_scratch
 
 GRAPH_FILE = "model.onnx"
@@ -246,17 +247,33 @@ def check_out(out: Path, overwrite: bool) -> None:
         raise SpecEdgeError(f"--out {out} holds the working directory", "run the export from another folder")
 
 
+BLOCK_SIZES = (32, 64, 128)
+
+
+def matrix_inputs(cfg: DecoderConfig) -> tuple[tuple[str, int], ...]:
+    """The input sizes of a model's matrices (what a quantization block must divide), named."""
+    return (("hidden size", cfg.hidden_size), ("attention size", cfg.num_heads * cfg.head_dim),
+            ("MLP size", cfg.intermediate_size))
+
+
+def largest_block(src: Path, most: int) -> int:
+    """The largest quantization block up to `most` that divides every matrix of the source (32 if none does:
+    the export then says what fits)."""
+    source = load_source(src)
+    source.weights.close()
+    fits = [b for b in BLOCK_SIZES if b <= most and all(k % b == 0 for _, k in matrix_inputs(source.config))]
+    return fits[-1] if fits else BLOCK_SIZES[0]
+
+
 def check_blocks(source: SourceModel, settings: ExportSettings) -> None:
     """Block-quantized weights need every matrix's input size (hidden, attention, MLP) to be a
     whole number of blocks."""
     if settings.quant not in ("int4", "int8"):
         return
-    cfg = source.config
-    sizes = (("hidden size", cfg.hidden_size), ("attention size", cfg.num_heads * cfg.head_dim),
-             ("MLP size", cfg.intermediate_size))
+    sizes = matrix_inputs(source.config)
     for what, k in sizes:
         if k % settings.block_size:
-            fits = [b for b in (32, 64, 128) if all(size % b == 0 for _, size in sizes)]
+            fits = [b for b in BLOCK_SIZES if all(size % b == 0 for _, size in sizes)]
             raise SpecEdgeError(f"the model's {what} {k} is not a whole number of --block-size {settings.block_size} "
                                 "blocks", f"pass --block-size {fits[-1]}" if fits else "export with --quant fp32")
 

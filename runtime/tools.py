@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
+    from specedge.runtime.grammar import Grammar
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.S)
 
@@ -145,6 +147,44 @@ def open_call_at(text: str) -> int:
         if text.endswith(OPEN[:n]):
             return len(text) - n
     return -1
+
+
+# a call's JSON as templates write the calls they show the model (transformers' tojson: json.dumps'
+# spacing), with no other whitespace: the model's own habit, and more of its tokens forced
+CALL_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def tool_call_grammar(tools: Sequence[Mapping[str, Any]], parallel: bool = True, markup: ToolMarkup = TEXT_MARKUP,
+                      lazy: bool = False) -> Grammar:
+    """The tool-call markup of a call (with `parallel`, one or more) to these tools (OpenAI's tool
+    objects), each call's arguments following its function's schema (Lark with llguidance's
+    embedded JSON schemas); a non-`strict` tool's arguments are any object when `lazy`. Lazy: any
+    text, or text and then calls - the grammar binds from the open marker on (a token the text
+    cannot contain; written as text, the lazy lexeme that ends at it)."""
+    from specedge.runtime.grammar import Grammar
+
+    calls = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
+                                               "arguments": arguments_schema(t, lazy)},
+              "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
+    schema = {**(calls[0] if len(calls) == 1 else {"anyOf": calls}), "x-guidance": CALL_JSON}
+    opener, closer = markup.lark()
+    more = (' ("\\n" call)*' if parallel else "") + ' "\\n"?'  # a newline may end the calls (Qwen2.5's does)
+    rules = [f'call: {opener} "\\n" body "\\n" {closer}', f"body: %json {json.dumps(schema)}"]
+    if not lazy:
+        rules.insert(0, f"start: call{more}")
+    elif markup.open_id is not None:
+        rules[:0] = [f"start: TEXT | TEXT? call{more}", "TEXT: /(.|\\n)+/"]
+    else:
+        rules = [f"start: TEXT | head rest{more}", "TEXT: /(.|\\n)+/", f"head[lazy]: /(.|\\n)*{re.escape(OPEN)}/",
+                 f'rest: "\\n" body "\\n" {closer}', *rules]
+    return Grammar("lark", "\n".join(rules) + "\n")
+
+
+def arguments_schema(tool: Mapping[str, Any], lazy: bool) -> Any:
+    """A call's arguments: its function's schema; in a lazy grammar, that of a strict function only."""
+    function = tool["function"]
+    return function.get("parameters", {"type": "object"}) if not lazy or function.get("strict") is True \
+        else {"type": "object"}
 
 
 def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from specedge.core.contract import MANIFEST_NAME
@@ -12,7 +13,7 @@ from specedge.export.cache import artifact_path, is_exported
 from specedge.export.settings import ExportSettings, int4_kernel_here, int8_weights_here
 from specedge.models.fetch import fetch
 from specedge.models.paths import artifacts_dir
-from specedge.models.registry import ModelEntry, get_model
+from specedge.models.registry import ExportDefaults, ModelEntry, get_model
 
 
 def export_settings(entry: ModelEntry, quant: str | None = None) -> ExportSettings:
@@ -55,16 +56,45 @@ def resolve_model(name: str, quant: str | None = None) -> Path:
     out = artifact_path(entry.name, entry.sha256, settings)
     if is_exported(out):
         return out
-    weights = fetch(name)
+    return export_once(fetch(name), out, settings, f"{name} ({settings.quant}, context {settings.context})"
+                                                   f"{why_again(entry.name, settings)}", entry.sha256)
+
+
+def export_once(src: Path, out: Path, settings: ExportSettings, what: str, expected_sha256: str | None = None) -> Path:
+    """Export `src` to the cache folder `out`, saying so (and what it took) on stderr."""
     try:
         from specedge.export.artifact import export_model
     except ImportError as e:
-        raise SpecEdgeError(f"{name} is not exported yet and this installation cannot export ({e.name} missing)",
+        raise SpecEdgeError(f"{what} is not exported yet and this installation cannot export ({e.name} missing)",
                             "pip install 'specedge[export]', or export on another machine") from None
-    print(f"exporting {name} ({settings.quant}, context {settings.context}){why_again(entry.name, settings)} "
-          f"to {out} - once", file=sys.stderr)
-    result = export_model(weights, out, settings, expected_sha256=entry.sha256, reuse=True)
+    print(f"exporting {what} to {out} - once", file=sys.stderr)
+    result = export_model(src, out, settings, expected_sha256=expected_sha256, reuse=True)
     if result.seconds:
         print(f"exported in {result.seconds:.0f} s, peak memory {result.peak_rss_bytes / 2**30:.1f} GiB",
               file=sys.stderr)
     return out
+
+
+# a checkpoint of the user's own, exported as a target as the registry's int4 target is: int4
+# (block 128, or the largest that divides its matrices), row-exact on specedge's kernel with exact
+# attention where it is used, else MatMulNBits
+SOURCE_EXPORT = ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused", rows_attention="exact")
+
+
+def source_artifact(src: Path) -> Path:
+    """The cached export of a GGUF file or Hugging Face checkpoint folder (exported on first use,
+    keyed by the source's sha256 and the settings, as a registry model's; block 0 in the key: the
+    largest that fits)."""
+    from specedge.export.source import source_digest
+
+    kernel = int4_kernel_here(SOURCE_EXPORT.quant)
+    settings = ExportSettings(quant=SOURCE_EXPORT.quant, context=SOURCE_EXPORT.context, block_size=0,
+                              int4_kernel=kernel,
+                              attention=SOURCE_EXPORT.rows_attention if kernel == "rows" else SOURCE_EXPORT.attention)
+    out = artifact_path(src.stem if src.is_file() else src.name, source_digest(src), settings)
+    if is_exported(out):
+        return out
+    from specedge.export.artifact import largest_block
+
+    settings = replace(settings, block_size=largest_block(src, SOURCE_EXPORT.block_size))
+    return export_once(src, out, settings, f"{src} ({settings.quant}, context {settings.context})")

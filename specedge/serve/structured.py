@@ -33,14 +33,12 @@ from specedge.runtime.tools import (
     may_be_bare_call,
     open_call_at,
     split_tool_calls,
+    tool_call_grammar,
 )
 from specedge.serve.protocol import invalid
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a function's name, as the API allows it
 MAX_TOOLS = 128
-# a call's JSON as templates write the calls they show the model (transformers' tojson: json.dumps'
-# spacing), with no other whitespace: the model's own habit, and more of its tokens forced
-CALL_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True)
@@ -159,32 +157,8 @@ def parse_tool_choice(value: object, tools: list[dict[str, Any]]) -> str:
 
 def call_grammar(tools: list[dict[str, Any]], parallel: bool = True, markup: ToolMarkup = TEXT_MARKUP,
                  lazy: bool = False) -> Grammar:
-    """The tool-call markup of a call (with `parallel`, one or more) to these tools, each call's
-    arguments following its function's schema (Lark with llguidance's embedded JSON schemas); a
-    non-`strict` tool's arguments are any object when `lazy`. Lazy: any text, or text and then
-    calls - the grammar binds from the open marker on (a token the text cannot contain; written
-    as text, the lazy lexeme that ends at it)."""
-    calls = [{"type": "object", "properties": {"name": {"const": t["function"]["name"]},
-                                               "arguments": arguments_schema(t, lazy)},
-              "required": ["name", "arguments"], "additionalProperties": False} for t in tools]
-    schema = {**(calls[0] if len(calls) == 1 else {"anyOf": calls}), "x-guidance": CALL_JSON}
-    opener, closer = markup.lark()
-    more = (' ("\\n" call)*' if parallel else "") + ' "\\n"?'  # a newline may end the calls (Qwen2.5's does)
-    rules = [f'call: {opener} "\\n" body "\\n" {closer}', f"body: %json {json.dumps(schema)}"]
-    if not lazy:
-        rules.insert(0, f"start: call{more}")
-    elif markup.open_id is not None:
-        rules[:0] = [f"start: TEXT | TEXT? call{more}", "TEXT: /(.|\\n)+/"]
-    else:
-        rules = [f"start: TEXT | head rest{more}", "TEXT: /(.|\\n)+/", f"head[lazy]: /(.|\\n)*{re.escape(OPEN)}/",
-                 f'rest: "\\n" body "\\n" {closer}', *rules]
-    return checked(Grammar("lark", "\n".join(rules) + "\n"), "tools")
-
-
-def arguments_schema(tool: dict[str, Any], lazy: bool) -> dict[str, Any]:
-    """A call's arguments: its function's schema; in a lazy grammar, that of a strict function only."""
-    function = tool["function"]
-    return function["parameters"] if not lazy or function.get("strict") is True else {"type": "object"}
+    """runtime/tools.py's grammar of calls to these tools, checked: a 400 naming `tools` if llguidance refuses it."""
+    return checked(tool_call_grammar(tools, parallel, markup, lazy), "tools")
 
 
 def parse_prediction(value: object) -> str | None:

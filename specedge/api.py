@@ -1,0 +1,251 @@
+"""The Python API in one line: `specedge.load(name_or_path)`, as mlx-lm's `load` and
+llama-cpp-python's `Llama.from_pretrained` are for theirs.
+
+    import specedge
+
+    model = specedge.load("qwen2.5-coder")  # fetched, exported and measured on first use
+    print(model.generate("def fib(n):", max_tokens=64).text)
+    reply = model.chat([{"role": "user", "content": "Reverse a string in Python."}])
+    for piece in model.stream([{"role": "user", "content": "And in C?"}]):
+        print(piece, end="")
+
+`load` takes a registry pair or model (what `specedge models` lists; NAME:QUANT for one export),
+an artifact folder, a GGUF file or a Hugging Face checkpoint folder (exported into the cache once).
+A pair decodes the way measured fastest on this machine (its draft, n-gram lookup, γ; the first
+use measures it, as the CLI's first chat does); a single model decodes plainly unless a draft is
+given. Every call takes the options the server takes: sampling, a seed, stop strings, a grammar
+(a JSON schema, or `Grammar` for a regex, Lark or GBNF), tools, a prediction of the output, a
+suffix to fill in up to, log-probabilities. Output is lossless: greedy tokens are plain greedy
+decoding's, sampled ones follow the target's distribution.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from specedge.core.contract import MANIFEST_NAME
+from specedge.core.errors import SpecEdgeError
+from specedge.kernels.sampling import SamplingParams
+from specedge.models.registry import MODELS, PAIRS
+from specedge.runtime.decoding import SpecConfig
+from specedge.runtime.generator import GenerationResult, Generator, TextStream
+from specedge.runtime.grammar import Grammar
+from specedge.runtime.logprobs import TokenLogprob
+from specedge.runtime.stats import GenerationStats
+from specedge.runtime.tools import ToolCall, ToolMarkup, read_tool_calls, tool_call_grammar
+
+Message = Mapping[str, Any]
+Prompt = str | Sequence[int]
+GrammarLike = Grammar | Mapping[str, Any] | None  # a Grammar, or a JSON schema
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one call decoded. finish_reason: "stop" (end of text or a stop string), "length"
+    (max_tokens), "tool_calls" (the reply is calls), or "context" (the context is full)."""
+
+    text: str
+    finish_reason: str
+    tokens: list[int]
+    stats: GenerationStats
+    tool_calls: list[ToolCall] = dataclasses.field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
+
+
+FINISH = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length", "context": "context"}
+
+
+class Model:
+    """A loaded model (with its drafter): `generate`, `stream` and `chat`. `generator` is the
+    runtime's Generator beneath, `decoding` says how it decodes and why."""
+
+    def __init__(self, generator: Generator, name: str, decoding: str) -> None:
+        self.generator = generator
+        self.name = name
+        self.decoding = decoding
+        self._markup: ToolMarkup | None = None
+
+    def __repr__(self) -> str:
+        return f"<specedge.Model {self.name}: {self.decoding}>"
+
+    def generate(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
+                 top_k: int = 0, seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
+                 prediction: str | None = None, suffix: str | None = None, logprobs: int | None = None) -> Reply:
+        """Continue `prompt` (text or token ids, no chat template); with `suffix`, fill in the
+        middle between the prompt and the suffix (models with FIM tokens, such as Qwen2.5-Coder)."""
+        ids = self._prompt_ids(prompt, suffix)
+        stream = self._stream(ids, self._config(max_tokens, temperature, top_p, top_k, seed, stop, logprobs),
+                              as_grammar(grammar), prediction)
+        return finished(stream)
+
+    def stream(self, prompt: Prompt | Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0,
+               top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] = (),
+               grammar: GrammarLike = None, prediction: str | None = None, suffix: str | None = None,
+               logprobs: int | None = None) -> TextStream:
+        """Text pieces as they are decoded, of a prompt (text or token ids) or of chat messages
+        (through the model's chat template); `.result` holds the whole once iterated."""
+        ids = self._messages_ids(prompt) if is_messages(prompt) else self._prompt_ids(prompt, suffix)  # type: ignore[arg-type]
+        return self._stream(ids, self._config(max_tokens, temperature, top_p, top_k, seed, stop, logprobs),
+                            as_grammar(grammar), prediction)
+
+    def chat(self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None,
+             tool_choice: str | Mapping[str, Any] = "auto", parallel_tool_calls: bool = True, max_tokens: int = 512,
+             temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
+             stop: Sequence[str] = (), grammar: GrammarLike = None, prediction: str | None = None,
+             logprobs: int | None = None) -> Reply:
+        """The assistant's reply to OpenAI-style `messages`. With `tools` (OpenAI's tool objects),
+        the model's calls come back in `tool_calls`: tool_choice "auto" (its choice; a `strict`
+        tool's calls follow its schema), "required" or {"type": "function", "function": {"name":
+        ...}} (a call, its arguments following the schema), "none" (no calls read)."""
+        ids = self._messages_ids(messages, tools)
+        calls_grammar, names = self._tool_grammar(tools or [], tool_choice, parallel_tool_calls)
+        if calls_grammar is not None and grammar is not None:
+            raise SpecEdgeError("a grammar cannot be combined with a tool_choice that requires a call",
+                                'drop the grammar, or pass tool_choice="auto"')
+        config = self._config(max_tokens, temperature, top_p, top_k, seed, stop, logprobs)
+        reply = finished(self._stream(ids, config, calls_grammar or as_grammar(grammar), prediction))
+        text, calls = read_tool_calls(reply.text, names) if names else (reply.text, [])
+        if calls:
+            return dataclasses.replace(reply, text=text, tool_calls=calls, finish_reason="tool_calls")
+        return reply
+
+    # -- the pieces --------------------------------------------------------------------------
+    def _config(self, max_tokens: int, temperature: float, top_p: float, top_k: int, seed: int | None,
+                stop: Sequence[str], logprobs: int | None) -> dict[str, object]:
+        if isinstance(stop, str):
+            stop = (stop,)
+        return {"max_new_tokens": max_tokens, "sampling": SamplingParams(temperature=temperature, top_k=top_k,
+                                                                          top_p=top_p),
+                "seed": seed, "stop_strings": tuple(stop), "logprobs": logprobs}
+
+    def _stream(self, ids: list[int], overrides: dict[str, object], grammar: Grammar | None,
+                prediction: str | None) -> TextStream:
+        return self.generator.stream(ids, prediction=prediction, grammar=grammar, **overrides)
+
+    def _prompt_ids(self, prompt: Prompt, suffix: str | None) -> list[int]:
+        if suffix is None:
+            return self.generator.encode(prompt)
+        from specedge.runtime.fim import fim_prompt
+
+        return fim_prompt(self.generator.codec, prompt, suffix, self.name)
+
+    def _messages_ids(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
+        if not is_messages(messages):
+            raise SpecEdgeError("chat takes a list of messages such as {'role': 'user', 'content': '...'}",
+                                "pass a list of dicts, or call generate() with a text prompt")
+        return self.generator.encode([dict(m) for m in messages], tools=list(tools) if tools else None)
+
+    def _tool_grammar(self, tools: Sequence[Mapping[str, Any]], choice: str | Mapping[str, Any],
+                      parallel: bool) -> tuple[Grammar | None, frozenset[str]]:
+        """The grammar a tool_choice asks for (None: free text), and the names of the tools whose calls are read."""
+        if not tools:
+            return None, frozenset()
+        names = tool_names(tools)
+        if self._markup is None:
+            self._markup = ToolMarkup.of(self.generator.codec.tokenizer)
+        if choice == "none":
+            return None, frozenset()
+        if choice == "auto":
+            strict = any(t["function"].get("strict") is True for t in tools)
+            return (tool_call_grammar(tools, parallel, self._markup, lazy=True) if strict else None), names
+        name = choice if choice == "required" else (choice.get("function") or {}).get("name")  # type: ignore[union-attr]
+        chosen = [t for t in tools if name == "required" or t["function"]["name"] == name]
+        if not chosen:
+            raise SpecEdgeError(f"tool_choice {choice!r} names no tool of {sorted(names)}",
+                                'pass "auto", "none", "required" or {"type": "function", "function": {"name": ...}}')
+        return tool_call_grammar(chosen, parallel, self._markup), names
+
+
+def tool_names(tools: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    names = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+            raise SpecEdgeError(f"tools[{i}] is not an OpenAI tool object",
+                                'pass {"type": "function", "function": {"name": ..., "parameters": {...}}}')
+        names.append(function["name"])
+    return frozenset(names)
+
+
+def is_messages(prompt: object) -> bool:
+    return isinstance(prompt, Sequence) and not isinstance(prompt, str) and bool(prompt) and \
+        all(isinstance(m, Mapping) for m in prompt)
+
+
+def as_grammar(grammar: GrammarLike) -> Grammar | None:
+    if grammar is None or isinstance(grammar, Grammar):
+        return grammar
+    if isinstance(grammar, Mapping):
+        return Grammar("json_schema", dict(grammar))
+    raise SpecEdgeError(f"grammar must be a JSON schema (a dict) or a specedge.Grammar, not {type(grammar).__name__}",
+                        'pass {"type": "object", ...} or specedge.Grammar("regex", r"...")')
+
+
+def finished(stream: TextStream) -> Reply:
+    for _ in stream:
+        pass
+    result: GenerationResult | None = stream.result
+    assert result is not None
+    return Reply(text=result.text, finish_reason=FINISH.get(result.stats.stop_reason, result.stats.stop_reason),
+                 tokens=result.token_ids, stats=result.stats, logprobs=result.logprobs)
+
+
+# -- load -------------------------------------------------------------------------------------
+def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bool | None = None,
+         gamma: int | Literal["auto"] | None = None, provider: str = "cpu", threads: int | None = None) -> Model:
+    """A model ready to decode. `name_or_path`: a registry pair ("qwen2.5-coder": its target with
+    the decoding measured fastest here) or model ("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b:int4"),
+    an artifact folder, a GGUF file or a Hugging Face checkpoint folder (exported into the cache
+    the first time; progress on stderr). draft: a draft model (name or path) for speculation;
+    ngram: draft by lookup in the context too; gamma: draft tokens per pass, or "auto" (the
+    default). provider: "cpu", "dml" or "qnn"; threads: ONNX Runtime's threads per model."""
+    name = str(name_or_path)
+    if name in PAIRS and draft is None and ngram is None and gamma is None:
+        from specedge.defaults import pair_decoding
+
+        way = pair_decoding(name)
+        target, draft_path, use_ngram, single, line = way.target, way.draft, way.ngram, way.single_steps, way.line
+    else:
+        if name in PAIRS:
+            from specedge.defaults import pair_artifacts
+
+            target, pair_draft = pair_artifacts(name)
+            draft_path = artifact(draft) if draft is not None else pair_draft
+        else:
+            target, draft_path = artifact(name_or_path), artifact(draft) if draft is not None else None
+        use_ngram, single = bool(ngram), False
+        line = "as the arguments say"
+    speculate = draft_path is not None or use_ngram
+    config = SpecConfig(gamma=4 if gamma in (None, "auto") else int(gamma), auto_gamma=gamma in (None, "auto")) \
+        if speculate else SpecConfig(gamma=0)
+    gen = Generator.load(target, draft=draft_path, ngram=use_ngram, provider=provider, threads=threads,
+                         config=config, single_steps=single and not speculate)
+    from specedge.profiling import measured_bandwidth
+
+    gen.bandwidth_gb_per_s = measured_bandwidth()
+    return Model(gen, name.partition(":")[0] if name in MODELS or name in PAIRS else Path(name).name, line)
+
+
+def artifact(name_or_path: str | Path) -> Path:
+    """The artifact folder of a registry model, an artifact folder, or a source (GGUF file or
+    Hugging Face folder) exported into the cache on first use."""
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if path.is_dir() and (path / MANIFEST_NAME).is_file():
+        return path
+    if text.partition(":")[0] in MODELS:
+        from specedge.options import artifact_arg
+
+        return artifact_arg(text)
+    if (path.is_file() and path.suffix == ".gguf") or (path.is_dir() and (path / "config.json").is_file()):
+        from specedge.resolve import source_artifact
+
+        return source_artifact(path)
+    known = ", ".join(sorted((*PAIRS, *MODELS)))
+    raise SpecEdgeError(f"{text!r} is neither a registry name ({known}) nor an artifact folder, GGUF file or "
+                        "Hugging Face checkpoint folder", "pass one of those (`specedge models` lists the registry)")
+

@@ -1,0 +1,78 @@
+"""The Python API (`specedge.load` and the Model it returns), on tiny models: what it loads, that
+its output is the runtime's own (lossless), and the options the server has."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import specedge
+from specedge.runtime import Generator, SpecConfig
+from tests.gguf_models import make_tiny_gguf
+
+
+def test_the_public_names_load_on_first_use() -> None:
+    """`import specedge` loads no ONNX Runtime; every name of __all__ resolves."""
+    code = ("import sys, specedge; assert 'onnxruntime' not in sys.modules; "
+            "[getattr(specedge, n) for n in specedge.__all__]; assert 'onnxruntime' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    with pytest.raises(AttributeError):
+        specedge.nothing_here  # noqa: B018
+
+
+def test_an_artifact_decodes_as_the_runtime_does(tiny_llama: tuple[Path, Path, Path]) -> None:
+    _, target, draft = tiny_llama
+    plain = Generator.load(target, config=SpecConfig(gamma=0)).generate("hello", max_new_tokens=24)
+    model = specedge.load(target, draft=draft)
+    reply = model.generate("hello", max_tokens=24)
+    assert reply.tokens == plain.token_ids and reply.text == plain.text  # speculative greedy = plain greedy
+    assert reply.finish_reason in ("length", "stop") and reply.stats.drafter == "draft-model"
+    stream = model.stream("hello", max_tokens=24)
+    assert "".join(stream) == reply.text and stream.result is not None
+
+
+def test_chat_stop_seed_and_logprobs(tiny_llama: tuple[Path, Path, Path]) -> None:
+    model = specedge.load(tiny_llama[1], draft=tiny_llama[2], ngram=True)
+    ask = [{"role": "user", "content": "hi"}]
+    a = model.chat(ask, temperature=0.8, seed=7, max_tokens=20, logprobs=2)
+    b = model.chat(ask, temperature=0.8, seed=7, max_tokens=20, logprobs=2)
+    assert a.tokens == b.tokens and len(a.logprobs) == len(a.tokens)
+    assert all(len(t.top) == 2 for t in a.logprobs)
+    whole = model.chat(ask, max_tokens=30).text
+    if len(whole) > 4:
+        cut = model.chat(ask, max_tokens=30, stop=[whole[2:4]])
+        assert cut.finish_reason == "stop" and cut.text == whole[:whole.index(whole[2:4])]
+
+
+def test_a_gguf_file_is_exported_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SPECEDGE_CACHE", str(tmp_path / "cache"))
+    gguf = make_tiny_gguf(tmp_path / "mine.gguf", "llama")
+    first = specedge.load(gguf)
+    assert "exporting" in capfd.readouterr().err
+    again = specedge.load(str(gguf))
+    assert "exporting" not in capfd.readouterr().err
+    assert first.generator.target.folder == again.generator.target.folder
+    assert first.generate("abc", max_tokens=8).tokens == again.generate("abc", max_tokens=8).tokens
+
+
+def test_a_name_that_is_nothing_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(specedge.SpecEdgeError, match="neither a registry name") as e:
+        specedge.load(tmp_path / "no-such-model")
+    assert "qwen2.5-coder" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_grammar_as_a_schema_or_a_grammar(tiny_llama: tuple[Path, Path, Path]) -> None:
+    pytest.importorskip("llguidance")
+    model = specedge.load(tiny_llama[1])
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    assert json.loads(model.generate("x", grammar=schema, max_tokens=30).text) in ({"ok": True}, {"ok": False})
+    digits = model.generate("x", grammar=specedge.Grammar("regex", "[0-9]{3}"), max_tokens=10)
+    assert len(digits.text) == 3 and digits.text.isdigit()
+    with pytest.raises(specedge.SpecEdgeError, match="grammar must be"):
+        model.generate("x", grammar="[0-9]")  # type: ignore[arg-type]
