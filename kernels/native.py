@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.metadata
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -19,6 +21,8 @@ OP = "MatMulInt4Rows"
 ISA_ENV = "SPECEDGE_KERNEL_ISA"
 LIBRARY_ENV = "SPECEDGE_KERNEL_LIBRARY"  # a library built elsewhere (tests: a sanitizer build)
 STEM = "_specedge_ops"
+ORT_FLOOR = (1, 21)  # the C API the op registers against (ort_op.cc)
+ORT_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu", "onnxruntime-openvino")
 HOW_TO_BUILD = ("reinstall specedge with a C++17 compiler (g++ or clang++) present: "
                 "pip install --force-reinstall --no-deps -e .")
 
@@ -32,11 +36,29 @@ def library_path() -> Path | None:
     return found[0] if found else None
 
 
+def runtime_too_old() -> str:
+    """Why the installed ONNX Runtime cannot run the op ("": it can): it registers against C API
+    21, which releases before 1.21 do not serve (the op would register nothing, silently)."""
+    for dist in ORT_DISTRIBUTIONS:
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        numbers = [int(part) for part in re.findall(r"\d+", version)[:2]]
+        if tuple(numbers) < ORT_FLOOR:
+            return (f"{dist} {version} is older than {'.'.join(map(str, ORT_FLOOR))}, whose C API the native 4-bit "
+                    f"kernel needs (pip install -U '{dist}>={'.'.join(map(str, ORT_FLOOR))}')")
+        return ""
+    return ""
+
+
 @functools.lru_cache(maxsize=1)
 def _load() -> tuple[ctypes.CDLL | None, str]:
     path = library_path()
     if path is None or not path.is_file():
         return None, f"the native 4-bit kernel was not built ({HOW_TO_BUILD})"
+    if too_old := runtime_too_old():
+        return None, too_old
     try:
         lib = ctypes.CDLL(str(path))
         lib.specedge_kernel_isa.restype = ctypes.c_char_p
