@@ -7,7 +7,7 @@ position, `Draws.sample(p_i, position)`: the exponential race of p_i on the nois
 (seed, position). The draft drew d_i by racing its q_i on that same noise, so d_i equals the
 target's draw as often as the two distributions allow (at least (1 - d) / (1 + d) of the time,
 d = TV(p_i, q_i); a little below the min(1, p/q) rule of Leviathan et al. 2023, which
-`accept_rejection` implements: the README gives the measured gap). What is emitted at a position
+`accept_rejection` implements: docs/cli.md gives the measured gap). What is emitted at a position
 is always the target's
 own draw from p_i, so a seeded run is token-identical to plain sampling with that seed, for any γ,
 any draft, and γ auto whatever it picks; the law of the output is the target's exactly.

@@ -1,5 +1,5 @@
 """Grammars for constrained decoding - JSON schema, any JSON object, a regex, Lark or GBNF - through
-llguidance (chosen over xgrammar by measurement, README: no torch or other dependency, a
+llguidance (chosen over xgrammar by measurement, docs/server.md: no torch or other dependency, a
 grammar built and a mask computed well within a decoding step, and stricter JSON-schema coverage:
 it refuses a keyword it cannot enforce where xgrammar ignored several).
 
