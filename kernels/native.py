@@ -110,6 +110,15 @@ def isas() -> tuple[str, ...]:
     return tuple(lib.specedge_kernel_isas().decode().split(",")) if lib is not None else ()
 
 
+def attention_isas() -> list[str]:
+    """Every instruction set this CPU runs the native attention on, best first (the portable path last)."""
+    lib = library()
+    if lib is None:
+        return []
+    lib.specedge_attention_isas.restype = ctypes.c_char_p
+    return lib.specedge_attention_isas().decode().split(",")
+
+
 def register(options) -> None:  # onnxruntime.SessionOptions
     """Make ai.specedge ops available to sessions made with `options` (the library must be there)."""
     if not available():

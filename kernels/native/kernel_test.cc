@@ -1,6 +1,8 @@
-// The kernel alone, without ONNX Runtime: every instruction set this CPU runs gives bit for bit what
+// The kernels alone, without ONNX Runtime: every instruction set this CPU runs gives bit for bit what
 // the portable path gives, and the portable path gives what the formula in int4_matmul.h gives,
-// written here once more as plainly as it reads; each row alone equals that row among others. For
+// written here once more as plainly as it reads; each row alone equals that row among others. The
+// attention (attention.h) likewise: every instruction set's head equals the portable one's, and a
+// pass of several rows equals one-row passes in turn (its numpy model is tests/kernels' reference). For
 // sanitizer builds (-fsanitize=address,undefined) and for ARM under qemu-user, where the Python
 // tests cannot run. Exit code 0 and "N passed, 0 failed" when every case agrees.
 #include <cmath>
@@ -9,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "attention.h"
 #include "int4_matmul.h"
 
 using namespace specedge;
@@ -113,6 +116,62 @@ bool run_case(const Case& c, std::mt19937& rng, const Isa* isas, int count) {
   return ok;
 }
 
+struct AttentionCase {
+  int64_t heads, kv_heads, d, slots, cached, rows;
+};
+
+// Runs a pass of rows [r0, r1) of the case over the caches with `fn`; returns its output rows.
+std::vector<float> attention_pass(const AttentionCase& c, const std::vector<float>& qkv, const std::vector<float>& cos,
+                                  const std::vector<float>& sin, std::vector<uint16_t>& keys,
+                                  std::vector<uint16_t>& values, int64_t r0, int64_t r1, HeadFn fn) {
+  const int64_t width = (c.heads + 2 * c.kv_heads) * c.d;
+  std::vector<int64_t> pos;
+  for (int64_t r = r0; r < r1; ++r) pos.push_back(c.cached + r);
+  std::vector<float> out((r1 - r0) * c.heads * c.d, NAN), scratch(c.slots + kSlotBlock);
+  const AttentionPass p{qkv.data() + r0 * width, pos.data(), cos.data(), sin.data(), keys.data(), values.data(),
+                        out.data(), r1 - r0, c.heads, c.kv_heads, c.d, c.slots, 0.125f};
+  attention_write(p);
+  for (int64_t r = 0; r < p.rows; ++r) {
+    for (int64_t h = 0; h < c.heads; ++h) fn(p, r, h, scratch.data());
+  }
+  return out;
+}
+
+bool run_attention_case(const AttentionCase& c, std::mt19937& rng, const AttentionIsa* isas, int count) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> qkv(c.rows * (c.heads + 2 * c.kv_heads) * c.d), cos(c.slots * c.d / 2), sin(cos.size());
+  for (auto& v : qkv) v = 2.0f * normal(rng);
+  for (size_t i = 0; i < cos.size(); ++i) {
+    const double angle = static_cast<double>(i / (c.d / 2)) / std::pow(10000.0, 2.0 * (i % (c.d / 2)) / c.d);
+    cos[i] = static_cast<float>(std::cos(angle));
+    sin[i] = static_cast<float>(std::sin(angle));
+  }
+  std::vector<uint16_t> keys(c.kv_heads * c.slots * c.d), values(keys.size());
+  for (auto& v : keys) v = half_of(normal(rng));
+  for (auto& v : values) v = half_of(normal(rng));
+  auto k0 = keys, v0 = values;
+  const std::vector<float> want = attention_pass(c, qkv, cos, sin, k0, v0, 0, c.rows, head_portable);
+  bool ok = true;
+  for (int i = 0; i < count; ++i) {
+    auto k = keys, v = values;
+    const auto got = attention_pass(c, qkv, cos, sin, k, v, 0, c.rows, isas[i].fn);
+    auto k1 = keys, v1 = values;
+    std::vector<float> alone;
+    for (int64_t r = 0; r < c.rows; ++r) {  // one row a pass, in turn
+      const auto one = attention_pass(c, qkv, cos, sin, k1, v1, r, r + 1, isas[i].fn);
+      alone.insert(alone.end(), one.begin(), one.end());
+    }
+    if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0 || k != k0 || v != v0 ||
+        std::memcmp(alone.data(), want.data(), alone.size() * sizeof(float)) != 0) {
+      std::printf("FAILED attention %s H=%lld KV=%lld d=%lld T=%lld L=%lld S=%lld: not the portable path's bits\n",
+                  isas[i].name, (long long)c.heads, (long long)c.kv_heads, (long long)c.d, (long long)c.slots,
+                  (long long)c.cached, (long long)c.rows);
+      ok = false;
+    }
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main() {
@@ -133,6 +192,15 @@ int main() {
     for (int64_t m : {3, 16, 17}) {  // a long K: the AVX-512 path takes it in spans (24 KB of a tile's activations)
       (run_case(Case{4096, 64, 32, m, panel}, rng, isas, count) ? passed : failed)++;
     }
+  }
+  AttentionIsa attention_isas[3];
+  const int attention_count = available_attention_isas(attention_isas, 3);
+  std::printf("attention instruction sets:");
+  for (int i = 0; i < attention_count; ++i) std::printf(" %s", attention_isas[i].name);
+  std::printf("\n");
+  for (const AttentionCase& c : {AttentionCase{4, 1, 16, 16, 0, 3}, AttentionCase{12, 2, 128, 64, 40, 9},
+                                 AttentionCase{14, 2, 64, 96, 79, 17}, AttentionCase{3, 3, 256, 32, 5, 2}}) {
+    (run_attention_case(c, rng, attention_isas, attention_count) ? passed : failed)++;
   }
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

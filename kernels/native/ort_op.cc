@@ -18,14 +18,21 @@
 #include <thread>
 #include <vector>
 
+#include "attention.h"
 #include "int4_matmul.h"
+#include "ort_util.h"
+
+namespace specedge {
+const OrtApi* g_api = nullptr;
+}  // namespace specedge
+
+using namespace specedge;
 
 namespace {
 
 constexpr const char* kDomain = "ai.specedge";
 constexpr const char* kOpName = "MatMulInt4Rows";
 constexpr const char* kIsaEnv = "SPECEDGE_KERNEL_ISA";
-const OrtApi* g_api = nullptr;
 
 struct Kernel {
   int64_t k, n, block;
@@ -34,38 +41,12 @@ struct Kernel {
   bool weights_checked;  // all three weight inputs are constants, checked when the session was made
 };
 
-OrtStatus* fail(const std::string& what) { return g_api->CreateStatus(ORT_INVALID_ARGUMENT, what.c_str()); }
-
-// For calls that cannot fail on the arguments given (a shape's own dimensions).
-void must(OrtStatus* st) {
-  if (st != nullptr) g_api->ReleaseStatus(st);
-}
-
-#define RETURN_IF(expr)                 \
-  do {                                  \
-    if (OrtStatus* st_ = (expr)) return st_; \
-  } while (0)
-
 OrtStatus* attribute(const OrtKernelInfo* info, const char* name, int64_t* out) {
   if (OrtStatus* st = g_api->KernelInfoGetAttribute_int64(info, name, out)) {
     g_api->ReleaseStatus(st);
     return fail(std::string("MatMulInt4Rows: attribute ") + name + " is missing; re-export the model");
   }
   return nullptr;
-}
-
-std::vector<int64_t> dims_of(const OrtTensorTypeAndShapeInfo* info) {
-  size_t count = 0;
-  must(g_api->GetDimensionsCount(info, &count));
-  std::vector<int64_t> dims(count);
-  must(g_api->GetDimensions(info, dims.data(), count));
-  return dims;
-}
-
-std::string shape_text(const std::vector<int64_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
-  return s + "]";
 }
 
 // The expected shapes of inputs 1..3.
@@ -144,16 +125,6 @@ void run_task(void* data, size_t task) {
   const int64_t p0 = static_cast<int64_t>(task) * job.panels_per_task;
   const int64_t p1 = std::min(job.panels, p0 + job.panels_per_task);
   if (p0 < p1) job.isa->fn(job.w, job.x, p0, p1, job.y);
-}
-
-OrtStatus* tensor_data(OrtKernelContext* ctx, size_t index, const void** data, std::vector<int64_t>* dims) {
-  const OrtValue* value = nullptr;
-  RETURN_IF(g_api->KernelContext_GetInput(ctx, index, &value));
-  OrtTensorTypeAndShapeInfo* shape = nullptr;
-  RETURN_IF(g_api->GetTensorTypeAndShape(value, &shape));
-  *dims = dims_of(shape);
-  g_api->ReleaseTensorTypeAndShapeInfo(shape);
-  return g_api->GetTensorMutableData(const_cast<OrtValue*>(value), const_cast<void**>(data));
 }
 
 OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
@@ -261,9 +232,12 @@ OrtCustomOp make_op() {
   return op;
 }
 
-OrtCustomOp g_op = make_op();
-
 }  // namespace
+
+OrtCustomOp* specedge::matmul_op() {
+  static OrtCustomOp op = make_op();
+  return &op;
+}
 
 extern "C" {
 
@@ -274,7 +248,8 @@ __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps
   if (g_api == nullptr) return nullptr;  // older than 1.21: nothing registered; the session then names the op
   OrtCustomOpDomain* domain = nullptr;  // one per registration, kept for the process (ONNX Runtime's rule)
   RETURN_IF(g_api->CreateCustomOpDomain(kDomain, &domain));
-  RETURN_IF(g_api->CustomOpDomain_Add(domain, &g_op));
+  RETURN_IF(g_api->CustomOpDomain_Add(domain, matmul_op()));
+  RETURN_IF(g_api->CustomOpDomain_Add(domain, attention_op()));
   return g_api->AddCustomOpDomain(options, domain);
 }
 

@@ -22,7 +22,8 @@ from specedge.export.quantize import dequantize_blockwise, quantize_blockwise
 from specedge.kernels import int4_layout, native
 
 NATIVE = Path(native.__file__).parent / "native"
-SOURCES = [*sorted(p.name for p in NATIVE.glob("int4_matmul*.cc")), "kernel_test.cc"]
+SOURCES = [*(p.name for kernel in ("int4_matmul", "attention") for p in sorted(NATIVE.glob(f"{kernel}*.cc"))),
+           "kernel_test.cc"]
 needs_library = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
                                    reason=native.missing() or "library absent")
 ARM_TOOLS = ("aarch64-linux-gnu-g++", "qemu-aarch64")
@@ -182,6 +183,7 @@ def test_kernel_under_sanitizers(tmp_path: Path) -> None:
     assert "portable" in out
     for isa in native.isas():  # every instruction set this CPU runs was checked
         assert isa in out
+    assert f"attention instruction sets: {' '.join(native.attention_isas())}" in out
 
 
 @pytest.mark.skipif(any(shutil.which(t) is None for t in ARM_TOOLS) and not os.environ.get("CI"),

@@ -1,0 +1,155 @@
+// The attention's float16 conversions, its write phase, the portable path, and the choice of
+// instruction set by CPUID (the arithmetic is told in attention.h).
+#include "attention.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace specedge {
+
+uint16_t half_of(float x) {
+  uint32_t f;
+  std::memcpy(&f, &x, 4);
+  const uint32_t sign = (f >> 16) & 0x8000u;
+  f &= 0x7FFFFFFFu;
+  if (f >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | (f > 0x7F800000u ? 0x200u : 0u));
+  if (f >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to 65536 or more: infinity
+  if (f < 0x38800000u) {  // below 2^-14: a subnormal half (or zero), rounded to nearest even
+    if (f < 0x33000000u) return static_cast<uint16_t>(sign);  // at most 2^-25: zero
+    const uint32_t exponent = f >> 23, mantissa = (f & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126u - exponent;  // 14..24: mantissa * 2^(exponent-150) in units of 2^-24
+    const uint32_t kept = mantissa >> shift, rest = mantissa & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    const uint32_t rounded = kept + ((rest > half || (rest == half && (kept & 1u))) ? 1u : 0u);
+    return static_cast<uint16_t>(sign | rounded);
+  }
+  const uint32_t rebased = f - 0x38000000u;  // exponent 127 -> 15, mantissa 23 bits
+  const uint32_t kept = rebased >> 13, rest = rebased & 0x1FFFu;
+  const uint32_t rounded = kept + ((rest > 0x1000u || (rest == 0x1000u && (kept & 1u))) ? 1u : 0u);
+  return static_cast<uint16_t>(sign | rounded);
+}
+
+float float_of(uint16_t h) {
+  const uint32_t sign = (static_cast<uint32_t>(h) & 0x8000u) << 16;
+  uint32_t exponent = (h >> 10) & 0x1Fu, mantissa = h & 0x3FFu, f;
+  if (exponent == 0x1Fu) {
+    f = sign | 0x7F800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    f = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    f = sign;
+  } else {  // subnormal half: normalize
+    int e = -1;
+    do {
+      mantissa <<= 1;
+      ++e;
+    } while (!(mantissa & 0x400u));
+    f = sign | ((112u - static_cast<uint32_t>(e)) << 23) | ((mantissa & 0x3FFu) << 13);
+  }
+  float x;
+  std::memcpy(&x, &f, 4);
+  return x;
+}
+
+float exp_rows(float x) {
+  const float t = x * 1.44269504f;
+  const float n = std::nearbyint(t);  // ties to even, the default rounding
+  float r = __builtin_fmaf(n, -0.693359375f, x);
+  r = __builtin_fmaf(n, 2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = __builtin_fmaf(p, r, 1.3981999507e-3f);
+  p = __builtin_fmaf(p, r, 8.3334519073e-3f);
+  p = __builtin_fmaf(p, r, 4.1665795894e-2f);
+  p = __builtin_fmaf(p, r, 1.6666665459e-1f);
+  p = __builtin_fmaf(p, r, 5.0000001201e-1f);
+  const float r2 = r * r;
+  float y = __builtin_fmaf(p, r2, r);
+  y = y + 1.0f;
+  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;  // 2^n, n in [-58, 0]
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return y * scale;
+}
+
+void attention_write(const AttentionPass& p) {
+  const int64_t d = p.head_dim, half = d / 2, width = (p.heads + 2 * p.kv_heads) * d;
+  for (int64_t s = 0; s < p.rows; ++s) {
+    const int64_t pos = p.pos[s];
+    const float* c = p.cos + pos * half;
+    const float* sn = p.sin + pos * half;
+    for (int64_t g = 0; g < p.kv_heads; ++g) {
+      const float* k = p.qkv + s * width + (p.heads + g) * d;
+      const float* v = p.qkv + s * width + (p.heads + p.kv_heads + g) * d;
+      uint16_t* kb = p.keys + (g * (p.slots / kSlotBlock) + pos / kSlotBlock) * d * kSlotBlock + pos % kSlotBlock;
+      for (int64_t i = 0; i < half; ++i) {
+        kb[i * kSlotBlock] = half_of(rope_low(k[i], k[i + half], c[i], sn[i]));
+        kb[(i + half) * kSlotBlock] = half_of(rope_high(k[i], k[i + half], c[i], sn[i]));
+      }
+      uint16_t* vb = p.values + (g * p.slots + pos) * d;
+      for (int64_t i = 0; i < d; ++i) vb[i] = half_of(v[i]);
+    }
+  }
+}
+
+void head_portable(const AttentionPass& p, int64_t row, int64_t head, float* scratch) {
+  const int64_t d = p.head_dim, half = d / 2, width = (p.heads + 2 * p.kv_heads) * d;
+  const int64_t pos = p.pos[row], g = head / (p.heads / p.kv_heads), n = pos + 1;
+  const float* q = p.qkv + row * width + head * d;
+  const float* c = p.cos + pos * half;
+  const float* sn = p.sin + pos * half;
+  float qs[512];
+  for (int64_t i = 0; i < half; ++i) {
+    qs[i] = rope_low(q[i], q[i + half], c[i], sn[i]) * p.scale;
+    qs[i + half] = rope_high(q[i], q[i + half], c[i], sn[i]) * p.scale;
+  }
+  const uint16_t* keys = p.keys + g * (p.slots / kSlotBlock) * d * kSlotBlock;
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    const uint16_t* kj = keys + (j / kSlotBlock) * d * kSlotBlock + j % kSlotBlock;
+    float acc = 0.0f;
+    for (int64_t i = 0; i < d; ++i) acc = __builtin_fmaf(qs[i], float_of(kj[i * kSlotBlock]), acc);
+    scratch[j] = acc;
+    m = std::fmax(m, acc);
+  }
+  float lanes[kSlotBlock] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const float x = scratch[j] - m;
+    scratch[j] = x < kExpFloor ? 0.0f : exp_rows(x);
+    lanes[j % kSlotBlock] = lanes[j % kSlotBlock] + scratch[j];
+  }
+  for (int64_t w = kSlotBlock / 2; w >= 1; w /= 2) {
+    for (int64_t l = 0; l < w; ++l) lanes[l] = lanes[l] + lanes[l + w];
+  }
+  const uint16_t* values = p.values + g * p.slots * d;
+  float* out = p.out + row * p.heads * d + head * d;
+  for (int64_t i = 0; i < d; ++i) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n; ++j) acc = __builtin_fmaf(scratch[j], float_of(values[j * d + i]), acc);
+    out[i] = acc / lanes[0];
+  }
+}
+
+int available_attention_isas(AttentionIsa* out, int capacity) {
+  int n = 0;
+  auto add = [&](const char* name, HeadFn fn) {
+    if (n < capacity) out[n++] = AttentionIsa{name, fn};
+  };
+#if defined(__x86_64__) || defined(_M_X64)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2 && __builtin_cpu_supports("avx512f")) add("avx512", head_avx512);
+  if (avx2) add("avx2", head_avx2);
+#endif
+  add("portable", head_portable);
+  return n;
+}
+
+const AttentionIsa* pick_attention_isa(const char* forced) {
+  static AttentionIsa isas[3];
+  static int count = available_attention_isas(isas, 3);
+  for (int i = 0; i < count; ++i) {
+    if (forced == nullptr || forced[0] == '\0' || std::strcmp(isas[i].name, forced) == 0) return &isas[i];
+  }
+  return nullptr;
+}
+
+}  // namespace specedge

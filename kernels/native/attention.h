@@ -1,0 +1,76 @@
+// Causal attention over a float16 KV cache whose rows do not depend on each other: what
+// ai.specedge::AttentionRows computes for each layer of a model exported with `--attention rows`.
+//
+// Layout. keys: float16 [KV][T/16][d][16] (slots in blocks of 16, a block's 16 slots side by side for
+// each of the d dimensions); values: float16 [KV][T][d]; T is a multiple of 16. qkv: float32 [S][(H +
+// 2 KV) d] (q of each head, then k, then v of each KV head); pos: the position of each row; cos, sin:
+// float32 [C][d/2]. out: float32 [S][H d]. Head h reads KV head h / (H / KV).
+//
+// Arithmetic (fma: one rounding; every other operation rounds once; no other fused operation), the
+// same on every instruction set:
+//  rope of x at position p, i < d/2, c = cos[p][i], s = sin[p][i]:
+//    x'[i] = fma(x[i], c, -(x[i + d/2] * s)),  x'[i + d/2] = fma(x[i + d/2], c, x[i] * s)
+//  write: every row's k' and v of every KV head to slot pos[s], rounded to float16 (nearest, ties to
+//    even), before any row is read;
+//  per row s (p = pos[s]) and head h: q'[i] = rope(q)[i] * scale;
+//    score[j] = fma(q'[d-1], k_j[d-1], ... fma(q'[1], k_j[1], fma(q'[0], k_j[0], 0))) for j = 0..p;
+//    m = max score; e[j] = x < -40 ? 0 : exp(x), x = score[j] - m, exp as `exp_rows` below;
+//    sum: lane l = 0..15 adds e[j], j = l mod 16, in order of j from 0; then lanes l + w into l for
+//    w = 8, 4, 2, 1; sum is lane 0;
+//    out[i] = fma(e[p], v_p[i], ... fma(e[1], v_1[i], fma(e[0], v_0[i], 0))) / sum.
+// So a row's result depends only on that row, its position and the cache slots before it: never on
+// how many rows share the pass, the thread count or the instruction set.
+#pragma once
+
+#include <cstdint>
+
+namespace specedge {
+
+constexpr int64_t kSlotBlock = 16;  // slots per block of the key layout
+constexpr float kExpFloor = -40.0f;  // e^-40 = 4e-18: below a float's resolution next to the largest term, 1
+
+struct AttentionPass {
+  const float* qkv;     // [S][(H + 2 KV) d]
+  const int64_t* pos;   // [S]
+  const float* cos;     // [C][d/2]
+  const float* sin;     // [C][d/2]
+  uint16_t* keys;       // float16 bits [KV][T/16][d][16]
+  uint16_t* values;     // float16 bits [KV][T][d]
+  float* out;           // [S][H d]
+  int64_t rows, heads, kv_heads, head_dim, slots;
+  float scale;
+};
+
+// Float32 <-> float16 bits, round to nearest even (the portable conversions every path matches).
+uint16_t half_of(float x);
+float float_of(uint16_t h);
+
+// Rope each row's k and store it and v (float16) at the row's slot: before any head is computed.
+void attention_write(const AttentionPass& p);
+
+// One row's one head into p.out; scratch holds at least T + 16 floats.
+using HeadFn = void (*)(const AttentionPass& p, int64_t row, int64_t head, float* scratch);
+void head_portable(const AttentionPass& p, int64_t row, int64_t head, float* scratch);
+#if defined(__x86_64__) || defined(_M_X64)
+void head_avx2(const AttentionPass& p, int64_t row, int64_t head, float* scratch);
+void head_avx512(const AttentionPass& p, int64_t row, int64_t head, float* scratch);
+#endif
+
+// exp(x) for x in [-40, 0] as every path computes it (x < -40 is 0 before this is called).
+float exp_rows(float x);
+
+struct AttentionIsa {
+  const char* name;
+  HeadFn fn;
+};
+
+// The instruction sets this CPU runs the attention on, best first, into out; returns how many.
+int available_attention_isas(AttentionIsa* out, int capacity);
+// The first of them (or the one `forced` names; nullptr if it names none this CPU runs).
+const AttentionIsa* pick_attention_isa(const char* forced);
+
+// The rope, the exp and the lane sum, shared by the paths' scalar parts.
+inline float rope_low(float a, float b, float c, float s) { return __builtin_fmaf(a, c, -(b * s)); }
+inline float rope_high(float a, float b, float c, float s) { return __builtin_fmaf(b, c, a * s); }
+
+}  // namespace specedge

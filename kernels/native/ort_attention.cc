@@ -1,0 +1,246 @@
+// The ONNX Runtime custom op ai.specedge::AttentionRows around the attention of attention.h: one
+// layer's rope, cache write and causal attention over a float16 KV cache, rows exact at any width.
+//
+// Inputs: qkv float [1, S, (H + 2 KV) d] (the packed projection, biases added), position_ids int64
+// [1, S], cos and sin caches float [C, d/2], past_key float16 [1, KV, T, d] (slots in blocks of 16:
+// attention.h), past_value float16 [1, KV, T, d]. Outputs: attn float [1, S, H d], present_key and
+// present_value (the past buffers with the rows' entries written; bound to the same memory as the
+// past ones, the pass writes in place). Attributes: num_heads, kv_heads, head_dim, scale.
+// Threads: the session's intra-op pool, one task per row and head.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "attention.h"
+#include "ort_util.h"
+
+using namespace specedge;
+
+namespace {
+
+constexpr const char* kOpName = "AttentionRows";
+constexpr const char* kIsaEnv = "SPECEDGE_ATTENTION_ISA";
+
+struct Kernel {
+  int64_t heads, kv_heads, head_dim;
+  float scale;
+  const AttentionIsa* isa;
+};
+
+OrtStatus* int_attribute(const OrtKernelInfo* info, const char* name, int64_t* out) {
+  if (OrtStatus* st = g_api->KernelInfoGetAttribute_int64(info, name, out)) {
+    g_api->ReleaseStatus(st);
+    return fail(std::string("AttentionRows: attribute ") + name + " is missing; re-export the model");
+  }
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo* info, void** out) {
+  Kernel kn{};
+  RETURN_IF(int_attribute(info, "num_heads", &kn.heads));
+  RETURN_IF(int_attribute(info, "kv_heads", &kn.kv_heads));
+  RETURN_IF(int_attribute(info, "head_dim", &kn.head_dim));
+  if (OrtStatus* st = g_api->KernelInfoGetAttribute_float(info, "scale", &kn.scale)) {
+    g_api->ReleaseStatus(st);
+    return fail("AttentionRows: attribute scale is missing; re-export the model");
+  }
+  if (kn.kv_heads <= 0 || kn.heads <= 0 || kn.heads % kn.kv_heads || kn.head_dim < 16 || kn.head_dim > 512 ||
+      kn.head_dim % 16) {
+    return fail("AttentionRows: num_heads=" + std::to_string(kn.heads) + ", kv_heads=" + std::to_string(kn.kv_heads) +
+                ", head_dim=" + std::to_string(kn.head_dim) +
+                ": heads must be a multiple of kv_heads and head_dim a multiple of 16 up to 512");
+  }
+  const char* forced = std::getenv(kIsaEnv);
+  kn.isa = pick_attention_isa(forced);
+  if (kn.isa == nullptr) return fail(std::string(kIsaEnv) + "=" + forced + " names no instruction set this CPU runs");
+  *out = new Kernel(kn);
+  return nullptr;
+}
+
+struct Job {
+  AttentionPass pass;
+  HeadFn fn;
+};
+
+void run_task(void* data, size_t task) {
+  const Job& job = *static_cast<const Job*>(data);
+  thread_local std::vector<float> scratch;
+  const size_t need = static_cast<size_t>(job.pass.slots + kSlotBlock);
+  if (scratch.size() < need) scratch.resize(need);
+  const int64_t row = static_cast<int64_t>(task) / job.pass.heads, head = static_cast<int64_t>(task) % job.pass.heads;
+  job.fn(job.pass, row, head, scratch.data());
+}
+
+OrtStatus* output(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& dims, void** data) {
+  OrtValue* value = nullptr;
+  RETURN_IF(g_api->KernelContext_GetOutput(ctx, index, dims.data(), dims.size(), &value));
+  return g_api->GetTensorMutableData(value, data);
+}
+
+OrtStatus* check_inputs(const Kernel& kn, const std::vector<int64_t>* dims, const int64_t* pos) {
+  const int64_t d = kn.head_dim, width = (kn.heads + 2 * kn.kv_heads) * d;
+  const auto& qkv = dims[0];
+  if (qkv.size() != 3 || qkv[0] != 1 || qkv[2] != width || dims[1] != std::vector<int64_t>{1, qkv[1]}) {
+    return fail("AttentionRows: qkv " + shape_text(qkv) + " and positions " + shape_text(dims[1]) +
+                " do not match [1, S, " + std::to_string(width) + "] and [1, S]");
+  }
+  const auto& cache = dims[4];
+  if (cache.size() != 4 || cache[0] != 1 || cache[1] != kn.kv_heads || cache[3] != d || cache[2] % kSlotBlock ||
+      dims[5] != cache) {
+    return fail("AttentionRows: cache buffers " + shape_text(cache) + " and " + shape_text(dims[5]) + " must both be [1, " +
+                std::to_string(kn.kv_heads) + ", T, " + std::to_string(d) + "] with T a multiple of 16");
+  }
+  if (dims[2].size() != 2 || dims[2][1] != d / 2 || dims[3] != dims[2]) {
+    return fail("AttentionRows: rope caches " + shape_text(dims[2]) + ", " + shape_text(dims[3]) + " must be [C, " +
+                std::to_string(d / 2) + "]");
+  }
+  for (int64_t s = 0; s < qkv[1]; ++s) {
+    if (pos[s] < 0 || pos[s] >= cache[2] || pos[s] >= dims[2][0]) {
+      return fail("AttentionRows: position " + std::to_string(pos[s]) + " is outside the cache of " +
+                  std::to_string(cache[2]) + " slots (or the rope tables' " + std::to_string(dims[2][0]) + ")");
+    }
+  }
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
+  const Kernel& kn = *static_cast<const Kernel*>(state);
+  const void* ptr[6];
+  std::vector<int64_t> dims[6];
+  for (size_t i = 0; i < 6; ++i) RETURN_IF(tensor_data(ctx, i, &ptr[i], &dims[i]));
+  const int64_t* pos = static_cast<const int64_t*>(ptr[1]);
+  RETURN_IF(check_inputs(kn, dims, pos));
+  const int64_t rows = dims[0][1], d = kn.head_dim, slots = dims[4][2];
+  void* out[3];
+  RETURN_IF(output(ctx, 0, {1, rows, kn.heads * d}, &out[0]));
+  for (size_t i = 1; i < 3; ++i) {
+    RETURN_IF(output(ctx, i, dims[3 + i], &out[i]));
+    if (out[i] != ptr[3 + i]) {  // not bound in place: the present buffer starts as the past one
+      std::memcpy(out[i], ptr[3 + i], static_cast<size_t>(kn.kv_heads * slots * d) * sizeof(uint16_t));
+    }
+  }
+  if (rows == 0) return nullptr;
+  Job job{{static_cast<const float*>(ptr[0]), pos, static_cast<const float*>(ptr[2]), static_cast<const float*>(ptr[3]),
+           static_cast<uint16_t*>(out[1]), static_cast<uint16_t*>(out[2]), static_cast<float*>(out[0]), rows, kn.heads,
+           kn.kv_heads, d, slots, kn.scale},
+          kn.isa->fn};
+  attention_write(job.pass);  // every row's entries before any row reads them
+  return g_api->KernelContext_ParallelFor(ctx, run_task, static_cast<size_t>(rows * kn.heads), 0, &job);
+}
+
+OrtStatus* set_output(OrtShapeInferContext* ctx, size_t index, ONNXTensorElementDataType type,
+                      const std::vector<int64_t>& dims, const std::vector<std::string>& names) {
+  std::vector<const char*> symbolic;
+  for (const auto& name : names) symbolic.push_back(name.c_str());
+  OrtTensorTypeAndShapeInfo* out = nullptr;
+  RETURN_IF(g_api->CreateTensorTypeAndShapeInfo(&out));
+  OrtStatus* st = g_api->SetTensorElementType(out, type);
+  if (st == nullptr) st = g_api->SetDimensions(out, dims.data(), dims.size());
+  if (st == nullptr) st = g_api->SetSymbolicDimensions(out, symbolic.data(), symbolic.size());
+  if (st == nullptr) st = g_api->ShapeInferContext_SetOutputTypeShape(ctx, index, out);
+  g_api->ReleaseTensorTypeAndShapeInfo(out);
+  return st;
+}
+
+OrtStatus* input_shape(OrtShapeInferContext* ctx, size_t index, std::vector<int64_t>* dims,
+                       std::vector<std::string>* names) {
+  OrtTensorTypeAndShapeInfo* in = nullptr;
+  RETURN_IF(g_api->ShapeInferContext_GetInputTypeShape(ctx, index, &in));
+  size_t count = 0;
+  must(g_api->GetDimensionsCount(in, &count));
+  dims->assign(count, 0);
+  std::vector<const char*> borrowed(count);
+  must(g_api->GetDimensions(in, dims->data(), count));
+  must(g_api->GetSymbolicDimensions(in, borrowed.data(), count));
+  names->assign(borrowed.begin(), borrowed.end());  // copied: `in` stays ONNX Runtime's
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL infer_shape(const OrtCustomOp*, OrtShapeInferContext* ctx) {
+  // attn: qkv's shape with the last dimension num_heads * head_dim; present_*: the past buffers' shapes
+  std::vector<int64_t> dims;
+  std::vector<std::string> names;
+  RETURN_IF(input_shape(ctx, 0, &dims, &names));
+  if (dims.empty()) return fail("AttentionRows: qkv has no dimensions");
+  int64_t heads = 0, head_dim = 0;
+  size_t size = 0;
+  const OrtOpAttr* attr = nullptr;
+  RETURN_IF(g_api->ShapeInferContext_GetAttribute(ctx, "num_heads", &attr));
+  RETURN_IF(g_api->ReadOpAttr(attr, ORT_OP_ATTR_INT, &heads, sizeof(int64_t), &size));
+  RETURN_IF(g_api->ShapeInferContext_GetAttribute(ctx, "head_dim", &attr));
+  RETURN_IF(g_api->ReadOpAttr(attr, ORT_OP_ATTR_INT, &head_dim, sizeof(int64_t), &size));
+  dims.back() = heads * head_dim;
+  names.back().clear();
+  RETURN_IF(set_output(ctx, 0, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, dims, names));
+  for (size_t i = 1; i < 3; ++i) {
+    RETURN_IF(input_shape(ctx, 3 + i, &dims, &names));
+    RETURN_IF(set_output(ctx, i, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16, dims, names));
+  }
+  return nullptr;
+}
+
+ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp*, size_t i) {
+  if (i == 1) return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+  return i >= 4 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+}
+
+ONNXTensorElementDataType ORT_API_CALL output_type(const OrtCustomOp*, size_t i) {
+  return i == 0 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+}
+
+OrtCustomOp make_op() {
+  OrtCustomOp op;
+  std::memset(&op, 0, sizeof op);
+  op.version = ORT_API_VERSION;
+  op.GetName = [](const OrtCustomOp*) { return kOpName; };
+  op.GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return "CPUExecutionProvider"; };
+  op.GetInputType = input_type;
+  op.GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return 6; };
+  op.GetOutputType = output_type;
+  op.GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 3; };
+  op.KernelDestroy = [](void* k) { delete static_cast<Kernel*>(k); };
+  op.GetInputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+  op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
+  op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.CreateKernelV2 = create_kernel;
+  op.KernelComputeV2 = compute;
+  op.InferOutputShapeFn = infer_shape;
+  op.GetStartVersion = [](const OrtCustomOp*) { return 1; };
+  op.GetEndVersion = [](const OrtCustomOp*) { return 1; };
+  return op;
+}
+
+}  // namespace
+
+OrtCustomOp* specedge::attention_op() {
+  static OrtCustomOp op = make_op();
+  return &op;
+}
+
+extern "C" {
+
+// The instruction set the attention would use here ("" if SPECEDGE_ATTENTION_ISA names none this CPU runs).
+__attribute__((visibility("default"))) const char* specedge_attention_isa() {
+  const AttentionIsa* isa = pick_attention_isa(std::getenv(kIsaEnv));
+  return isa != nullptr ? isa->name : "";
+}
+
+// Every instruction set this CPU runs the attention on, comma-separated, best first.
+__attribute__((visibility("default"))) const char* specedge_attention_isas() {
+  static std::string names = [] {
+    AttentionIsa isas[3];
+    const int n = available_attention_isas(isas, 3);
+    std::string s;
+    for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string(isas[i].name);
+    return s;
+  }();
+  return names.c_str();
+}
+
+}  // extern "C"

@@ -1,0 +1,55 @@
+// What the library's ONNX Runtime ops share: the C API table (set when the ops are registered),
+// errors as statuses, and tensors' shapes and data.
+#pragma once
+
+#include <onnxruntime_c_api.h>
+
+#include <string>
+#include <vector>
+
+namespace specedge {
+
+extern const OrtApi* g_api;  // set by RegisterCustomOps
+
+inline OrtStatus* fail(const std::string& what) { return g_api->CreateStatus(ORT_INVALID_ARGUMENT, what.c_str()); }
+
+// For calls that cannot fail on the arguments given (a shape's own dimensions).
+inline void must(OrtStatus* st) {
+  if (st != nullptr) g_api->ReleaseStatus(st);
+}
+
+#define RETURN_IF(expr)                      \
+  do {                                       \
+    if (OrtStatus* st_ = (expr)) return st_; \
+  } while (0)
+
+inline std::vector<int64_t> dims_of(const OrtTensorTypeAndShapeInfo* info) {
+  size_t count = 0;
+  must(g_api->GetDimensionsCount(info, &count));
+  std::vector<int64_t> dims(count);
+  must(g_api->GetDimensions(info, dims.data(), count));
+  return dims;
+}
+
+inline std::string shape_text(const std::vector<int64_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+// Input `index` of a kernel's run: its data and dimensions.
+inline OrtStatus* tensor_data(OrtKernelContext* ctx, size_t index, const void** data, std::vector<int64_t>* dims) {
+  const OrtValue* value = nullptr;
+  RETURN_IF(g_api->KernelContext_GetInput(ctx, index, &value));
+  OrtTensorTypeAndShapeInfo* shape = nullptr;
+  RETURN_IF(g_api->GetTensorTypeAndShape(value, &shape));
+  *dims = dims_of(shape);
+  g_api->ReleaseTensorTypeAndShapeInfo(shape);
+  return g_api->GetTensorMutableData(const_cast<OrtValue*>(value), const_cast<void**>(data));
+}
+
+// The custom ops of the library (ort_op.cc: MatMulInt4Rows; ort_attention.cc: AttentionRows).
+OrtCustomOp* matmul_op();
+OrtCustomOp* attention_op();
+
+}  // namespace specedge

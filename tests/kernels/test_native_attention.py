@@ -1,0 +1,191 @@
+"""The native attention (ai.specedge::AttentionRows) through real ONNX Runtime sessions: bit for bit
+the numpy model of its arithmetic (kernels/attention_model.py) on every instruction set this CPU
+runs plus the portable path, at head sizes 16..256, grouped and ungrouped heads, rows at the start
+of a cache, across slot blocks and at its end; a row alone equals the same row among others; 1 and
+2 threads alike; the cache written in place when bound so; float16 rounding as numpy's; bad shapes
+refused in one line."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from specedge.kernels import attention_model as am
+from specedge.kernels import native
+
+needs_library = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
+                                   reason=native.missing() or "library absent")
+pytestmark = needs_library
+ISA_ENV = "SPECEDGE_ATTENTION_ISA"
+
+
+def isas() -> list[str]:
+    return native.attention_isas() if native.available() else []
+
+
+def op_model(heads: int, kv_heads: int, d: int, scale: float) -> bytes:
+    node = helper.make_node("AttentionRows", ["qkv", "pos", "cos", "sin", "past_key", "past_value"],
+                            ["attn", "present_key", "present_value"], domain=native.DOMAIN, num_heads=heads,
+                            kv_heads=kv_heads, head_dim=d, scale=scale)
+    f, h = TensorProto.FLOAT, TensorProto.FLOAT16
+    inputs = [helper.make_tensor_value_info("qkv", f, [1, "S", (heads + 2 * kv_heads) * d]),
+              helper.make_tensor_value_info("pos", TensorProto.INT64, [1, "S"]),
+              helper.make_tensor_value_info("cos", f, ["C", d // 2]),
+              helper.make_tensor_value_info("sin", f, ["C", d // 2]),
+              helper.make_tensor_value_info("past_key", h, [1, kv_heads, "T", d]),
+              helper.make_tensor_value_info("past_value", h, [1, kv_heads, "T", d])]
+    outputs = [helper.make_tensor_value_info("attn", f, None), helper.make_tensor_value_info("present_key", h, None),
+               helper.make_tensor_value_info("present_value", h, None)]
+    graph = helper.make_graph([node], "attention", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(native.DOMAIN, 1)])
+    model.ir_version = 10
+    return model.SerializeToString()
+
+
+def session(model: bytes, isa: str, threads: int = 1) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    native.register(opts)
+    os.environ[ISA_ENV] = isa
+    try:
+        return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    finally:
+        del os.environ[ISA_ENV]
+
+
+def rope_tables(context: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    angles = np.outer(np.arange(context), 1.0 / 10000 ** (np.arange(0, d, 2) / d))
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def random_cache(rng: np.random.Generator, kv_heads: int, slots: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    keys = am.pack_keys(rng.normal(0, 1.5, (kv_heads, slots, d)).astype(np.float16))
+    return keys, rng.normal(0, 1, (kv_heads, slots, d)).astype(np.float16)
+
+
+def run(sess: ort.InferenceSession, qkv: np.ndarray, pos: np.ndarray, tables: tuple[np.ndarray, np.ndarray],
+        keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    kv, blocks, d, _ = keys.shape
+    feeds = {"qkv": qkv[None], "pos": pos[None], "cos": tables[0], "sin": tables[1],
+             "past_key": keys.reshape(1, kv, blocks * 16, d), "past_value": values[None]}
+    attn, k, v = sess.run(None, feeds)
+    return attn[0], k.reshape(keys.shape), v[0]
+
+
+CASES = [  # heads, kv heads, head dim, slots, cached, rows
+    (4, 1, 16, 16, 0, 1), (2, 2, 32, 32, 0, 5), (4, 2, 64, 64, 15, 3), (12, 2, 128, 64, 47, 9),
+    (14, 2, 64, 96, 80, 16), (3, 3, 256, 32, 1, 2), (8, 8, 64, 48, 31, 1)]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"H{c[0]}-KV{c[1]}-d{c[2]}-T{c[3]}-L{c[4]}-S{c[5]}" for c in CASES])
+def test_every_isa_is_the_numpy_model_bit_for_bit(case: tuple[int, ...]) -> None:
+    heads, kv_heads, d, slots, cached, rows = case
+    rng = np.random.default_rng(sum(case))
+    keys, values = random_cache(rng, kv_heads, slots, d)
+    qkv = rng.normal(0, 1, (rows, (heads + 2 * kv_heads) * d)).astype(np.float32)
+    qkv[:, :heads * d] *= 3  # peaked scores: many exps below the floor, some far above the rest
+    pos = np.arange(cached, cached + rows, dtype=np.int64)
+    tables = rope_tables(slots, d)
+    scale = 1 / np.sqrt(d)
+    want = am.attention(qkv, pos, *tables, keys, values, heads, kv_heads, scale)
+    model = op_model(heads, kv_heads, d, scale)
+    assert isas()[-1] == "portable"
+    for isa in isas():
+        got = run(session(model, isa), qkv, pos, tables, keys, values)
+        for name, a, b in zip(("attn", "keys", "values"), got, want, strict=True):
+            assert np.array_equal(a.view(np.uint32 if a.dtype == np.float32 else np.uint16),
+                                  b.view(np.uint32 if b.dtype == np.float32 else np.uint16)), (isa, name)
+
+
+def test_a_row_alone_equals_that_row_among_others_at_any_thread_count() -> None:
+    heads, kv_heads, d, slots = 6, 2, 128, 128
+    rng = np.random.default_rng(7)
+    keys, values = random_cache(rng, kv_heads, slots, d)
+    qkv = rng.normal(0, 1, (9, (heads + 2 * kv_heads) * d)).astype(np.float32)
+    pos = np.arange(40, 49, dtype=np.int64)
+    tables = rope_tables(slots, d)
+    model = op_model(heads, kv_heads, d, 0.088)
+    for isa in isas():
+        whole = run(session(model, isa, threads=2), qkv, pos, tables, keys, values)
+        k, v, rows = keys, values, []
+        for s in range(len(pos)):  # one row a pass, each over the cache the passes before wrote
+            attn, k, v = run(session(model, isa, threads=1), qkv[s:s + 1], pos[s:s + 1], tables, k, v)
+            rows.append(attn[0])
+        assert np.array_equal(np.stack(rows), whole[0]) and np.array_equal(k, whole[1]), isa
+
+
+def test_the_cache_is_written_in_place_when_bound_so() -> None:
+    heads, kv_heads, d, slots = 2, 1, 32, 32
+    rng = np.random.default_rng(3)
+    keys, values = random_cache(rng, kv_heads, slots, d)
+    key_buf, value_buf = keys.reshape(1, kv_heads, slots, d).copy(), values[None].copy()
+    qkv = rng.normal(0, 1, (2, (heads + 2 * kv_heads) * d)).astype(np.float32)
+    pos, tables = np.array([5, 6], np.int64), rope_tables(slots, d)
+    sess = session(op_model(heads, kv_heads, d, 0.2), isas()[0])
+    binding = sess.io_binding()
+    for name, array in (("qkv", qkv[None]), ("pos", pos[None]), ("cos", tables[0]), ("sin", tables[1])):
+        binding.bind_cpu_input(name, array)
+    for past, buf in (("past_key", key_buf), ("past_value", value_buf)):
+        value = ort.OrtValue.ortvalue_from_numpy(buf)
+        binding.bind_ortvalue_input(past, value)
+        binding.bind_ortvalue_output(past.replace("past", "present"), value)
+    binding.bind_output("attn")
+    sess.run_with_iobinding(binding)
+    want = am.attention(qkv, pos, *tables, keys, values, heads, kv_heads, 0.2)
+    assert np.array_equal(key_buf.reshape(keys.shape), want[1]) and np.array_equal(value_buf[0], want[2])
+    assert np.array_equal(binding.copy_outputs_to_cpu()[2][0], want[0])  # bound after the two caches
+
+
+def test_values_round_to_float16_as_numpy_does() -> None:
+    """The write's float32 -> float16 (nearest, ties to even; subnormals, overflow to infinity)."""
+    d, slots = 16, 16
+    special = np.array([0.0, -0.0, 1e-8, 2.98e-8, 5.96e-8, 6.1e-5, 6.09e-5, 1.0 + 2 ** -11, 1.0 + 3 * 2 ** -11,
+                        65504.0, 65519.99, 65520.0, -70000.0, 3.3333e-3, -1.17549435e-38, 0.1], np.float32)
+    qkv = np.zeros((1, 3 * d), np.float32)
+    qkv[0, 2 * d:] = special
+    keys, values = np.zeros((1, 1, d, 16), np.float16), np.zeros((1, slots, d), np.float16)
+    for isa in isas():
+        _, _, v = run(session(op_model(1, 1, d, 1.0), isa), qkv, np.array([3], np.int64), rope_tables(slots, d),
+                      keys, values)
+        with np.errstate(over="ignore"):  # -70000 overflows to -inf, as it must
+            want = special.astype(np.float16)
+        assert np.array_equal(v[0, 3].view(np.uint16), want.view(np.uint16)), isa
+
+
+def test_model_fma_is_a_single_rounding() -> None:
+    """The numpy model's fused multiply-add against exact rational arithmetic, ties included."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(0, 1, 2000).astype(np.float32)
+    b = rng.normal(0, 1, 2000).astype(np.float32)
+    c = rng.normal(0, 1, 2000).astype(np.float32)
+    one = np.float32(1.0)
+    # a tie: 1 + 2^-24 (exactly halfway) plus a tiny product pushes it up; minus it, down
+    a = np.concatenate([a, [np.float32(2 ** -30), np.float32(-(2 ** -30))]]).astype(np.float32)
+    b = np.concatenate([b, [one, one]]).astype(np.float32)
+    c = np.concatenate([c, [np.float32(1 + 2 ** -23), np.float32(1 + 2 ** -23)]]).astype(np.float32)
+    got = am.fma32(a, b, c)
+    for x, y, z, r in zip(a, b, c, got, strict=True):
+        exact = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+        lo = np.float32(float(exact))
+        candidates = [lo, np.nextafter(lo, np.float32(np.inf)), np.nextafter(lo, np.float32(-np.inf))]
+        best = min(candidates, key=lambda v: (abs(Fraction(float(v)) - exact), int(v.view(np.uint32)) & 1))
+        assert r == best
+
+
+def test_bad_shapes_are_one_line() -> None:
+    sess = session(op_model(2, 1, 16, 1.0), "portable")
+    qkv = np.zeros((1, 1, 64), np.float32)
+    feeds = {"qkv": qkv, "pos": np.array([[40]], np.int64), "cos": np.zeros((16, 8), np.float32),
+             "sin": np.zeros((16, 8), np.float32), "past_key": np.zeros((1, 1, 16, 16), np.float16),
+             "past_value": np.zeros((1, 1, 16, 16), np.float16)}
+    with pytest.raises(Exception, match="position 40 is outside the cache of 16 slots"):
+        sess.run(None, feeds)
+    with pytest.raises(Exception, match="must both be"):
+        sess.run(None, {**feeds, "pos": np.array([[3]], np.int64), "past_key": np.zeros((1, 1, 24, 16), np.float16)})
