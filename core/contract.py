@@ -26,7 +26,10 @@ QUANT_BITS = {"fp32": 32, "int8": 8, "int4": 4, "w8a8": 8, "qdq": 8}
 # int8/int4: MatMulNBits weight-only; w8a8: int8 weights x per-row int8 activations (MatMulInteger);
 # qdq: uint8 weights, uint16 activations (QNN)
 TARGETS = ("cpu", "qnn", "dml")
-ATTENTION = ("exact", "fused")
+# "exact": MatMul/Softmax over the whole float32 cache, rows exact; "fused": ONNX Runtime's
+# GroupQueryAttention (a draft's), rows not exact; "rows": specedge's native AttentionRows over a
+# float16 cache, rows exact, reading only the filled slots (CPU, where the native library is built)
+ATTENTION = ("exact", "fused", "rows")
 # the kernel of CPU int4 weights: nbits, ONNX Runtime's MatMulNBits (its row exactness depends on the
 # CPU and the block); rows, specedge's own ai.specedge::MatMulInt4Rows (kernels/native/): each row
 # computed alone, bit for bit the same at any width, so an exact-attention graph is row-exact as built

@@ -33,7 +33,7 @@ MAX_HIDDEN = 1 << 16
 MAX_FILE_BYTES = 1 << 50
 MAX_ITEMS = 1024  # entries of a list or dict field: widths, eos ids, files, graphs
 MAX_TEMPLATE_CHARS = 1 << 20
-KV_DTYPES = ("float32",)
+KV_DTYPES = ("float32", "float16")
 QUANT_BITS_ALLOWED = (4, 8, 16, 32)
 HEX = frozenset("0123456789abcdef")
 
@@ -75,7 +75,7 @@ class Manifest:
     costs: WeightCosts = field(default_factory=WeightCosts)  # bytes the graph's weights cost a pass
     target: str = "cpu"  # the provider the graphs were built for: cpu, qnn or dml
     graphs: dict[int, str] = field(default_factory=dict)  # static targets: width -> its graph file
-    attention: str = "exact"  # "fused": GroupQueryAttention, cache updated in place, rows not exact
+    attention: str = "exact"  # core/contract.py's ATTENTION: exact, fused (GroupQueryAttention) or rows (native)
     kv_in_place: bool = False  # the graph outputs its updated cache buffers (present_*) to bind in place
     head_vocab: int = 0  # > 0: logits cover only token ids below it (a draft's truncated head)
     next_ids: bool = False  # the graph also outputs next_ids [1,R], the argmax of each logits row
@@ -92,7 +92,7 @@ class Manifest:
         and a target verifies in those."""
         q = self.quantization
         wide_blocks = q.method in ("int4", "int8") and q.block_size > 32 and q.kernel != "rows"
-        return self.attention == "exact" and not wide_blocks
+        return self.attention in ("exact", "rows") and not wide_blocks
 
     @property
     def native_kernel(self) -> bool:
@@ -102,7 +102,7 @@ class Manifest:
     @property
     def in_place(self) -> bool:
         """The pass writes its new cache entries into the buffers bound as past_* and present_*."""
-        return self.kv_in_place or self.attention == "fused"
+        return self.kv_in_place or self.attention in ("fused", "rows")
 
     @property
     def logits_vocab(self) -> int:

@@ -177,7 +177,7 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         num_heads=cfg.num_heads,
         num_kv_heads=cfg.num_kv_heads,
         head_dim=cfg.head_dim,
-        kv_dtype="float32",
+        kv_dtype="float16" if settings.attention == "rows" else "float32",
         tokenizer_fingerprint=tokenizer_fingerprint(source.tokenizer_json),
         bos_token_id=source.bos_token_id,
         eos_token_ids=source.eos_token_ids,
@@ -265,6 +265,14 @@ def largest_block(src: Path, most: int) -> int:
     return fits[-1] if fits else BLOCK_SIZES[0]
 
 
+def check_attention(source: SourceModel, settings: ExportSettings) -> None:
+    """The native attention takes heads of 16 to 512 dimensions, in steps of 16."""
+    d = source.config.head_dim
+    if settings.attention == "rows" and (d % 16 or not 16 <= d <= 512):
+        raise SpecEdgeError(f"the model's heads have {d} dimensions; --attention rows takes multiples of 16 up to 512",
+                            "export with --attention exact")
+
+
 def check_blocks(source: SourceModel, settings: ExportSettings) -> None:
     """Block-quantized weights need every matrix's input size (hidden, attention, MLP) to be a
     whole number of blocks."""
@@ -320,6 +328,7 @@ def _export_locked(src: Path, out: Path, settings: ExportSettings, expected_sha2
         raise SpecEdgeError(f"--head-vocab {settings.head_vocab} is not below the model's vocabulary of "
                             f"{source.config.vocab_size} tokens", "pass a smaller N, or leave it out")
     check_blocks(source, settings)
+    check_attention(source, settings)
     partial = out.parent / f".{out.name}{PARTIAL_MARK}{os.getpid()}"
     partial.mkdir()
     try:

@@ -26,6 +26,14 @@ rows are bitwise equal across widths only in whole groups. Its contract:
 input_ids [1,S], seqlens_k [1] int32 (total length - 1), total_sequence_length [] int32,
 logits_index [R], past_key.i / past_value.i [1,kv_heads,T,head_dim]; outputs logits and
 present_key.i / present_value.i, which the runtime binds to the same buffers as the pasts.
+
+With attention="rows" (CPU, where specedge's native library is built) each layer's attention is
+one ai.specedge::AttentionRows node (kernels/native/attention.h): rope, the cache write and causal
+attention over a float16 cache in place, reading only the slots up to each row's position, rows
+exact at any width by construction; the residual adds fuse into the norms as with "fused". Its
+contract: input_ids [1,S], position_ids [1,S], logits_index [R], past_key.i / past_value.i float16
+[1,kv_heads,T,head_dim] (keys in blocks of 16 slots, T a multiple of 16); outputs logits, next_ids
+and present_key.i / present_value.i, bound to the same buffers as the pasts.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec, quantize_blockwise, quantize_per_channel
 from specedge.export.source import DecoderConfig, SourceModel
 from specedge.kernels.int4_layout import from_nbits
+from specedge.kernels.native import ATTENTION_OP
 from specedge.kernels.native import DOMAIN as ROWS_DOMAIN
 from specedge.kernels.native import OP as ROWS_OP
 
@@ -60,7 +69,8 @@ class DecoderBuilder:
         self.context = context
         self.fused = fused  # CPU: one MatMul for q/k/v and for gate/up, ORT's RotaryEmbedding kernel
         self.fp16 = fp16  # float MatMul weights stored in fp16, cast up in the graph
-        self.attention_kind = attention  # "exact": rows equal across widths; "fused": GroupQueryAttention
+        # "exact": rows equal across widths; "fused": GroupQueryAttention; "rows": the native AttentionRows
+        self.attention_kind = attention
         # exact attention: also output each updated cache buffer as present_*, which the runtime
         # binds to the past_* buffer itself, so the scatter writes in place instead of copying it
         self.kv_in_place = kv_in_place
@@ -71,7 +81,8 @@ class DecoderBuilder:
         self.float_tensors: list[str] = []
         self._row_quantized: dict[str, tuple[str, str]] = {}  # activation -> (uint8 rows, row scales)
         cfg = self.cfg
-        self.costs = WeightCosts(kv_slot_bytes=cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4,
+        kv_bytes = 2 if attention == "rows" else 4  # the native attention's cache is float16
+        self.costs = WeightCosts(kv_slot_bytes=cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * kv_bytes,
                                  vocab_size=self.logits_vocab)
 
     def count(self, **bytes_by_kind: int) -> None:
@@ -302,26 +313,23 @@ class DecoderBuilder:
         if self.next_ids:  # ties to the lowest id, as numpy's argmax
             self.g.op("ArgMax", "logits", axis=-1, keepdims=0, select_last_index=0, out="next_ids")  # [1,R]
 
-    def declare_cache_io(self, *outputs: tuple[str, str]) -> None:
+    def declare_cache_io(self, *outputs: tuple[str, str], kv_type: int = F32) -> None:
         """Per layer past_key.i / past_value.i inputs [1,KV,T,d]; outputs logits [1,R,V] and, for
         each (prefix, length) of `outputs`, per layer {prefix}_key.i / {prefix}_value.i [1,KV,length,d]."""
         cfg, g = self.cfg, self.g
         for i in range(cfg.num_layers):
-            g.input(f"past_key.{i}", F32, [1, cfg.num_kv_heads, "T", cfg.head_dim])
-            g.input(f"past_value.{i}", F32, [1, cfg.num_kv_heads, "T", cfg.head_dim])
+            g.input(f"past_key.{i}", kv_type, [1, cfg.num_kv_heads, "T", cfg.head_dim])
+            g.input(f"past_value.{i}", kv_type, [1, cfg.num_kv_heads, "T", cfg.head_dim])
         g.output("logits", F32, [1, "R", self.logits_vocab])
         if self.next_ids:
             g.output("next_ids", I64, [1, "R"])
         for prefix, length in outputs:
             for i in range(cfg.num_layers):
-                g.output(f"{prefix}_key.{i}", F32, [1, cfg.num_kv_heads, length, cfg.head_dim])
-                g.output(f"{prefix}_value.{i}", F32, [1, cfg.num_kv_heads, length, cfg.head_dim])
+                g.output(f"{prefix}_key.{i}", kv_type, [1, cfg.num_kv_heads, length, cfg.head_dim])
+                g.output(f"{prefix}_value.{i}", kv_type, [1, cfg.num_kv_heads, length, cfg.head_dim])
 
     def build(self, on_layer: Callable[[int], object] | None = None) -> None:
-        if self.attention_kind == "fused":
-            self.build_fused(on_layer)
-        else:
-            self.build_exact(on_layer)
+        {"fused": self.build_fused, "rows": self.build_rows}.get(self.attention_kind, self.build_exact)(on_layer)
 
     def build_fused(self, on_layer: Callable[[int], object] | None = None) -> None:
         cfg, g, w = self.cfg, self.g, self.src.weights
@@ -371,6 +379,43 @@ class DecoderBuilder:
             x = self.rms_norm(h, f"{p}.post_attention_layernorm",
                               w.pop(f"{p}.post_attention_layernorm.weight"))
             h = g.op("Add", h, self.mlp(i, x))
+            if on_layer is not None:
+                on_layer(i)
+        self.head(h)
+
+    def attention_rows(self, i: int, x: str, rope: tuple[str, str], position_ids: str) -> str:
+        """The native attention: rope, the cache write and causal attention in one op over the
+        packed q/k/v (runtime/kv_cache.py keeps its float16 cache, keys in blocks of 16 slots)."""
+        cfg = self.cfg
+        p = f"model.layers.{i}.self_attn"
+        attn, _, _ = self.g.ops(ATTENTION_OP, self.qkv_packed(i, x), position_ids, rope[0], rope[1], f"past_key.{i}",
+                                f"past_value.{i}", outs=[None, f"present_key.{i}", f"present_value.{i}"],
+                                domain=ROWS_DOMAIN, num_heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
+                                head_dim=cfg.head_dim, scale=float(1.0 / np.sqrt(cfg.head_dim)))
+        return self.linear(attn, f"{p}.o_proj", self.src.weights.pop(f"{p}.o_proj.weight"))
+
+    def build_rows(self, on_layer: Callable[[int], object] | None = None) -> None:
+        """Rows exact at any width with one native op per layer's attention, the norms fused with
+        the residual adds: ~15 nodes a layer where exact attention takes ~35."""
+        cfg, g, w = self.cfg, self.g, self.src.weights
+        g.input("input_ids", I64, [1, "S"])
+        position_ids = g.input("position_ids", I64, [1, "S"])
+        g.input("logits_index", I64, ["R"])
+        self.declare_cache_io(("present", "T"), kv_type=TensorProto.FLOAT16)
+        rope = self.rope_caches()
+        h = self.embed()
+        x = self.rms_norm(h, "model.layers.0.input_layernorm", w.pop("model.layers.0.input_layernorm.weight"))
+        for i in range(cfg.num_layers):
+            p = f"model.layers.{i}"
+            attn = self.attention_rows(i, x, rope, position_ids)
+            x, h = self.skip_norm(attn, h, f"{p}.post_attention_layernorm",
+                                  w.pop(f"{p}.post_attention_layernorm.weight"))
+            mlp = self.mlp(i, x)
+            if i + 1 < cfg.num_layers:
+                nxt = f"model.layers.{i + 1}.input_layernorm"
+                x, h = self.skip_norm(mlp, h, nxt, w.pop(f"{nxt}.weight"))
+            else:
+                h = g.op("Add", h, mlp)
             if on_layer is not None:
                 on_layer(i)
         self.head(h)

@@ -15,6 +15,7 @@ from specedge.core.errors import SpecEdgeError
 
 __all__ = ["ATTENTION", "DEFAULT_CONTEXT", "DEFAULT_WIDTHS", "EXPORT_FORMAT", "QUANT_BITS", "TARGETS", "ExportSettings"]
 
+ROWS_SLOT_BLOCK = 16  # the native attention's key layout: slots in blocks of 16
 EXPORT_FORMAT = 8  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
 DEFAULT_CONTEXT = 4096
 MAX_CONTEXT = 1 << 17
@@ -113,9 +114,19 @@ class ExportSettings:
             raise SpecEdgeError(f"unknown export target '{self.target}'", f"use one of {', '.join(TARGETS)}")
         if self.attention not in ATTENTION:
             raise SpecEdgeError(f"unknown attention '{self.attention}'", f"use one of {', '.join(ATTENTION)}")
-        if self.attention == "fused" and self.target != "cpu":
-            raise SpecEdgeError(f"--attention fused is a CPU graph, not one for --for {self.target}",
-                                "drop --attention fused for NPU/GPU exports")
+        if self.attention in ("fused", "rows") and self.target != "cpu":
+            raise SpecEdgeError(f"--attention {self.attention} is a CPU graph, not one for --for {self.target}",
+                                f"drop --attention {self.attention} for NPU/GPU exports")
+        if self.attention == "rows":
+            from specedge.kernels import native  # ctypes only
+
+            if not native.available():
+                raise SpecEdgeError(f"--attention rows runs specedge's native attention, and {native.missing()}",
+                                    "or export with --attention exact")
+            if self.context % ROWS_SLOT_BLOCK:
+                raise SpecEdgeError(f"--attention rows keeps the cache in blocks of {ROWS_SLOT_BLOCK} slots; "
+                                    f"--context {self.context} is not a multiple of it",
+                                    f"pass --context {self.context + -self.context % ROWS_SLOT_BLOCK}")
         if self.quant == "qdq" and self.target != "qnn":
             raise SpecEdgeError("QDQ quantization goes with --for qnn", "pass --for qnn --quant qdq, or another quant")
         if self.target == "qnn" and self.quant in ("int8", "w8a8", "fp32"):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 DOMAIN = "ai.specedge"
 OP = "MatMulInt4Rows"
+ATTENTION_OP = "AttentionRows"
 ISA_ENV = "SPECEDGE_KERNEL_ISA"
 LIBRARY_ENV = "SPECEDGE_KERNEL_LIBRARY"  # a library built elsewhere (tests: a sanitizer build)
 STEM = "_specedge_ops"

@@ -72,8 +72,8 @@ class ExportDefaults:
     context: int
     block_size: int = 32  # int4/int8 MatMulNBits block
     attention: str = "exact"  # "fused" for a model exported to draft
-    # the attention where int4 runs on specedge's rows kernel: a target's "exact" makes it row-exact at
-    # any width (no row groups); "" keeps `attention`
+    # the attention where int4 runs on specedge's rows kernel: "rows" (its native attention, row-exact
+    # at any width over a float16 cache) or "exact"; "" keeps `attention`
     rows_attention: str = ""
     head_vocab: int = 0  # a draft's head truncated to the first N token ids (0: all)
 
@@ -122,10 +122,11 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         # two exports; used without a quant, the one that decodes fastest on the user's CPU, measured
         # there once (specedge/choose.py). w8a8 (int8 x int8 MatMulInteger): rows exact, a 9-wide pass
         # ~1.3 steps with AMX; int4 (MatMulNBits block 128): the fastest 1-token step on CPUs without
-        # AMX (0.5-0.65 of w8a8's), rows exact only in groups (runtime/row_groups.py)
+        # AMX (0.5-0.65 of w8a8's), rows exact only in groups (runtime/row_groups.py); on specedge's
+        # own int4 kernel with its native attention (float16 cache), rows exact at any width
         export=ExportDefaults(quant="w8a8", context=4096),
         variants=(ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused",
-                                 rows_attention="exact"),),
+                                 rows_attention="rows"),),
     ),
     ModelEntry(
         name="qwen2.5-coder-0.5b",
@@ -135,9 +136,11 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         license="Apache-2.0 (Qwen2.5-Coder by Alibaba Cloud)",
-        # a draft runs 1-token steps and needs no row exactness: block 128 and fused attention; its
-        # head scores the first 80k ids only (98-99% of tokens in code and prose; step 18.1 -> 16.7 ms)
-        export=ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused", head_vocab=81920),
+        # a draft runs 1-token steps and needs no row exactness: block 128 and fused attention (the
+        # native attention where the int4 kernel is specedge's: it reads a float16 cache, its filled
+        # slots only); its head scores the first 80k ids only (98-99% of tokens in code and prose)
+        export=ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused", rows_attention="rows",
+                              head_vocab=81920),
     ),
     ModelEntry(
         name="smollm2-135m",

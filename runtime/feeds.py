@@ -44,4 +44,14 @@ def fused_feeds(run: Sequence[int], first: int, slots: int) -> tuple[Feeds, int]
     return feeds, first + n
 
 
-FEEDS: dict[str, FeedBuilder] = {"exact": exact_feeds, "fused": fused_feeds}
+def rows_feeds(run: Sequence[int], first: int, slots: int) -> tuple[Feeds, int]:
+    """The native attention: positions given; each row reads the slots up to its own."""
+    n = len(run)
+    feeds = {
+        "input_ids": np.asarray(run, dtype=np.int64)[None],  # [1, S]
+        "position_ids": np.arange(first, first + n, dtype=np.int64)[None],  # [1, S]
+    }
+    return feeds, first + n
+
+
+FEEDS: dict[str, FeedBuilder] = {"exact": exact_feeds, "fused": fused_feeds, "rows": rows_feeds}

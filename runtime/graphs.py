@@ -68,7 +68,8 @@ class StaticGraphs:
 
 
 def open_graphs(folder: Path, manifest: Manifest, provider: str, threads: int | None,
-                spin: bool) -> DynamicGraph | StaticGraphs:
+                spin: bool, profile_prefix: str | None = None) -> DynamicGraph | StaticGraphs:
     if manifest.static:
         return StaticGraphs(folder, manifest, provider, threads, spin)
-    return DynamicGraph(create_session(folder / manifest.graph, provider, threads, spin=spin), manifest.prefill_width)
+    return DynamicGraph(create_session(folder / manifest.graph, provider, threads, spin=spin,
+                                       profile_prefix=profile_prefix), manifest.prefill_width)

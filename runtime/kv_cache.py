@@ -23,14 +23,17 @@ import numpy as np
 
 from specedge.core.errors import SpecEdgeError
 
-FLOAT_BYTES = 4  # the cache is float32
+KEY_BLOCK = 16  # a float16 cache (the native attention's) keeps its keys in blocks of 16 slots
 BUCKET = 64  # slots a CPU cache's buffers grow by while the context is short
 GROWTH = 8  # a grown buffer holds at most 1/GROWTH more slots than needed (or one bucket)
 
 
 class KVCache:
     def __init__(self, num_layers: int, kv_heads: int, head_dim: int, capacity: int,
-                 bucket: int = BUCKET, static: bool = False, in_place: bool = False) -> None:
+                 bucket: int = BUCKET, static: bool = False, in_place: bool = False,
+                 dtype: type[np.floating] = np.float32) -> None:
+        """dtype: float32, or float16 (the native attention's cache: its keys in blocks of
+        KEY_BLOCK slots, kernels/native/attention.h, so growing keeps whole blocks)."""
         self.num_layers = num_layers
         self.kv_heads = kv_heads
         self.head_dim = head_dim
@@ -38,6 +41,7 @@ class KVCache:
         self.bucket = bucket
         self.static = static  # static-shape providers take the full capacity every pass
         self.in_place = in_place  # the pass writes its entries into the buffers itself
+        self.dtype = np.dtype(dtype)
         self.tokens: list[int] = []  # the tokens whose entries are committed, in order
         self.keys: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
@@ -47,17 +51,20 @@ class KVCache:
 
     def bytes_for(self, slots: int) -> int:
         """Bytes of K and V buffers of `slots` slots, all layers."""
-        return 2 * self.num_layers * self.kv_heads * slots * self.head_dim * FLOAT_BYTES
+        return 2 * self.num_layers * self.kv_heads * slots * self.head_dim * self.dtype.itemsize
 
     def _allocate(self, slots: int) -> None:
         """(Re)allocate buffers of `slots` slots, keeping the committed entries."""
         check_fits(self.bytes_for(slots), available_memory(), f"{slots} tokens of context", "of memory available")
         shape = (1, self.kv_heads, slots, self.head_dim)
-        keys = [np.zeros(shape, np.float32) for _ in range(self.num_layers)]
-        values = [np.zeros(shape, np.float32) for _ in range(self.num_layers)]
+        keys = [np.zeros(shape, self.dtype) for _ in range(self.num_layers)]
+        values = [np.zeros(shape, self.dtype) for _ in range(self.num_layers)]
         n = len(self.tokens)
+        if self.dtype == np.float16:  # whole key blocks: a head's first ceil(n/16) blocks are its first slots' numbers
+            n = -(-n // KEY_BLOCK) * KEY_BLOCK
         for old, new in zip(self.keys + self.values, keys + values, strict=False):
-            new[:, :, :n] = old[:, :, :n]
+            new.reshape(1, self.kv_heads, -1)[:, :, :n * self.head_dim] = \
+                old.reshape(1, self.kv_heads, -1)[:, :, :n * self.head_dim]
         self.keys, self.values = keys, values
 
     @property

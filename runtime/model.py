@@ -70,9 +70,10 @@ class OnnxModel:
     runtime/runners.py)."""
 
     def __init__(self, folder: str | Path, provider: str = "cpu", threads: int | None = None,
-                 verify: bool = True, spin: bool = False) -> None:
+                 verify: bool = True, spin: bool = False, profile_prefix: str | None = None) -> None:
         """spin: the only model decoding in this process (plain decoding), so its threads may
-        spin between passes; never for a target and a draft that take turns on the cores."""
+        spin between passes; never for a target and a draft that take turns on the cores.
+        profile_prefix: the CPU session records ONNX Runtime's profile there (the step profiler)."""
         self.folder = Path(folder)
         self.manifest: Manifest = load_manifest(self.folder, verify=verify)
         check_graphs(self.folder, self.manifest)  # its vocabulary and context: before a pass trips on them
@@ -81,7 +82,7 @@ class OnnxModel:
         self.spin = spin
         m = self.manifest
         check_integer_kernel(m, self.folder, provider)
-        self.graphs = open_graphs(self.folder, m, provider, threads, spin)
+        self.graphs = open_graphs(self.folder, m, provider, threads, spin, profile_prefix)
         self.session = self.graphs.session  # None for static graphs: a session per width
         # CPU: the pass writes its cache entries into the buffers bound as past_* and present_*
         self.in_place = m.in_place and provider == "cpu" and not m.static
@@ -96,7 +97,8 @@ class OnnxModel:
     def new_cache(self, bucket: int = BUCKET) -> KVCache:
         m = self.manifest
         return KVCache(m.num_layers, m.num_kv_heads, m.head_dim, m.context, bucket=bucket,
-                       static=m.static or self.provider != "cpu", in_place=self.in_place)
+                       static=m.static or self.provider != "cpu", in_place=self.in_place,
+                       dtype=np.float16 if m.kv_dtype == "float16" else np.float32)
 
     def forward(self, tokens: Sequence[int], cache: KVCache, all_logits: bool = True,
                 rows: RowPolicy = ONE_ROW) -> ForwardOutput:

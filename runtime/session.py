@@ -157,14 +157,19 @@ def session_options(setup: ProviderSetup, threads: int | None, spin: bool = Fals
 
 
 def create_session(graph: Path, provider: str = "cpu", threads: int | None = None, width: int | None = None,
-                   context: int | None = None, spin: bool = False) -> ort.InferenceSession:
-    """spin: keep the threads spinning between passes; only for a session that runs alone."""
+                   context: int | None = None, spin: bool = False,
+                   profile_prefix: str | None = None) -> ort.InferenceSession:
+    """spin: keep the threads spinning between passes; only for a session that runs alone.
+    profile_prefix: record ONNX Runtime's profile of every node (the step profiler's, never decoding's)."""
     check_provider(provider)
     if provider == "qnn":
         check_built_for_qnn(Path(graph))
         return _qnn_width_session(Path(graph), width, context, threads)
     setup = provider_setup(provider, Path(graph), width, context)
     opts = session_options(setup, threads, spin)
+    if profile_prefix is not None:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
     try:
         return ort.InferenceSession(str(setup.graph), opts, providers=[(setup.ort_name, setup.provider_options)])
     except Exception as e:  # onnxruntime raises its own exception types for bad graphs

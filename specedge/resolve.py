@@ -76,9 +76,9 @@ def export_once(src: Path, out: Path, settings: ExportSettings, what: str, expec
 
 
 # a checkpoint of the user's own, exported as a target as the registry's int4 target is: int4
-# (block 128, or the largest that divides its matrices), row-exact on specedge's kernel with exact
-# attention where it is used, else MatMulNBits
-SOURCE_EXPORT = ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused", rows_attention="exact")
+# (block 128, or the largest that divides its matrices), row-exact on specedge's kernel with its
+# native attention where it is used, else MatMulNBits
+SOURCE_EXPORT = ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused", rows_attention="rows")
 
 
 def source_artifact(src: Path) -> Path:

@@ -122,8 +122,8 @@ def test_registry_entries_are_consistent() -> None:
 
 
 def test_a_named_variant_sets_its_own_export() -> None:
-    """qwen2.5-coder-1.5b:int4 is the block-128 export: on specedge's rows kernel with exact attention
-    (row-exact at any width) where the native library is built, else MatMulNBits with fused attention
+    """qwen2.5-coder-1.5b:int4 is the block-128 export: on specedge's rows kernel with its native
+    attention (row-exact at any width) where the native library is built, else MatMulNBits with fused attention
     (verifying in row groups); other quants keep the defaults."""
     from specedge.export.settings import rows_kernel_measured_here
     from specedge.kernels import native
@@ -131,7 +131,7 @@ def test_a_named_variant_sets_its_own_export() -> None:
 
     entry = registry.get_model("qwen2.5-coder-1.5b")
     fast = export_settings(entry, "int4")
-    want = ("exact", "rows") if native.available() and rows_kernel_measured_here() else ("fused", "nbits")
+    want = ("rows", "rows") if native.available() and rows_kernel_measured_here() else ("fused", "nbits")
     assert (fast.quant, fast.block_size, fast.attention, fast.int4_kernel) == ("int4", 128, *want)
     assert export_settings(entry, "int8").block_size == 32 and export_settings(entry).quant == "w8a8"
     assert export_settings(registry.get_model("qwen2.5-coder-0.5b"), "int4").head_vocab == 81920

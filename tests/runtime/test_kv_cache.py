@@ -40,3 +40,21 @@ def test_a_grown_buffer_holds_at_most_a_bucket_or_an_eighth_more() -> None:
             slots = grown_slots(needed, bucket)
             assert slots >= needed and slots % bucket == 0
             assert slots - needed < max(bucket, needed / 8)
+
+
+def test_a_float16_cache_grows_keeping_whole_key_blocks() -> None:
+    """The native attention's cache: keys in blocks of 16 slots ([KV, T/16, d, 16] in a [1, KV, T, d]
+    buffer), so a grown buffer keeps every block a committed slot lies in, and every value row."""
+    from specedge.kernels.attention_model import pack_keys, unpack_keys
+
+    cache = KVCache(num_layers=1, kv_heads=2, head_dim=16, capacity=256, bucket=64, in_place=True, dtype=np.float16)
+    rng = np.random.default_rng(0)
+    keys = rng.normal(0, 1, (2, 64, 16)).astype(np.float16)
+    values = rng.normal(0, 1, (2, 64, 16)).astype(np.float16)
+    cache.keys[0][0] = pack_keys(keys).reshape(2, 64, 16)
+    cache.values[0][0] = values
+    cache.commit([], [], list(range(37)))  # in place: the pass wrote the entries
+    cache.reserve(100)  # grows to 128 slots
+    assert cache.slots == 128 and cache.keys[0].dtype == np.float16 and cache.bytes_for(1) == 2 * 2 * 16 * 2
+    grown = unpack_keys(cache.keys[0][0].reshape(2, 8, 16, 16))
+    assert np.array_equal(grown[:, :37], keys[:, :37]) and np.array_equal(cache.values[0][0, :, :37], values[:, :37])

@@ -1,6 +1,7 @@
-"""Targets and drafts on specedge's native int4 kernel (ai.specedge::MatMulInt4Rows): row-exact at
-any width as built, so greedy speculation is token-identical to plain 1-token decoding without
-row groups; and where the library is absent, one line and ONNX Runtime's MatMulNBits instead."""
+"""Targets and drafts on specedge's native int4 kernel (ai.specedge::MatMulInt4Rows), with exact
+attention or the native attention (ai.specedge::AttentionRows, a float16 cache): row-exact at any
+width as built, so greedy speculation is token-identical to plain 1-token decoding without row
+groups; and where the library is absent, one line and ONNX Runtime's MatMulNBits instead."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specedge.core.errors import SpecEdgeError
@@ -27,17 +29,19 @@ pytestmark = pytest.mark.skipif(not native.available() and not os.environ.get("C
 PROMPTS = ("def fib(n):\n    return", "abcabcab")
 
 
-@pytest.fixture(scope="module")
-def rows_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+@pytest.fixture(scope="module", params=["exact", "rows"])
+def rows_pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(target, draft): a tiny qwen2 as int4 on the rows kernel, block 32 (K = 64 and 128), the
-    target with exact attention, the draft (the target plus noise) with fused attention."""
+    target with exact or the native attention, the draft (the target plus noise) with fused
+    attention, or the native one too."""
     root = tmp_path_factory.mktemp("rows")
     src = make_tiny_model(root / "src", "qwen2", seed=1)
     draft_src = make_tiny_model(root / "draft-src", noise_from=src, noise=0.05, seed=2)
     settings = ExportSettings(quant="int4", context=TINY_CONTEXT, widths=TINY_WIDTHS, block_size=32,
-                              int4_kernel="rows")
+                              int4_kernel="rows", attention=request.param)
     target = export_model(src, root / "target", settings).path
-    draft = export_model(draft_src, root / "draft", dataclasses.replace(settings, attention="fused")).path
+    draft_attention = "fused" if request.param == "exact" else "rows"
+    draft = export_model(draft_src, root / "draft", dataclasses.replace(settings, attention=draft_attention)).path
     return target, draft
 
 
@@ -55,6 +59,10 @@ def test_the_export_runs_the_native_op(rows_pair: tuple[Path, Path]) -> None:
     graph = onnx.load(str(target / "model.onnx"), load_external_data=False).graph
     ops = {(n.domain, n.op_type) for n in graph.node}
     assert (native.DOMAIN, native.OP) in ops and ("com.microsoft", "MatMulNBits") not in ops
+    native_attention = model.manifest.attention == "rows"
+    assert ((native.DOMAIN, native.ATTENTION_OP) in ops) == native_attention
+    assert model.manifest.kv_dtype == ("float16" if native_attention else "float32")
+    assert model.new_cache().keys[0].dtype == (np.float16 if native_attention else np.float32)
 
 
 def test_rows_are_exact_one_at_a_time(rows_pair: tuple[Path, Path]) -> None:
@@ -76,11 +84,13 @@ def test_speculative_equals_plain_one_token_steps(rows_pair: tuple[Path, Path], 
         assert gen.generate(prompt).token_ids == plain(target, prompt, 24)
 
 
-def test_smollm2_speculates_losslessly_on_the_rows_kernel(smollm2_gguf: Path, tmp_path: Path) -> None:
-    """A real model (SmolLM2-135M, K = 576 and 1536: block 64) on the op: greedy speculation with its
-    own fused-attention export as the draft gives the tokens of its plain 1-token decoding."""
+@pytest.mark.parametrize("attention", ["exact", "rows"])
+def test_smollm2_speculates_losslessly_on_the_rows_kernel(smollm2_gguf: Path, tmp_path: Path, attention: str) -> None:
+    """A real model (SmolLM2-135M, K = 576 and 1536: block 64) on the op, with exact or the native
+    attention: greedy speculation with its own fused-attention export as the draft gives the tokens
+    of its plain 1-token decoding."""
     settings = ExportSettings(quant="int4", context=512, widths=(1, 2, 3, 5, 9, 64), block_size=64,
-                              int4_kernel="rows")
+                              int4_kernel="rows", attention=attention)
     target = export_model(smollm2_gguf, tmp_path / "target", settings).path
     draft = export_model(smollm2_gguf, tmp_path / "draft", dataclasses.replace(settings, attention="fused")).path
     prompt = "Write a Python function that reverses a string."

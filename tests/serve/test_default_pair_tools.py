@@ -73,8 +73,8 @@ def test_a_streamed_call_is_assembled_by_the_client(client: openai.OpenAI, choic
 
 def test_strict_tools_under_auto_and_one_call_at_most(client: openai.OpenAI) -> None:
     """A strict tool under auto (the lazy grammar) and parallel_tool_calls false: still one valid call."""
-    strict = {**WEATHER, "function": {**WEATHER["function"], "strict": True,
-                                      "parameters": {**WEATHER["function"]["parameters"], "additionalProperties": False}}}
+    closed = {**WEATHER["function"]["parameters"], "additionalProperties": False}
+    strict = {**WEATHER, "function": {**WEATHER["function"], "strict": True, "parameters": closed}}
     for choice in ("auto", "required"):
         reply = client.chat.completions.create(messages=ASK, tools=[strict, CLOCK], tool_choice=choice,
                                                parallel_tool_calls=False, **GREEDY)
