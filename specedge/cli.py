@@ -225,6 +225,28 @@ def cmd_profile_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile_steps(args: argparse.Namespace) -> int:
+    import json
+
+    from specedge.options import pair_paths
+    from specedge.step_profile import profile_steps, report
+
+    target, draft = pair_paths(args.pair, args.target, args.draft)
+    models = [("target", target), *([("draft", draft)] if draft is not None else [])]
+    widths = {"target": args.widths, "draft": (1,)}  # a draft runs 1-token steps only
+    profiles, bandwidth = profile_steps(models, widths, args.contexts, args.repeats, args.threads)
+    print(f"read bandwidth here: {bandwidth:.1f} GB/s (a working set larger than the last-level cache)")
+    for profile in profiles:
+        print()
+        for line in report(profile, bandwidth):
+            print(line)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"bandwidth_gb_per_s": bandwidth,
+                                               "passes": [p.to_dict() for p in profiles]}, indent=2))
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
 def add_profile(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="measure this device, or predict tokens/s and γ for a device profile")
     psub = p.add_subparsers(dest="profile_command", required=True, metavar="ACTION")
@@ -243,6 +265,16 @@ def add_profile(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--json", action="store_true")
     q.add_argument("--plot", default=None, help="write a PNG of tokens/s against γ")
     q.set_defaults(func=cmd_profile_predict)
+    s = psub.add_parser("steps", help="where the time of one pass goes (target and draft, 1 row and the verification "
+                                      "width, short and long context): ms, %%, bytes and rate per kind of node")
+    add_pair_flags(s)
+    s.add_argument("--widths", type=parse_widths, default=(1, 5), help="target pass widths (default 1,5)")
+    s.add_argument("--contexts", type=parse_widths, default=(16, 2048),
+                   help="cached tokens before the pass (default 16,2048)")
+    s.add_argument("--repeats", type=positive_int, default=10, help="timed passes each (default 10)")
+    s.add_argument("--threads", type=positive_int, default=None, help="onnxruntime threads per model")
+    s.add_argument("--json", default=None, metavar="FILE", help="also write the figures as JSON")
+    s.set_defaults(func=cmd_profile_steps)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -282,12 +282,14 @@ def report(profile: StepProfile, bandwidth: float) -> Iterable[str]:
         yield f"  {g.name:<26}{g.ms:8.2f}{100 * g.share:7.1f}{mb}{rate}{floor_ms}"
 
 
-def profile_steps(models: Sequence[tuple[str, Path]], widths: Sequence[int], contexts: Sequence[int],
+def profile_steps(models: Sequence[tuple[str, Path]], widths: Mapping[str, Sequence[int]], contexts: Sequence[int],
                   repeats: int, threads: int | None) -> tuple[list[StepProfile], float]:
+    """Each (role, artifact)'s passes at its role's widths over each context, and the read bandwidth
+    measured first."""
     bandwidth = floor_bandwidth()
     out = []
-    for _, folder in models:
+    for role, folder in models:
         for context in contexts:
-            for rows in widths:
+            for rows in widths[role]:
                 out.append(profile_step(folder, rows, context, bandwidth, repeats, threads))
     return out, bandwidth
