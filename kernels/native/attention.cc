@@ -90,7 +90,23 @@ void attention_write(const AttentionPass& p) {
   }
 }
 
-void head_portable(const AttentionPass& p, int64_t row, int64_t head, float* scratch) {
+void prepare_queries(const AttentionPass& p, int64_t kv, float* q, int64_t* limit) {
+  const int64_t d = p.head_dim, half = d / 2, width = (p.heads + 2 * p.kv_heads) * d, group = p.heads / p.kv_heads;
+  for (int64_t r = 0; r < p.rows * group; ++r) {
+    const int64_t row = r / group, head = kv * group + r % group, pos = p.pos[row];
+    const float* x = p.qkv + row * width + head * d;
+    const float* c = p.cos + pos * half;
+    const float* sn = p.sin + pos * half;
+    float* out = q + r * d;
+    for (int64_t i = 0; i < half; ++i) {
+      out[i] = rope_low(x[i], x[i + half], c[i], sn[i]) * p.scale;
+      out[i + half] = rope_high(x[i], x[i + half], c[i], sn[i]) * p.scale;
+    }
+    limit[r] = pos + 1;
+  }
+}
+
+void head_reference(const AttentionPass& p, int64_t row, int64_t head, float* scratch) {
   const int64_t d = p.head_dim, half = d / 2, width = (p.heads + 2 * p.kv_heads) * d;
   const int64_t pos = p.pos[row], g = head / (p.heads / p.kv_heads), n = pos + 1;
   const float* q = p.qkv + row * width + head * d;
@@ -128,18 +144,64 @@ void head_portable(const AttentionPass& p, int64_t row, int64_t head, float* scr
   }
 }
 
+namespace {
+
+void scores_portable(const AttentionPass& p, const Queries& q, int64_t b0, int64_t b1, float* scores) {
+  const int64_t d = p.head_dim;
+  const uint16_t* keys = p.keys + q.kv * (p.slots / kSlotBlock) * d * kSlotBlock;
+  for (int64_t r = 0; r < q.count; ++r) {
+    for (int64_t j = b0 * kSlotBlock; j < b1 * kSlotBlock; ++j) {
+      const uint16_t* kj = keys + (j / kSlotBlock) * d * kSlotBlock + j % kSlotBlock;
+      float acc = 0.0f;
+      for (int64_t i = 0; i < d; ++i) acc = __builtin_fmaf(q.q[r * d + i], float_of(kj[i * kSlotBlock]), acc);
+      scores[r * p.slots + j] = acc;
+    }
+  }
+}
+
+float softmax_portable(float* e, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = std::fmax(m, e[j]);
+  float lanes[kSlotBlock] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const float x = e[j] - m;
+    e[j] = x < kExpFloor ? 0.0f : exp_rows(x);
+    lanes[j % kSlotBlock] = lanes[j % kSlotBlock] + e[j];
+  }
+  for (int64_t w = kSlotBlock / 2; w >= 1; w /= 2) {
+    for (int64_t l = 0; l < w; ++l) lanes[l] = lanes[l] + lanes[l + w];
+  }
+  return lanes[0];
+}
+
+void weigh_portable(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t i0,
+                    int64_t i1) {
+  const int64_t d = p.head_dim;
+  const uint16_t* values = p.values + q.kv * p.slots * d;
+  for (int64_t r = 0; r < q.count; ++r) {
+    float* out = query_out(p, q.kv, r);
+    for (int64_t i = i0; i < i1; ++i) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < q.limit[r]; ++j) acc = __builtin_fmaf(e[r * p.slots + j], float_of(values[j * d + i]), acc);
+      out[i] = acc / sums[r];
+    }
+  }
+}
+
+}  // namespace
+
 int available_attention_isas(AttentionIsa* out, int capacity) {
   int n = 0;
-  auto add = [&](const char* name, HeadFn fn) {
-    if (n < capacity) out[n++] = AttentionIsa{name, fn};
+  auto add = [&](const AttentionIsa& isa) {
+    if (n < capacity) out[n++] = isa;
   };
 #if defined(__x86_64__) || defined(_M_X64)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2 && __builtin_cpu_supports("avx512f")) add("avx512", head_avx512);
-  if (avx2) add("avx2", head_avx2);
+  if (avx2 && __builtin_cpu_supports("avx512f")) add(avx512_attention());
+  if (avx2) add(avx2_attention());
 #endif
-  add("portable", head_portable);
+  add(AttentionIsa{"portable", scores_portable, softmax_portable, weigh_portable, 16});
   return n;
 }
 

@@ -48,26 +48,59 @@ float float_of(uint16_t h);
 // Rope each row's k and store it and v (float16) at the row's slot: before any head is computed.
 void attention_write(const AttentionPass& p);
 
-// One row's one head into p.out; scratch holds at least T + 16 floats.
-using HeadFn = void (*)(const AttentionPass& p, int64_t row, int64_t head, float* scratch);
-void head_portable(const AttentionPass& p, int64_t row, int64_t head, float* scratch);
-#if defined(__x86_64__) || defined(_M_X64)
-void head_avx2(const AttentionPass& p, int64_t row, int64_t head, float* scratch);
-void head_avx512(const AttentionPass& p, int64_t row, int64_t head, float* scratch);
-#endif
+// One KV head's queries in a pass: the G heads that read it, of every row (query r: row r / G, head
+// g G + r % G), roped and scaled ([R][d]), and how many slots each reads (its row's position + 1:
+// never fewer than the query before it).
+struct Queries {
+  int64_t kv;           // the KV head
+  const float* q;       // [R][d]
+  const int64_t* limit; // [R]
+  int64_t count;        // R
+};
+// q' of every query of KV head `kv` into q (the scalar rope of attention.h), limits into limit.
+void prepare_queries(const AttentionPass& p, int64_t kv, float* q, int64_t* limit);
 
-// exp(x) for x in [-40, 0] as every path computes it (x < -40 is 0 before this is called).
-float exp_rows(float x);
+// A pass runs in three steps, each split into tasks that write disjoint outputs (so neither the
+// thread count nor the split changes a bit):
+//  scores of slot blocks [b0, b1) for every query: scores[r][j] (T floats a query; slots past a
+//    query's limit are computed but never read);
+//  per query: e[j] in place of its scores, j < limit, and the lane sum of them (returned);
+//  out rows for dimensions [i0, i1) of every query (a multiple of the path's `dims` apart).
+using ScoresFn = void (*)(const AttentionPass& p, const Queries& q, int64_t b0, int64_t b1, float* scores);
+using SoftmaxFn = float (*)(float* scores, int64_t n);
+using WeighFn = void (*)(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t i0,
+                         int64_t i1);
 
 struct AttentionIsa {
   const char* name;
-  HeadFn fn;
+  ScoresFn scores;
+  SoftmaxFn softmax;
+  WeighFn weigh;
+  int64_t dims;  // the dimensions a weigh task takes at once
 };
 
 // The instruction sets this CPU runs the attention on, best first, into out; returns how many.
 int available_attention_isas(AttentionIsa* out, int capacity);
 // The first of them (or the one `forced` names; nullptr if it names none this CPU runs).
 const AttentionIsa* pick_attention_isa(const char* forced);
+
+#if defined(__x86_64__) || defined(_M_X64)
+AttentionIsa avx512_attention();
+AttentionIsa avx2_attention();
+#endif
+
+// One row's one head, straight from the arithmetic above: the reference the paths are tested
+// against (kernel_test.cc); scratch holds at least T floats.
+void head_reference(const AttentionPass& p, int64_t row, int64_t head, float* scratch);
+
+// exp(x) for x in [-40, 0] as every path computes it (x < -40 is 0 before this is called).
+float exp_rows(float x);
+
+// Where query r of KV head kv writes its d outputs.
+inline float* query_out(const AttentionPass& p, int64_t kv, int64_t r) {
+  const int64_t group = p.heads / p.kv_heads;
+  return p.out + (r / group) * p.heads * p.head_dim + (kv * group + r % group) * p.head_dim;
+}
 
 // The rope, the exp and the lane sum, shared by the paths' scalar parts.
 inline float rope_low(float a, float b, float c, float s) { return __builtin_fmaf(a, c, -(b * s)); }

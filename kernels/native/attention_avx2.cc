@@ -1,5 +1,6 @@
-// The attention's AVX2 path (with FMA and F16C): 16 slots two ymm for the scores (one lane a slot,
-// the dimensions in order), 8 dimensions a ymm for the weighted values; the arithmetic of
+// The attention's AVX2 path (with FMA and F16C): scores 16 slots two ymm (one lane a slot, the
+// dimensions in order), one key block converted once for up to 6 queries; the weighted values 16
+// dimensions a query (two ymm), one value row converted once for up to 6 queries; the arithmetic of
 // attention.h, lane for lane.
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
@@ -49,68 +50,52 @@ inline float lane_sum(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(e);
 }
 
-// Scores of slot blocks [b0, b0 + R) into scratch: 2R accumulators, the dimensions in order.
-template <int R>
-inline void score_blocks(const float* qs, const uint16_t* keys, int64_t d, int64_t b0, float* scratch) {
-  __m256 acc[2 * R];
-  for (int r = 0; r < 2 * R; ++r) acc[r] = _mm256_setzero_ps();
-  const uint16_t* kb = keys + b0 * d * kSlotBlock;
-  for (int64_t i = 0; i < d; ++i) {
-    const __m256 q = _mm256_set1_ps(qs[i]);
-    for (int r = 0; r < R; ++r) {
-      const uint16_t* k = kb + (r * d + i) * kSlotBlock;
-      acc[2 * r] = _mm256_fmadd_ps(q, load_half8(k), acc[2 * r]);
-      acc[2 * r + 1] = _mm256_fmadd_ps(q, load_half8(k + 8), acc[2 * r + 1]);
-    }
-  }
-  for (int r = 0; r < 2 * R; ++r) _mm256_storeu_ps(scratch + b0 * kSlotBlock + 8 * r, acc[r]);
-}
-
-// out[i0 .. i0 + 8 C) = sum over slots of e[j] * v_j, slots in order.
-template <int C>
-inline void weigh_values(const float* e, const uint16_t* values, int64_t d, int64_t n, int64_t i0, float sum,
-                         float* out) {
-  __m256 acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < n; ++j) {
-    const __m256 w = _mm256_set1_ps(e[j]);
-    const uint16_t* vj = values + j * d + i0;
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(w, load_half8(vj + 8 * c), acc[c]);
-  }
-  const __m256 total = _mm256_set1_ps(sum);
-  for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + i0 + 8 * c, _mm256_div_ps(acc[c], total));
-}
-
 inline __m256 lane_mask(int64_t lanes) {  // the first `lanes` (0..8) lanes all ones
   const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(lanes)), index));
 }
 
-}  // namespace
-
-void head_avx2(const AttentionPass& p, int64_t row, int64_t head, float* scratch) {
-  const int64_t d = p.head_dim, half = d / 2, width = (p.heads + 2 * p.kv_heads) * d;
-  const int64_t pos = p.pos[row], g = head / (p.heads / p.kv_heads), n = pos + 1;
-  const int64_t blocks = (n + kSlotBlock - 1) / kSlotBlock;
-  const float* q = p.qkv + row * width + head * d;
-  const float* c = p.cos + pos * half;
-  const float* sn = p.sin + pos * half;
-  alignas(32) float qs[512];
-  for (int64_t i = 0; i < half; ++i) {  // d numbers: the scalar rope, as every path
-    qs[i] = rope_low(q[i], q[i + half], c[i], sn[i]) * p.scale;
-    qs[i + half] = rope_high(q[i], q[i + half], c[i], sn[i]) * p.scale;
+// Scores of queries [r0, r0 + C) over one key block.
+template <int C>
+inline void score_block(const float* q, int64_t d, const uint16_t* block, float* scores, int64_t stride) {
+  __m256 lo[C], hi[C];
+  for (int k = 0; k < C; ++k) lo[k] = hi[k] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < d; ++i) {
+    const __m256 k0 = load_half8(block + i * kSlotBlock), k1 = load_half8(block + i * kSlotBlock + 8);
+    for (int k = 0; k < C; ++k) {
+      const __m256 w = _mm256_set1_ps(q[k * d + i]);
+      lo[k] = _mm256_fmadd_ps(w, k0, lo[k]);
+      hi[k] = _mm256_fmadd_ps(w, k1, hi[k]);
+    }
   }
-  const uint16_t* keys = p.keys + g * (p.slots / kSlotBlock) * d * kSlotBlock;
-  int64_t b = 0;
-  for (; b + 4 <= blocks; b += 4) score_blocks<4>(qs, keys, d, b, scratch);
-  for (; b < blocks; ++b) score_blocks<1>(qs, keys, d, b, scratch);
+  for (int k = 0; k < C; ++k) {
+    _mm256_storeu_ps(scores + k * stride, lo[k]);
+    _mm256_storeu_ps(scores + k * stride + 8, hi[k]);
+  }
+}
 
-  const int64_t tail = n - (blocks - 1) * kSlotBlock;  // 1..16 slots of the last block
-  const __m256 last_lo = lane_mask(tail), last_hi = lane_mask(tail - 8);
-  const __m256 low = _mm256_set1_ps(-INFINITY);
+template <int C>
+void score_chunk(const AttentionPass& p, const Queries& q, int64_t r0, int64_t b0, int64_t b1, float* scores) {
+  const int64_t d = p.head_dim;
+  const uint16_t* keys = p.keys + q.kv * (p.slots / kSlotBlock) * d * kSlotBlock;
+  for (int64_t b = b0; b < b1; ++b) {
+    score_block<C>(q.q + r0 * d, d, keys + b * d * kSlotBlock, scores + r0 * p.slots + b * kSlotBlock, p.slots);
+  }
+}
+
+void scores_avx2(const AttentionPass& p, const Queries& q, int64_t b0, int64_t b1, float* scores) {
+  int64_t r = 0;
+  for (; r + 6 <= q.count; r += 6) score_chunk<6>(p, q, r, b0, b1, scores);
+  for (; r + 2 <= q.count; r += 2) score_chunk<2>(p, q, r, b0, b1, scores);
+  for (; r < q.count; ++r) score_chunk<1>(p, q, r, b0, b1, scores);
+}
+
+float softmax_avx2(float* e, int64_t n) {
+  const int64_t blocks = (n + kSlotBlock - 1) / kSlotBlock, tail = n - (blocks - 1) * kSlotBlock;
+  const __m256 last_lo = lane_mask(tail), last_hi = lane_mask(tail - 8), low = _mm256_set1_ps(-INFINITY);
   __m256 m_lo = low, m_hi = low;
-  for (b = 0; b < blocks; ++b) {
-    __m256 lo = _mm256_loadu_ps(scratch + b * kSlotBlock), hi = _mm256_loadu_ps(scratch + b * kSlotBlock + 8);
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256 lo = _mm256_loadu_ps(e + b * kSlotBlock), hi = _mm256_loadu_ps(e + b * kSlotBlock + 8);
     if (b + 1 == blocks) {
       lo = _mm256_blendv_ps(low, lo, last_lo);
       hi = _mm256_blendv_ps(low, hi, last_hi);
@@ -125,27 +110,67 @@ void head_avx2(const AttentionPass& p, int64_t row, int64_t head, float* scratch
   for (float v : maxes) top = std::fmax(top, v);
   const __m256 m = _mm256_set1_ps(top);
   __m256 lanes_lo = _mm256_setzero_ps(), lanes_hi = _mm256_setzero_ps();
-  for (b = 0; b < blocks; ++b) {
-    __m256 lo = exp8(_mm256_sub_ps(_mm256_loadu_ps(scratch + b * kSlotBlock), m));
-    __m256 hi = exp8(_mm256_sub_ps(_mm256_loadu_ps(scratch + b * kSlotBlock + 8), m));
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m256 lo = exp8(_mm256_sub_ps(_mm256_loadu_ps(e + b * kSlotBlock), m));
+    __m256 hi = exp8(_mm256_sub_ps(_mm256_loadu_ps(e + b * kSlotBlock + 8), m));
     if (b + 1 == blocks) {
       lo = _mm256_and_ps(lo, last_lo);
       hi = _mm256_and_ps(hi, last_hi);
     }
-    _mm256_storeu_ps(scratch + b * kSlotBlock, lo);
-    _mm256_storeu_ps(scratch + b * kSlotBlock + 8, hi);
+    _mm256_storeu_ps(e + b * kSlotBlock, lo);
+    _mm256_storeu_ps(e + b * kSlotBlock + 8, hi);
     lanes_lo = _mm256_add_ps(lanes_lo, lo);
     lanes_hi = _mm256_add_ps(lanes_hi, hi);
   }
-  const float sum = lane_sum(lanes_lo, lanes_hi);
-
-  const uint16_t* values = p.values + g * p.slots * d;
-  float* out = p.out + row * p.heads * d + head * d;
-  int64_t i0 = 0;
-  for (; i0 + 64 <= d; i0 += 64) weigh_values<8>(scratch, values, d, n, i0, sum, out);
-  for (; i0 + 32 <= d; i0 += 32) weigh_values<4>(scratch, values, d, n, i0, sum, out);
-  for (; i0 < d; i0 += 8) weigh_values<1>(scratch, values, d, n, i0, sum, out);
+  return lane_sum(lanes_lo, lanes_hi);
 }
+
+// Outputs [i, i + 16) of queries [r0, r0 + C): the value rows in order, each converted once.
+template <int C>
+void weigh_chunk(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t r0, int64_t i) {
+  const int64_t d = p.head_dim;
+  const uint16_t* values = p.values + q.kv * p.slots * d + i;
+  __m256 lo[C], hi[C];
+  for (int k = 0; k < C; ++k) lo[k] = hi[k] = _mm256_setzero_ps();
+  const int64_t all = q.limit[r0], most = q.limit[r0 + C - 1];  // limits never fall from one query to the next
+  int64_t j = 0;
+  for (; j < all; ++j) {
+    const __m256 v0 = load_half8(values + j * d), v1 = load_half8(values + j * d + 8);
+    for (int k = 0; k < C; ++k) {
+      const __m256 w = _mm256_set1_ps(e[(r0 + k) * p.slots + j]);
+      lo[k] = _mm256_fmadd_ps(w, v0, lo[k]);
+      hi[k] = _mm256_fmadd_ps(w, v1, hi[k]);
+    }
+  }
+  for (; j < most; ++j) {  // slots past the first queries' positions: the later rows' only
+    const __m256 v0 = load_half8(values + j * d), v1 = load_half8(values + j * d + 8);
+    for (int k = 0; k < C; ++k) {
+      if (q.limit[r0 + k] <= j) continue;
+      const __m256 w = _mm256_set1_ps(e[(r0 + k) * p.slots + j]);
+      lo[k] = _mm256_fmadd_ps(w, v0, lo[k]);
+      hi[k] = _mm256_fmadd_ps(w, v1, hi[k]);
+    }
+  }
+  for (int k = 0; k < C; ++k) {
+    float* out = query_out(p, q.kv, r0 + k) + i;
+    const __m256 total = _mm256_set1_ps(sums[r0 + k]);
+    _mm256_storeu_ps(out, _mm256_div_ps(lo[k], total));
+    _mm256_storeu_ps(out + 8, _mm256_div_ps(hi[k], total));
+  }
+}
+
+void weigh_avx2(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; i += 16) {
+    int64_t r = 0;
+    for (; r + 6 <= q.count; r += 6) weigh_chunk<6>(p, q, e, sums, r, i);
+    for (; r + 2 <= q.count; r += 2) weigh_chunk<2>(p, q, e, sums, r, i);
+    for (; r < q.count; ++r) weigh_chunk<1>(p, q, e, sums, r, i);
+  }
+}
+
+}  // namespace
+
+AttentionIsa avx2_attention() { return AttentionIsa{"avx2", scores_avx2, softmax_avx2, weigh_avx2, 16}; }
 
 }  // namespace specedge
 

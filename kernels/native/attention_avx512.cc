@@ -1,5 +1,7 @@
-// The attention's AVX-512 path: 16 slots a zmm for the scores (one lane a slot, the dimensions in
-// order), 16 dimensions a zmm for the weighted values; the arithmetic of attention.h, lane for lane.
+// The attention's AVX-512 path: scores 16 slots a zmm (one lane a slot, the dimensions in order),
+// one key block converted once for up to 12 queries; the weighted values 32 dimensions a query
+// (two zmm), one value row converted once for up to 12 queries; the arithmetic of attention.h,
+// lane for lane.
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx2,fma,f16c"))), apply_to = function)
@@ -41,83 +43,114 @@ inline __m512 load_half16(const uint16_t* h) {
 
 // Lanes l + w into l for w = 8, 4, 2, 1: lane 0.
 inline float lane_sum(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
   const __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
   const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
   const __m128 e = _mm_add_ss(c, _mm_shuffle_ps(c, c, 1));
   return _mm_cvtss_f32(e);
 }
 
-// Scores of slot blocks [b0, b0 + R) into scratch: R accumulators, the dimensions in order.
-template <int R>
-inline void score_blocks(const float* qs, const uint16_t* keys, int64_t d, int64_t b0, float* scratch) {
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  const uint16_t* kb = keys + b0 * d * kSlotBlock;
+// Scores of queries [r0, r0 + C) over one key block.
+template <int C>
+inline void score_block(const float* q, int64_t d, const uint16_t* block, float* scores, int64_t stride) {
+  __m512 acc[C];
+  for (int k = 0; k < C; ++k) acc[k] = _mm512_setzero_ps();
   for (int64_t i = 0; i < d; ++i) {
-    const __m512 q = _mm512_set1_ps(qs[i]);
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(q, load_half16(kb + (r * d + i) * kSlotBlock), acc[r]);
+    const __m512 kv = load_half16(block + i * kSlotBlock);
+    for (int k = 0; k < C; ++k) acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(q[k * d + i]), kv, acc[k]);
   }
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(scratch + (b0 + r) * kSlotBlock, acc[r]);
+  for (int k = 0; k < C; ++k) _mm512_storeu_ps(scores + k * stride, acc[k]);
 }
 
-// out[i0 .. i0 + 16 C) = sum over slots of e[j] * v_j, slots in order.
 template <int C>
-inline void weigh_values(const float* e, const uint16_t* values, int64_t d, int64_t n, int64_t i0, float sum,
-                         float* out) {
-  __m512 acc[C];
-  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < n; ++j) {
-    const __m512 w = _mm512_set1_ps(e[j]);
-    const uint16_t* vj = values + j * d + i0;
-    for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(w, load_half16(vj + 16 * c), acc[c]);
+void score_chunk(const AttentionPass& p, const Queries& q, int64_t r0, int64_t b0, int64_t b1, float* scores) {
+  const int64_t d = p.head_dim;
+  const uint16_t* keys = p.keys + q.kv * (p.slots / kSlotBlock) * d * kSlotBlock;
+  for (int64_t b = b0; b < b1; ++b) {
+    score_block<C>(q.q + r0 * d, d, keys + b * d * kSlotBlock, scores + r0 * p.slots + b * kSlotBlock, p.slots);
   }
-  const __m512 total = _mm512_set1_ps(sum);
-  for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + i0 + 16 * c, _mm512_div_ps(acc[c], total));
+}
+
+void scores_avx512(const AttentionPass& p, const Queries& q, int64_t b0, int64_t b1, float* scores) {
+  int64_t r = 0;
+  for (; r + 12 <= q.count; r += 12) score_chunk<12>(p, q, r, b0, b1, scores);
+  for (; r + 4 <= q.count; r += 4) score_chunk<4>(p, q, r, b0, b1, scores);
+  for (; r < q.count; ++r) score_chunk<1>(p, q, r, b0, b1, scores);
+}
+
+float softmax_avx512(float* e, int64_t n) {
+  const int64_t blocks = (n + kSlotBlock - 1) / kSlotBlock;
+  const __mmask16 last = static_cast<__mmask16>((1u << (n - (blocks - 1) * kSlotBlock)) - 1u);
+  __m512 mv = _mm512_set1_ps(-INFINITY);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __mmask16 keep = b + 1 < blocks ? static_cast<__mmask16>(0xFFFF) : last;
+    mv = _mm512_mask_max_ps(mv, keep, mv, _mm512_loadu_ps(e + b * kSlotBlock));
+  }
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+  __m512 lanes = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __mmask16 keep = b + 1 < blocks ? static_cast<__mmask16>(0xFFFF) : last;
+    const __m512 x = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_loadu_ps(e + b * kSlotBlock), m)));
+    _mm512_storeu_ps(e + b * kSlotBlock, x);
+    lanes = _mm512_add_ps(lanes, x);
+  }
+  return lane_sum(lanes);
+}
+
+// Outputs [i, i + 16 Z) of queries [r0, r0 + C): the value rows in order, each converted once.
+template <int C, int Z>
+void weigh_chunk(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t r0, int64_t i) {
+  const int64_t d = p.head_dim;
+  const uint16_t* values = p.values + q.kv * p.slots * d + i;
+  __m512 acc[C][Z];
+  for (int k = 0; k < C; ++k) {
+    for (int z = 0; z < Z; ++z) acc[k][z] = _mm512_setzero_ps();
+  }
+  const int64_t all = q.limit[r0], most = q.limit[r0 + C - 1];  // limits never fall from one query to the next
+  int64_t j = 0;
+  for (; j < all; ++j) {
+    __m512 v[Z];
+    for (int z = 0; z < Z; ++z) v[z] = load_half16(values + j * d + 16 * z);
+    for (int k = 0; k < C; ++k) {
+      const __m512 w = _mm512_set1_ps(e[(r0 + k) * p.slots + j]);
+      for (int z = 0; z < Z; ++z) acc[k][z] = _mm512_fmadd_ps(w, v[z], acc[k][z]);
+    }
+  }
+  for (; j < most; ++j) {  // slots past the first queries' positions: the later rows' only
+    __m512 v[Z];
+    for (int z = 0; z < Z; ++z) v[z] = load_half16(values + j * d + 16 * z);
+    for (int k = 0; k < C; ++k) {
+      if (q.limit[r0 + k] <= j) continue;
+      const __m512 w = _mm512_set1_ps(e[(r0 + k) * p.slots + j]);
+      for (int z = 0; z < Z; ++z) acc[k][z] = _mm512_fmadd_ps(w, v[z], acc[k][z]);
+    }
+  }
+  for (int k = 0; k < C; ++k) {
+    float* out = query_out(p, q.kv, r0 + k) + i;
+    const __m512 total = _mm512_set1_ps(sums[r0 + k]);
+    for (int z = 0; z < Z; ++z) _mm512_storeu_ps(out + 16 * z, _mm512_div_ps(acc[k][z], total));
+  }
+}
+
+template <int Z>
+void weigh_dims(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t i) {
+  int64_t r = 0;
+  for (; r + 12 <= q.count; r += 12) weigh_chunk<12, Z>(p, q, e, sums, r, i);
+  for (; r + 4 <= q.count; r += 4) weigh_chunk<4, Z>(p, q, e, sums, r, i);
+  for (; r < q.count; ++r) weigh_chunk<1, Z>(p, q, e, sums, r, i);
+}
+
+void weigh_avx512(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t i0,
+                  int64_t i1) {
+  int64_t i = i0;
+  for (; i + 32 <= i1; i += 32) weigh_dims<2>(p, q, e, sums, i);
+  for (; i < i1; i += 16) weigh_dims<1>(p, q, e, sums, i);
 }
 
 }  // namespace
 
-void head_avx512(const AttentionPass& p, int64_t row, int64_t head, float* scratch) {
-  const int64_t d = p.head_dim, half = d / 2, width = (p.heads + 2 * p.kv_heads) * d;
-  const int64_t pos = p.pos[row], g = head / (p.heads / p.kv_heads), n = pos + 1;
-  const int64_t blocks = (n + kSlotBlock - 1) / kSlotBlock;
-  const float* q = p.qkv + row * width + head * d;
-  const float* c = p.cos + pos * half;
-  const float* sn = p.sin + pos * half;
-  alignas(64) float qs[512];
-  for (int64_t i = 0; i < half; ++i) {  // d numbers: the scalar rope, as every path
-    qs[i] = rope_low(q[i], q[i + half], c[i], sn[i]) * p.scale;
-    qs[i + half] = rope_high(q[i], q[i + half], c[i], sn[i]) * p.scale;
-  }
-  const uint16_t* keys = p.keys + g * (p.slots / kSlotBlock) * d * kSlotBlock;
-  int64_t b = 0;
-  for (; b + 4 <= blocks; b += 4) score_blocks<4>(qs, keys, d, b, scratch);
-  for (; b < blocks; ++b) score_blocks<1>(qs, keys, d, b, scratch);
-
-  const __mmask16 last = static_cast<__mmask16>((1u << (n - (blocks - 1) * kSlotBlock)) - 1u);
-  __m512 mv = _mm512_set1_ps(-INFINITY);
-  for (b = 0; b < blocks; ++b) {
-    const __mmask16 keep = b + 1 < blocks ? static_cast<__mmask16>(0xFFFF) : last;
-    mv = _mm512_mask_max_ps(mv, keep, mv, _mm512_loadu_ps(scratch + b * kSlotBlock));
-  }
-  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
-  __m512 lanes = _mm512_setzero_ps();
-  for (b = 0; b < blocks; ++b) {
-    const __mmask16 keep = b + 1 < blocks ? static_cast<__mmask16>(0xFFFF) : last;
-    const __m512 e = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_loadu_ps(scratch + b * kSlotBlock), m)));
-    _mm512_storeu_ps(scratch + b * kSlotBlock, e);
-    lanes = _mm512_add_ps(lanes, e);
-  }
-  const float sum = lane_sum(lanes);
-
-  const uint16_t* values = p.values + g * p.slots * d;
-  float* out = p.out + row * p.heads * d + head * d;
-  int64_t i0 = 0;
-  for (; i0 + 128 <= d; i0 += 128) weigh_values<8>(scratch, values, d, n, i0, sum, out);
-  for (; i0 + 64 <= d; i0 += 64) weigh_values<4>(scratch, values, d, n, i0, sum, out);
-  for (; i0 < d; i0 += 16) weigh_values<1>(scratch, values, d, n, i0, sum, out);
-}
+AttentionIsa avx512_attention() { return AttentionIsa{"avx512", scores_avx512, softmax_avx512, weigh_avx512, 32}; }
 
 }  // namespace specedge
 

@@ -1,10 +1,12 @@
 // The kernels alone, without ONNX Runtime: every instruction set this CPU runs gives bit for bit what
 // the portable path gives, and the portable path gives what the formula in int4_matmul.h gives,
 // written here once more as plainly as it reads; each row alone equals that row among others. The
-// attention (attention.h) likewise: every instruction set's head equals the portable one's, and a
+// attention (attention.h) likewise: every instruction set's three steps, split into tasks in more
+// than one way, give the reference's bits (one row and head at a time, as the header says), and a
 // pass of several rows equals one-row passes in turn (its numpy model is tests/kernels' reference). For
 // sanitizer builds (-fsanitize=address,undefined) and for ARM under qemu-user, where the Python
 // tests cannot run. Exit code 0 and "N passed, 0 failed" when every case agrees.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -120,19 +122,38 @@ struct AttentionCase {
   int64_t heads, kv_heads, d, slots, cached, rows;
 };
 
-// Runs a pass of rows [r0, r1) of the case over the caches with `fn`; returns its output rows.
+// Runs a pass of rows [r0, r1) of the case over the caches: with `isa`'s three steps (scores in
+// tasks of `blocks` slot blocks, output dimensions in tasks of the path's), or with the reference
+// one row and head at a time (isa null).
 std::vector<float> attention_pass(const AttentionCase& c, const std::vector<float>& qkv, const std::vector<float>& cos,
                                   const std::vector<float>& sin, std::vector<uint16_t>& keys,
-                                  std::vector<uint16_t>& values, int64_t r0, int64_t r1, HeadFn fn) {
+                                  std::vector<uint16_t>& values, int64_t r0, int64_t r1, const AttentionIsa* isa,
+                                  int64_t blocks_per_task = 3) {
   const int64_t width = (c.heads + 2 * c.kv_heads) * c.d;
   std::vector<int64_t> pos;
   for (int64_t r = r0; r < r1; ++r) pos.push_back(c.cached + r);
-  std::vector<float> out((r1 - r0) * c.heads * c.d, NAN), scratch(c.slots + kSlotBlock);
+  std::vector<float> out((r1 - r0) * c.heads * c.d, NAN);
   const AttentionPass p{qkv.data() + r0 * width, pos.data(), cos.data(), sin.data(), keys.data(), values.data(),
                         out.data(), r1 - r0, c.heads, c.kv_heads, c.d, c.slots, 0.125f};
   attention_write(p);
-  for (int64_t r = 0; r < p.rows; ++r) {
-    for (int64_t h = 0; h < c.heads; ++h) fn(p, r, h, scratch.data());
+  if (isa == nullptr) {
+    std::vector<float> scratch(c.slots);
+    for (int64_t r = 0; r < p.rows; ++r) {
+      for (int64_t h = 0; h < c.heads; ++h) head_reference(p, r, h, scratch.data());
+    }
+    return out;
+  }
+  const int64_t queries = p.rows * (c.heads / c.kv_heads), blocks = (pos.back() + kSlotBlock) / kSlotBlock;
+  for (int64_t g = 0; g < c.kv_heads; ++g) {
+    std::vector<float> q(queries * c.d), scores(queries * c.slots, NAN), sums(queries);
+    std::vector<int64_t> limit(queries);
+    prepare_queries(p, g, q.data(), limit.data());
+    const Queries qs{g, q.data(), limit.data(), queries};
+    for (int64_t b = 0; b < blocks; b += blocks_per_task) {
+      isa->scores(p, qs, b, std::min(blocks, b + blocks_per_task), scores.data());
+    }
+    for (int64_t r = 0; r < queries; ++r) sums[r] = isa->softmax(scores.data() + r * c.slots, limit[r]);
+    for (int64_t i = 0; i < c.d; i += isa->dims) isa->weigh(p, qs, scores.data(), sums.data(), i, std::min(c.d, i + isa->dims));
   }
   return out;
 }
@@ -150,20 +171,20 @@ bool run_attention_case(const AttentionCase& c, std::mt19937& rng, const Attenti
   for (auto& v : keys) v = half_of(normal(rng));
   for (auto& v : values) v = half_of(normal(rng));
   auto k0 = keys, v0 = values;
-  const std::vector<float> want = attention_pass(c, qkv, cos, sin, k0, v0, 0, c.rows, head_portable);
+  const std::vector<float> want = attention_pass(c, qkv, cos, sin, k0, v0, 0, c.rows, nullptr);
   bool ok = true;
   for (int i = 0; i < count; ++i) {
     auto k = keys, v = values;
-    const auto got = attention_pass(c, qkv, cos, sin, k, v, 0, c.rows, isas[i].fn);
+    const auto got = attention_pass(c, qkv, cos, sin, k, v, 0, c.rows, &isas[i], 1 + i);
     auto k1 = keys, v1 = values;
     std::vector<float> alone;
     for (int64_t r = 0; r < c.rows; ++r) {  // one row a pass, in turn
-      const auto one = attention_pass(c, qkv, cos, sin, k1, v1, r, r + 1, isas[i].fn);
+      const auto one = attention_pass(c, qkv, cos, sin, k1, v1, r, r + 1, &isas[i], 8);
       alone.insert(alone.end(), one.begin(), one.end());
     }
     if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0 || k != k0 || v != v0 ||
         std::memcmp(alone.data(), want.data(), alone.size() * sizeof(float)) != 0) {
-      std::printf("FAILED attention %s H=%lld KV=%lld d=%lld T=%lld L=%lld S=%lld: not the portable path's bits\n",
+      std::printf("FAILED attention %s H=%lld KV=%lld d=%lld T=%lld L=%lld S=%lld: not the reference's bits\n",
                   isas[i].name, (long long)c.heads, (long long)c.kv_heads, (long long)c.d, (long long)c.slots,
                   (long long)c.cached, (long long)c.rows);
       ok = false;

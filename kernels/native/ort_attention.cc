@@ -6,7 +6,8 @@
 // attention.h), past_value float16 [1, KV, T, d]. Outputs: attn float [1, S, H d], present_key and
 // present_value (the past buffers with the rows' entries written; bound to the same memory as the
 // past ones, the pass writes in place). Attributes: num_heads, kv_heads, head_dim, scale.
-// Threads: the session's intra-op pool, one task per row and head.
+// Threads: the session's intra-op pool, in three steps (scores of slot blocks, each query's softmax,
+// output dimensions: attention.h), each a set of tasks with disjoint outputs.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -59,19 +60,53 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp*, const OrtApi*, const O
   return nullptr;
 }
 
+// One pass's work: the pass, each KV head's queries, their scores (then exps) and sums.
 struct Job {
   AttentionPass pass;
-  HeadFn fn;
+  const AttentionIsa* isa;
+  int64_t queries;      // R: queries a KV head has (rows x heads per KV head)
+  int64_t blocks;       // slot blocks the last row reads
+  int64_t chunks;       // score tasks per KV head
+  int64_t dim_tasks;    // weigh tasks per KV head
+  float* q;             // [KV][R][d]
+  int64_t* limits;      // [KV][R]
+  float* scores;        // [KV][R][T]
+  float* sums;          // [KV][R]
+
+  Queries of(int64_t kv) const {
+    return {kv, q + kv * queries * pass.head_dim, limits + kv * queries, queries};
+  }
+  float* scores_of(int64_t kv) const { return scores + kv * queries * pass.slots; }
 };
 
-void run_task(void* data, size_t task) {
+constexpr int64_t kBlocksPerTask = 8;  // 128 slots of scores a task
+
+void score_task(void* data, size_t task) {
   const Job& job = *static_cast<const Job*>(data);
-  thread_local std::vector<float> scratch;
-  const size_t need = static_cast<size_t>(job.pass.slots + kSlotBlock);
-  if (scratch.size() < need) scratch.resize(need);
-  const int64_t row = static_cast<int64_t>(task) / job.pass.heads, head = static_cast<int64_t>(task) % job.pass.heads;
-  job.fn(job.pass, row, head, scratch.data());
+  const int64_t kv = static_cast<int64_t>(task) / job.chunks, c = static_cast<int64_t>(task) % job.chunks;
+  const int64_t b0 = c * kBlocksPerTask, b1 = std::min(job.blocks, b0 + kBlocksPerTask);
+  job.isa->scores(job.pass, job.of(kv), b0, b1, job.scores_of(kv));
 }
+
+void softmax_task(void* data, size_t task) {
+  const Job& job = *static_cast<const Job*>(data);
+  const int64_t kv = static_cast<int64_t>(task) / job.queries, r = static_cast<int64_t>(task) % job.queries;
+  job.sums[kv * job.queries + r] = job.isa->softmax(job.scores_of(kv) + r * job.pass.slots,
+                                                    job.limits[kv * job.queries + r]);
+}
+
+void weigh_task(void* data, size_t task) {
+  const Job& job = *static_cast<const Job*>(data);
+  const int64_t kv = static_cast<int64_t>(task) / job.dim_tasks, c = static_cast<int64_t>(task) % job.dim_tasks;
+  const int64_t i0 = c * job.isa->dims, i1 = std::min(job.pass.head_dim, i0 + job.isa->dims);
+  job.isa->weigh(job.pass, job.of(kv), job.scores_of(kv), job.sums + kv * job.queries, i0, i1);
+}
+
+// Buffers kept by the thread that runs a session's passes, grown as needed.
+struct Scratch {
+  std::vector<float> q, scores, sums;
+  std::vector<int64_t> limits;
+};
 
 OrtStatus* output(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& dims, void** data) {
   OrtValue* value = nullptr;
@@ -122,12 +157,25 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
     }
   }
   if (rows == 0) return nullptr;
-  Job job{{static_cast<const float*>(ptr[0]), pos, static_cast<const float*>(ptr[2]), static_cast<const float*>(ptr[3]),
-           static_cast<uint16_t*>(out[1]), static_cast<uint16_t*>(out[2]), static_cast<float*>(out[0]), rows, kn.heads,
-           kn.kv_heads, d, slots, kn.scale},
-          kn.isa->fn};
-  attention_write(job.pass);  // every row's entries before any row reads them
-  return g_api->KernelContext_ParallelFor(ctx, run_task, static_cast<size_t>(rows * kn.heads), 0, &job);
+  const AttentionPass pass{static_cast<const float*>(ptr[0]), pos, static_cast<const float*>(ptr[2]),
+                           static_cast<const float*>(ptr[3]), static_cast<uint16_t*>(out[1]),
+                           static_cast<uint16_t*>(out[2]), static_cast<float*>(out[0]), rows, kn.heads,
+                           kn.kv_heads, d, slots, kn.scale};
+  attention_write(pass);  // every row's entries before any row reads them
+  thread_local Scratch scratch;
+  const int64_t queries = rows * (kn.heads / kn.kv_heads), kv = kn.kv_heads;
+  scratch.q.resize(static_cast<size_t>(kv * queries * d));
+  scratch.limits.resize(static_cast<size_t>(kv * queries));
+  scratch.scores.resize(static_cast<size_t>(kv * queries * slots));
+  scratch.sums.resize(static_cast<size_t>(kv * queries));
+  for (int64_t g = 0; g < kv; ++g) prepare_queries(pass, g, &scratch.q[g * queries * d], &scratch.limits[g * queries]);
+  const int64_t last = *std::max_element(pos, pos + rows) + 1;
+  Job job{pass, kn.isa, queries, (last + kSlotBlock - 1) / kSlotBlock, 0, (d + kn.isa->dims - 1) / kn.isa->dims,
+          scratch.q.data(), scratch.limits.data(), scratch.scores.data(), scratch.sums.data()};
+  job.chunks = (job.blocks + kBlocksPerTask - 1) / kBlocksPerTask;
+  RETURN_IF(g_api->KernelContext_ParallelFor(ctx, score_task, static_cast<size_t>(kv * job.chunks), 0, &job));
+  RETURN_IF(g_api->KernelContext_ParallelFor(ctx, softmax_task, static_cast<size_t>(kv * queries), 0, &job));
+  return g_api->KernelContext_ParallelFor(ctx, weigh_task, static_cast<size_t>(kv * job.dim_tasks), 0, &job);
 }
 
 OrtStatus* set_output(OrtShapeInferContext* ctx, size_t index, ONNXTensorElementDataType type,
