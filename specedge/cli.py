@@ -229,20 +229,26 @@ def cmd_profile_steps(args: argparse.Namespace) -> int:
     import json
 
     from specedge.options import pair_paths
-    from specedge.step_profile import profile_steps, report
+    from specedge.step_profile import profile_steps, ratio_lines, report
 
     target, draft = pair_paths(args.pair, args.target, args.draft)
     models = [("target", target), *([("draft", draft)] if draft is not None else [])]
     widths = {"target": args.widths, "draft": (1,)}  # a draft runs 1-token steps only
-    profiles, bandwidth = profile_steps(models, widths, args.contexts, args.repeats, args.threads)
+    profiles, bandwidth, times = profile_steps(models, widths, args.contexts, args.repeats, args.threads)
     print(f"read bandwidth here: {bandwidth:.1f} GB/s (a working set larger than the last-level cache)")
     for profile in profiles:
         print()
         for line in report(profile, bandwidth):
             print(line)
+    for folder, folder_times in times.items():
+        print()
+        for line in ratio_lines(folder, folder_times):
+            print(line)
     if args.json:
-        Path(args.json).write_text(json.dumps({"bandwidth_gb_per_s": bandwidth,
-                                               "passes": [p.to_dict() for p in profiles]}, indent=2))
+        Path(args.json).write_text(json.dumps({
+            "bandwidth_gb_per_s": bandwidth, "passes": [p.to_dict() for p in profiles],
+            "interleaved_ms": {str(f): {f"{r}x{c}": ms for (r, c), ms in t.items()} for f, t in times.items()}},
+            indent=2))
         print(f"wrote {args.json}", file=sys.stderr)
     return 0
 

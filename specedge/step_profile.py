@@ -192,6 +192,22 @@ def timed_passes(model: OnnxModel, rows: int, context: int, repeats: int) -> tup
     return statistics.median(walls[1:]) * 1e3, statistics.median(runs[1:]) * 1e3
 
 
+def interleaved_times(folder: Path, passes: Sequence[tuple[int, int]], rounds: int,
+                      threads: int | None) -> dict[tuple[int, int], float]:
+    """Median ms of a pass of each (rows, cached tokens), the passes taking turns round by round (so a
+    shared machine's drift falls on all alike: their ratios are what to read)."""
+    model = OnnxModel(folder, threads=threads)
+    caches = {key: filled_cache(model, key[1]) for key in passes}
+    times: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for round_ in range(rounds + 1):
+        for key, cache in caches.items():
+            start = time.perf_counter()
+            model.forward([1] * key[0], cache)
+            if round_:  # the first round warms up
+                times[key].append((time.perf_counter() - start) * 1e3)
+    return {key: statistics.median(t) for key, t in times.items()}
+
+
 def node_shares(folder: Path, rows: int, context: int, repeats: int, threads: int | None) -> dict[str, float]:
     """Each role's share of the profiled node time of a pass (ONNX Runtime's profiler)."""
     with tempfile.TemporaryDirectory(prefix="specedge-profile-") as tmp:
@@ -283,13 +299,24 @@ def report(profile: StepProfile, bandwidth: float) -> Iterable[str]:
 
 
 def profile_steps(models: Sequence[tuple[str, Path]], widths: Mapping[str, Sequence[int]], contexts: Sequence[int],
-                  repeats: int, threads: int | None) -> tuple[list[StepProfile], float]:
-    """Each (role, artifact)'s passes at its role's widths over each context, and the read bandwidth
-    measured first."""
+                  repeats: int, threads: int | None) -> tuple[list[StepProfile], float, dict[Path, dict]]:
+    """Each (role, artifact)'s passes at its role's widths over each context, the read bandwidth
+    measured first, and each artifact's passes timed interleaved (their ratios)."""
     bandwidth = floor_bandwidth()
-    out = []
+    out, ratios = [], {}
     for role, folder in models:
-        for context in contexts:
-            for rows in widths[role]:
-                out.append(profile_step(folder, rows, context, bandwidth, repeats, threads))
-    return out, bandwidth
+        passes = [(rows, context) for context in contexts for rows in widths[role]]
+        ratios[folder] = interleaved_times(folder, passes, max(repeats, 10), threads)
+        for rows, context in passes:
+            out.append(profile_step(folder, rows, context, bandwidth, repeats, threads))
+    return out, bandwidth, ratios
+
+
+def ratio_lines(folder: Path, times: Mapping[tuple[int, int], float]) -> Iterable[str]:
+    """The interleaved passes against a 1-row pass over the shortest context."""
+    base_key = min(times, key=lambda k: (k[0], k[1]))
+    base = times[base_key]
+    yield (f"{folder.name}, passes timed in turn (medians; against {base_key[0]} row over {base_key[1]} cached "
+           f"tokens, {base:.1f} ms):")
+    for (rows, context), ms in sorted(times.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        yield f"  {rows} row{'s' if rows > 1 else ''} over {context:>5} cached tokens: {ms:6.1f} ms  {ms / base:.2f}x"
