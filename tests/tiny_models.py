@@ -81,14 +81,17 @@ def weight_shapes(config: dict) -> dict[str, tuple[int, ...]]:
 
 
 def random_weights(config: dict, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Matrices drawn from N(0, 0.15) (larger than transformers' init: peaked, varied logits), norms
-    one, biases zero, all float32."""
+    """Every parameter random, all float32: matrices from N(0, 0.15) (larger than transformers' init:
+    peaked, varied logits), norm weights from N(1, 0.3), biases from N(0, 0.3) - so an export that
+    drops a norm's weight or a bias (1 and 0 in transformers' init) changes the logits."""
     weights = {}
     for name, shape in weight_shapes(config).items():
         if len(shape) == 2:
             weights[name] = rng.normal(0.0, 0.15, shape).astype(np.float32)
+        elif name.endswith(".bias"):
+            weights[name] = rng.normal(0.0, 0.3, shape).astype(np.float32)
         else:
-            weights[name] = np.full(shape, 0.0 if name.endswith(".bias") else 1.0, np.float32)
+            weights[name] = rng.normal(1.0, 0.3, shape).astype(np.float32)
     return weights
 
 
