@@ -1,0 +1,163 @@
+"""specedge against llama.cpp on the same GGUF, the two taking turns prompt by prompt.
+
+llama.cpp runs through llama-cpp-python in a venv of its own (built from its sdist, which vendors
+llama.cpp's source; see README.md beside this file), as a worker process this script feeds one
+prompt at a time; specedge runs here. Each prompt is answered greedily through the GGUF's own chat
+template, 128 tokens with the end of text suppressed, by: llama.cpp plain, llama.cpp with its
+prompt-lookup drafting, specedge plain (1-token steps of its export) and specedge's measured
+default. Decoding speed is tokens after the first over the time after the first (the prompt's
+prefill is left out), medians per prompt kind; the CPU is named from /proc/cpuinfo.
+
+    python bench/reference/llamacpp_abab.py --llama-python $LLAMA/venv/bin/python \\
+        --gguf ~/.cache/specedge/weights/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \\
+        [--pair qwen2.5-coder] [--prompts bench/prompts.jsonl] [--rounds 1] [--out FILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+WORKER = r'''
+import json, sys, time
+from llama_cpp import Llama
+from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+gguf, threads, ctx, tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+engines = {
+    "plain": Llama(model_path=gguf, n_ctx=ctx, n_threads=threads, n_threads_batch=threads, verbose=False),
+    "lookup": Llama(model_path=gguf, n_ctx=ctx, n_threads=threads, n_threads_batch=threads, verbose=False,
+                    draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10)),
+}
+eos = [engines["plain"].token_eos()] + [engines["plain"].tokenize(t.encode(), special=True)[0]
+                                        for t in ("<|endoftext|>", "<|im_end|>")]
+print(json.dumps({"ready": True, "version": __import__("llama_cpp").__version__}), flush=True)
+for line in sys.stdin:
+    job = json.loads(line)
+    llm = engines[job["mode"]]
+    llm.reset()
+    start, first, n, text = time.perf_counter(), None, 0, []
+    for chunk in llm.create_chat_completion(messages=job["messages"], max_tokens=tokens, temperature=0.0, top_k=1,
+                                            stream=True, logit_bias={t: -1e9 for t in set(eos)}):
+        piece = chunk["choices"][0]["delta"].get("content")
+        if piece:
+            n += 1
+            text.append(piece)
+            if first is None:
+                first = time.perf_counter()
+    end = time.perf_counter()
+    out = "".join(text)
+    count = len(llm.tokenize(out.encode(), add_bos=False, special=True))  # the answer's tokens
+    print(json.dumps({"tokens": count, "first_s": first - start, "decode_s": end - first, "text": out}), flush=True)
+'''
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+class LlamaWorker:
+    def __init__(self, python: str, gguf: Path, threads: int, context: int, tokens: int) -> None:
+        self.proc = subprocess.Popen([python, "-c", WORKER, str(gguf), str(threads), str(context), str(tokens)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.version = json.loads(self.proc.stdout.readline())["version"]  # type: ignore[union-attr]
+
+    def run(self, mode: str, messages: list[dict[str, str]]) -> dict[str, float]:
+        self.proc.stdin.write(json.dumps({"mode": mode, "messages": messages}) + "\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+        return json.loads(self.proc.stdout.readline())  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        self.proc.wait(timeout=60)
+
+
+def specedge_run(gen, messages: list[dict[str, str]], tokens: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    start, first = time.perf_counter(), None
+    stream = gen.stream(gen.encode(messages), max_new_tokens=tokens, ignore_eos=True)
+    for _ in stream:
+        if first is None:
+            first = time.perf_counter()
+    end = time.perf_counter()
+    result = stream.result
+    return {"tokens": result.stats.n_tokens, "first_s": first - start, "decode_s": end - first,
+            "tok_s": result.stats.tokens_per_s, "ids": result.token_ids}  # after the first token, as llama.cpp's
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--llama-python", required=True, help="the python of a venv with llama-cpp-python")
+    ap.add_argument("--gguf", type=Path, required=True)
+    ap.add_argument("--pair", default="qwen2.5-coder")
+    ap.add_argument("--prompts", type=Path, default=Path("bench/prompts.jsonl"))
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+
+    from specedge.defaults import pair_artifacts, pair_decoding
+    from specedge.runtime import Generator, SpecConfig
+
+    way = pair_decoding(args.pair)
+    target, _ = pair_artifacts(args.pair)
+    ours = {"plain": Generator.load(target, config=SpecConfig(gamma=0), single_steps=True, threads=args.threads),
+            "default": Generator.load(way.target, draft=way.draft, ngram=way.ngram, threads=args.threads,
+                                      config=SpecConfig(gamma=4, auto_gamma=True) if way.draft or way.ngram
+                                      else SpecConfig(gamma=0), single_steps=way.single_steps)}
+    llama = LlamaWorker(args.llama_python, args.gguf, args.threads, 4096, args.tokens)
+    prompts = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]
+    rates: dict[tuple[str, str], list[float]] = defaultdict(list)
+    same = 0
+    for round_ in range(args.rounds):
+        for n, item in enumerate(prompts):
+            messages = [{"role": "user", "content": item["prompt"]}]
+            order = ["llama.cpp plain", "llama.cpp lookup", "specedge plain", "specedge default"]
+            if (n + round_) % 2:
+                order.reverse()
+            ids = {}
+            for name in order:
+                engine, mode = name.split(" ")
+                if engine == "llama.cpp":
+                    r = llama.run(mode, messages)
+                    rate = (r["tokens"] - 1) / r["decode_s"]
+                else:
+                    r = specedge_run(ours[mode], messages, args.tokens)
+                    rate = r["tok_s"]
+                    ids[mode] = r["ids"]
+                rates[(item["kind"], name)].append(rate)
+            same += ids["plain"] == ids["default"]
+            print(f"{round_ + 1}.{n + 1} {item['kind']}: " + ", ".join(
+                f"{name} {rates[(item['kind'], name)][-1]:.1f}" for name in order), flush=True)
+    llama.close()
+    names = ["llama.cpp plain", "llama.cpp lookup", "specedge plain", "specedge default"]
+    print(f"\nCPU: {cpu_name()}, {args.threads} threads; llama-cpp-python {llama.version}; specedge default: "
+          f"{way.line}")
+    print("| kind | " + " | ".join(names) + " | default / llama.cpp plain | default / llama.cpp best |")
+    print("|---|" + "---|" * (len(names) + 2))
+    summary = {}
+    for kind in sorted({k for k, _ in rates}):
+        med = {name: statistics.median(rates[(kind, name)]) for name in names}
+        best = max(med["llama.cpp plain"], med["llama.cpp lookup"])
+        summary[kind] = med
+        print(f"| {kind} | " + " | ".join(f"{med[n]:.1f}" for n in names) +
+              f" | {med['specedge default'] / med['llama.cpp plain']:.2f}x | {med['specedge default'] / best:.2f}x |")
+    print(f"specedge's default tokens = its plain tokens on {same}/{len(prompts) * args.rounds} prompts "
+          "(decoding tokens/s after the first token, medians; 128 tokens, end of text suppressed)")
+    if args.out:
+        args.out.write_text(json.dumps({"cpu": cpu_name(), "threads": args.threads, "llama_cpp_python": llama.version,
+                                        "default": way.line, "medians": summary,
+                                        "rates": {f"{k}|{n}": v for (k, n), v in rates.items()}}, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
