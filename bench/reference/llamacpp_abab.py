@@ -38,23 +38,27 @@ engines = {
 eos = [engines["plain"].token_eos()] + [engines["plain"].tokenize(t.encode(), special=True)[0]
                                         for t in ("<|endoftext|>", "<|im_end|>")]
 print(json.dumps({"ready": True, "version": __import__("llama_cpp").__version__}), flush=True)
-for line in sys.stdin:
-    job = json.loads(line)
-    llm = engines[job["mode"]]
+def answer(llm, messages):
     llm.reset()
-    start, first, n, text = time.perf_counter(), None, 0, []
-    for chunk in llm.create_chat_completion(messages=job["messages"], max_tokens=tokens, temperature=0.0, top_k=1,
+    start, first, text = time.perf_counter(), None, []
+    for chunk in llm.create_chat_completion(messages=messages, max_tokens=tokens, temperature=0.0, top_k=1,
                                             stream=True, logit_bias={t: -1e9 for t in set(eos)}):
         piece = chunk["choices"][0]["delta"].get("content")
         if piece:
-            n += 1
             text.append(piece)
             if first is None:
                 first = time.perf_counter()
     end = time.perf_counter()
     out = "".join(text)
     count = len(llm.tokenize(out.encode(), add_bos=False, special=True))  # the answer's tokens
-    print(json.dumps({"tokens": count, "first_s": first - start, "decode_s": end - first, "text": out}), flush=True)
+    return {"tokens": count, "first_s": first - start, "decode_s": end - first, "text": out}
+for line in sys.stdin:
+    job = json.loads(line)
+    try:
+        result = answer(engines[job["mode"]], job["messages"])
+    except Exception as e:  # llama-cpp-python's own failure (its prompt lookup on long prompts): said, not fatal
+        result = {"error": f"{type(e).__name__}: {e}"[:200]}
+    print(json.dumps(result), flush=True)
 '''
 
 
@@ -124,20 +128,23 @@ def main() -> None:
             order = ["llama.cpp plain", "llama.cpp lookup", "specedge plain", "specedge default"]
             if (n + round_) % 2:
                 order.reverse()
-            ids = {}
+            ids, line = {}, []
             for name in order:
                 engine, mode = name.split(" ")
                 if engine == "llama.cpp":
                     r = llama.run(mode, messages)
+                    if "error" in r:
+                        print(f"  {name} failed: {r['error']}", flush=True)
+                        continue
                     rate = (r["tokens"] - 1) / r["decode_s"]
                 else:
                     r = specedge_run(ours[mode], messages, args.tokens)
                     rate = r["tok_s"]
                     ids[mode] = r["ids"]
                 rates[(item["kind"], name)].append(rate)
+                line.append(f"{name} {rate:.1f}")
             same += ids["plain"] == ids["default"]
-            print(f"{round_ + 1}.{n + 1} {item['kind']}: " + ", ".join(
-                f"{name} {rates[(item['kind'], name)][-1]:.1f}" for name in order), flush=True)
+            print(f"{round_ + 1}.{n + 1} {item['kind']}: " + ", ".join(line), flush=True)
     llama.close()
     names = ["llama.cpp plain", "llama.cpp lookup", "specedge plain", "specedge default"]
     print(f"\nCPU: {cpu_name()}, {args.threads} threads; llama-cpp-python {llama.version}; specedge default: "
@@ -146,8 +153,8 @@ def main() -> None:
     print("|---|" + "---|" * (len(names) + 2))
     summary = {}
     for kind in sorted({k for k, _ in rates}):
-        med = {name: statistics.median(rates[(kind, name)]) for name in names}
-        best = max(med["llama.cpp plain"], med["llama.cpp lookup"])
+        med = {name: statistics.median(rates[(kind, name)]) if rates[(kind, name)] else float("nan") for name in names}
+        best = max(v for n, v in med.items() if n.startswith("llama.cpp") and v == v)
         summary[kind] = med
         print(f"| {kind} | " + " | ".join(f"{med[n]:.1f}" for n in names) +
               f" | {med['specedge default'] / med['llama.cpp plain']:.2f}x | {med['specedge default'] / best:.2f}x |")
