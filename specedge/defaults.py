@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specedge.calibration import CALIBRATION
-from specedge.choose import Choice, pick, recorded_choice, verdict
+from specedge.choose import STOPPED, Choice, pick, recorded_choice, verdict
 from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import cpu_info
 from specedge.device_profiles.profiles import DeviceProfile, ProfileError, load_profile, save_profile
@@ -77,7 +77,10 @@ def measure_choice(name: str) -> Choice:
 
     print(f"specedge: measuring how {name} decodes fastest on this CPU, once ({cpu_info().label()})",
           file=sys.stderr, flush=True)
-    exports = {quant: resolve_model(name, quant) for quant in candidate_quants(name)}
+    skipped = ruled_out_here(candidate_quants(name))
+    for quant, why in skipped.items():
+        print(f"  {name}:{quant} not exported: {why}, so no way with it can win", file=sys.stderr, flush=True)
+    exports = {quant: resolve_model(name, quant) for quant in candidate_quants(name) if quant not in skipped}
     pair = next((p for p in PAIRS.values() if p.target == name), None)
     draft = resolve_model(pair.draft) if pair is not None else None
     trim_heap()  # what the exports freed goes back to the system before the measurement's process starts
@@ -87,9 +90,23 @@ def measure_choice(name: str) -> Choice:
     choice = Choice(model=name, way=way, reason=reason, onnxruntime=onnxruntime.__version__, kinds=kinds,
                     runs=tuple(runs), candidates=tuple(candidates), t_draft=t_draft)
     for run in runs:
-        print(f"  {run.way.label()}: " + ", ".join(f"{r:.1f}" for r in run.rates) + " tokens/s", file=sys.stderr)
+        rates = ", ".join("not decoded" if r == STOPPED else f"{r:.1f}" for r in run.rates)
+        print(f"  {run.way.label()}: {rates} tokens/s (not decoded: slower than plain decoding on an earlier text)"
+              if STOPPED in run.rates else f"  {run.way.label()}: {rates} tokens/s", file=sys.stderr)
     print(f"  default here: {verdict(choice)}", file=sys.stderr)
     return choice
+
+
+def ruled_out_here(quants: tuple[str, ...]) -> dict[str, str]:
+    """Exports a quick timing of their matrices says cannot win on this CPU (specedge/format_check.py):
+    w8a8, where int4 runs on specedge's own kernel and is clearly faster at every width."""
+    from specedge.export.settings import int4_kernel_here
+
+    if not {"w8a8", "int4"} <= set(quants) or int4_kernel_here("int4") != "rows":
+        return {}
+    from specedge.format_check import check_formats  # onnx and onnxruntime: only when measuring
+
+    return check_formats().ruled_out()
 
 
 def default_choice(name: str, remeasure: bool = False) -> Choice | None:

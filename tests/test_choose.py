@@ -258,3 +258,42 @@ def test_two_first_uses_at_once_measure_once(two_ways: list[str], monkeypatch: p
     with ThreadPoolExecutor(2) as pool:
         quants = list(pool.map(defaults.default_quant, ["two-ways", "two-ways"]))
     assert measured == ["two-ways"] and two_ways == ["fp32", "int4"] and quants[0] == quants[1]
+
+
+def test_an_export_a_quick_check_rules_out_is_neither_exported_nor_decoded(
+        two_ways: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(defaults, "ruled_out_here", lambda quants: {"int4": "its matrices took 2x the time here"})
+    defaults.default_quant("two-ways")
+    assert two_ways == ["fp32"]  # only the other export was made and measured
+    assert "two-ways:int4 not exported: its matrices took 2x the time here" in capsys.readouterr().err
+
+
+def test_the_quick_check_rules_out_w8a8_only_where_int4_is_faster_at_every_width() -> None:
+    from specedge.format_check import MARGIN, WIDTHS, FormatCheck
+
+    int4 = dict.fromkeys(WIDTHS, 1.0)
+    faster = FormatCheck({"int4": int4, "w8a8": {w: 1.0 / MARGIN + 0.01 for w in WIDTHS}})
+    assert set(faster.ruled_out()) == {"w8a8"} and "at 1 row" in faster.ruled_out()["w8a8"]
+    close = FormatCheck({"int4": int4, "w8a8": {**faster.seconds["w8a8"], WIDTHS[-1]: 1.05}})
+    assert close.ruled_out() == {}  # nearly even at one width: the decoding loop decides
+
+
+def test_the_quick_check_runs_only_between_w8a8_and_int4_on_the_rows_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specedge.export import settings
+
+    monkeypatch.setattr(settings, "int4_kernel_here", lambda quant, target="cpu": "nbits")
+    assert defaults.ruled_out_here(("w8a8", "int4")) == {}  # MatMulNBits' wide passes: the loop must decide
+    assert defaults.ruled_out_here(("fp32", "int4")) == {}
+
+
+def test_the_quick_check_times_both_stacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real sessions of both formats (one matrix, one round: the numbers are not read here)."""
+    from specedge import format_check
+    from specedge.kernels import native
+
+    if not native.available():
+        pytest.skip(native.missing())
+    monkeypatch.setattr(format_check, "COUNT", 1)
+    monkeypatch.setattr(format_check, "ROUNDS", 1)
+    check = format_check.check_formats()
+    assert set(check.seconds) == {"int4", "w8a8"} and all(t > 0 for by in check.seconds.values() for t in by.values())
