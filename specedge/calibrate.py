@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from specedge.calibration import CALIBRATION
-from specedge.choose import EVEN, STOPPED, Candidate, Way, WayRun, prune
+from specedge.choose import BEHIND, STOPPED, Candidate, Way, WayRun, prune
 from specedge.core.contract import MAX_VERIFY_WIDTH
 from specedge.core.errors import SpecEdgeError
 from specedge.profiling import artifact_id, time_widths
@@ -59,10 +59,10 @@ def time_draft(folder: Path) -> float:
 def decode_rates(gen: Generator, floor: Sequence[float] | None = None) -> tuple[float, ...]:
     """Decode tokens/s of `gen` on each calibration text (greedy, the text's tokens, EOS ignored; a
     model of a small context decodes fewer, after the end of the prompt). With a floor (plain
-    decoding's rates), a way slower than it on a text (below EVEN of its rate) is timed on that
-    text once more and the faster run counts (a text of 32 to 96 tokens sits inside a shared
-    machine's noise, and plain decoding gets its second run too where the way keeps up:
-    `measure_ways`); still slower, it cannot be the default: the texts after that one are not
+    decoding's rates), a way clearly slower than it on a text (below BEHIND of its rate) is timed
+    on that text once more and the faster run counts (a text of 32 to 96 tokens sits inside a
+    shared machine's noise, and plain decoding gets its second run too where the way keeps up:
+    `measure_ways`); still that slow, it cannot be the default: the texts after that one are not
     decoded (STOPPED)."""
     half = gen.target.manifest.context // 2
     keep = max(1, half - MAX_VERIFY_WIDTH)
@@ -76,9 +76,9 @@ def decode_rates(gen: Generator, floor: Sequence[float] | None = None) -> tuple[
     rates: list[float] = []
     for i in range(len(prompts)):
         rates.append(rate(i))
-        if floor is not None and rates[-1] < EVEN * floor[i]:
+        if floor is not None and rates[-1] < BEHIND * floor[i]:
             rates[-1] = max(rates[-1], rate(i))
-            if rates[-1] < EVEN * floor[i]:
+            if rates[-1] < BEHIND * floor[i]:
                 return tuple(rates + [STOPPED] * (len(prompts) - len(rates)))
     return tuple(rates)
 

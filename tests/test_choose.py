@@ -51,7 +51,7 @@ def test_the_verdict_follows_from_the_decoding_measured_on_two_machines() -> Non
     way, reason = pick(AMX, KINDS)  # faster on every text: 1.29 / 1.21 / 1.11x
     assert way == Way("int4", "draft")
     assert "code 1.29×" in reason and "chat 1.11×" in reason
-    way, reason = pick(EPYC, KINDS)  # faster by the medians on code and edits, slower on some texts
+    way, reason = pick(EPYC, KINDS)  # faster by the medians, but clearly slower on some chat texts
     assert way == Way("int4", "none")
     assert "(int4 with its draft, γ auto) was 0.84× plain decoding" in reason  # the nearest miss, on a chat text
 
@@ -63,17 +63,24 @@ def test_the_fastest_of_the_ways_faster_on_every_text_wins() -> None:
 
 
 def test_a_way_stopped_at_a_slower_text_is_not_the_default() -> None:
-    stopped = WayRun(Way("int4", "hybrid"), (19.0 * 1.5, 19.0 * 0.95, STOPPED, STOPPED, STOPPED, STOPPED))
+    stopped = WayRun(Way("int4", "hybrid"), (19.0 * 1.5, 19.0 * 0.85, STOPPED, STOPPED, STOPPED, STOPPED))
     way, reason = pick([WayRun(Way("int4", "none"), (19.0,) * 6), stopped], KINDS)
-    assert way == Way("int4", "none") and "was 0.95× plain decoding" in reason
+    assert way == Way("int4", "none") and "was 0.85× plain decoding" in reason
 
 
 def test_a_way_within_a_short_texts_noise_of_plain_decoding_is_even_with_it() -> None:
+    """One text a little behind (a Zen 4's first use: 1.004x and 0.968x on the chat texts, 1.2-1.9x
+    on the rest) is noise; a kind behind by its median, or a text clearly behind, is not."""
     plain = WayRun(Way("int4", "none"), (19.0,) * 6)
-    even = WayRun(Way("int4", "hybrid"), tuple(19.0 * r for r in (1.3, 1.2, 1.9, 1.7, 0.98, 1.1)))
-    assert pick([plain, even], KINDS)[0] == Way("int4", "hybrid")
-    behind = WayRun(Way("int4", "hybrid"), tuple(19.0 * r for r in (1.3, 1.2, 1.9, 1.7, 0.96, 1.1)))
-    assert pick([plain, behind], KINDS)[0] == Way("int4", "none")
+    even = WayRun(Way("int4", "hybrid"), tuple(19.0 * r for r in (1.24, 1.17, 1.93, 1.41, 1.004, 0.968)))
+    way, reason = pick([plain, even], KINDS)
+    assert way == Way("int4", "hybrid") and "chat 0.99×" in reason
+    behind_kind = WayRun(Way("int4", "hybrid"), tuple(19.0 * r for r in (1.3, 1.2, 1.9, 1.7, 0.94, 0.96)))
+    way, reason = pick([plain, behind_kind], KINDS)
+    assert way == Way("int4", "none") and "0.95× plain decoding on chat texts" in reason
+    behind_text = WayRun(Way("int4", "hybrid"), tuple(19.0 * r for r in (1.3, 1.2, 1.9, 1.7, 0.88, 1.3)))
+    way, reason = pick([plain, behind_text], KINDS)
+    assert way == Way("int4", "none") and "0.88× plain decoding on a calibration text" in reason
 
 
 def test_prune_keeps_plain_steps_of_the_fastest_export_and_the_ways_that_could_win() -> None:
