@@ -56,6 +56,7 @@ class Run:
     gamma: int
     host_fraction: float  # share of decoding spent outside model passes
     acceptance_by_position: tuple[float, ...] = ()  # accepted share of the drafts at each place in a round
+    mb_per_token: float = 0.0  # bytes every decoded token cost (target and draft weights, KV, logits), in MB
 
 
 def load_prompts(path: Path) -> list[dict[str, str]]:
@@ -149,7 +150,8 @@ def run_prompt(index: int, row: dict[str, str], jobs: Sequence[Job], max_new_tok
                         tokens_per_pass=s.tokens_per_target_pass, acceptance=s.acceptance_rate,
                         identical=result.token_ids == tokens[job.reference], gamma=s.gamma,
                         host_fraction=s.time_host_s / s.time_decode_s if s.time_decode_s else 0.0,
-                        acceptance_by_position=tuple(round(a, 4) for a in s.acceptance_by_position)))
+                        acceptance_by_position=tuple(round(a, 4) for a in s.acceptance_by_position),
+                        mb_per_token=s.bytes_per_token["total_bytes"] / 1e6))
     return with_best_plain(runs)
 
 
@@ -180,6 +182,7 @@ def summarize(runs: list[Run]) -> dict[str, dict[str, dict[str, float]]]:
                 "min_ratio": min(r.ratio for r in sel),
                 "ratio_best_plain": statistics.median(r.ratio_best_plain for r in sel),
                 "tokens_per_pass": statistics.fmean(r.tokens_per_pass for r in sel),
+                "mb_per_token": statistics.median(r.mb_per_token for r in sel),
                 "identical": sum(r.identical for r in sel),
                 "prompts": len(sel),
             }
@@ -191,14 +194,28 @@ def cpu_label(meta: dict) -> str:
     return CpuInfo(cpu["model"], cpu["machine"], cpu["logical_cpus"], tuple(cpu["flags"])).label() if cpu else "?"
 
 
+def decoding_label(meta: dict) -> str:
+    """What decoding ran: greedy, or sampling with its temperature, cuts, seed and acceptance rules."""
+    sampling = meta.get("sampling")
+    if not sampling or not sampling.get("temperature"):
+        return "greedy"
+    cuts = "".join(f", {k} {sampling[k]:g}" for k in ("top_k", "top_p") if sampling.get(k) not in (None, 0, 1.0))
+    rules = " and ".join(meta.get("rules") or ("race", "rejection"))
+    return (f"sampled at temperature {sampling['temperature']:g}{cuts}, seed {meta.get('seed')}, speculative modes "
+            f"verified by the {rules} rule{'s' if ' and ' in rules else ''} (MODE: the race; MODE-rejection: "
+            "min(1, p/q))")
+
+
 def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict) -> str:
     lines = [f"# specedge bench - {meta['target']} + {meta['draft']}", "",
              f"`{meta['command']}`", "",
-             f"{meta['prompts']} prompts, greedy, up to {meta['max_new_tokens']} new tokens, {meta['date']}; "
+             f"{meta['prompts']} prompts, {decoding_label(meta)}, up to {meta['max_new_tokens']} new tokens, "
+             f"{meta['date']}; "
              f"peak memory {meta['peak_rss_gib']:.1f} GiB; CPU {cpu_label(meta)}. tokens/s is decoding after the "
              "first token; end-to-end counts every token over the whole time, prefill included. Ratios (of "
              "decoding tokens/s) are to plain decoding of the same prompt "
-             "(median over the kind); 'same' counts prompts whose tokens equal plain decoding's."]
+             "(median over the kind); 'same' counts prompts whose tokens equal plain decoding's; MB/token is what "
+             "each decoded token cost in bytes read (target and draft weights, KV cache, logits; median)."]
     if meta.get("baseline"):
         lines.append(f"'{BASELINE}' is plain decoding of {meta['baseline']} in 1-token steps; 'vs best plain' is "
                      "the ratio to the faster of the two plain decodings of the same prompt. 'baseline-rows' is its "
@@ -206,11 +223,12 @@ def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict) -> 
     lines.append("")
     for kind, modes_ in summary.items():
         lines += [f"## {kind}", "", "| mode | tokens/s | end-to-end tokens/s | time to first token | ratio to plain | "
-                  "worst ratio | vs best plain | tokens/target pass | same |", "|---|---|---|---|---|---|---|---|---|"]
+                  "worst ratio | vs best plain | tokens/target pass | MB/token | same |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for mode, m in modes_.items():
             lines.append(f"| {mode} | {m['tokens_per_s']:.1f} | {m['e2e_tokens_per_s']:.1f} | {m['ttft_ms']:.0f} ms | "
                          f"{m['ratio']:.2f} | {m['min_ratio']:.2f} | "
-                         f"{m['ratio_best_plain']:.2f} | {m['tokens_per_pass']:.2f} | "
+                         f"{m['ratio_best_plain']:.2f} | {m['tokens_per_pass']:.2f} | {m.get('mb_per_token', 0):.0f} | "
                          f"{m['identical']}/{m['prompts']} |")
         lines.append("")
     lines += ["## cost of a pass t(S), relative to t(1), at 512 tokens of context", "",
@@ -304,6 +322,8 @@ def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, 
             "baseline": baseline_dir.name if baseline_dir else None,
             "max_new_tokens": max_new_tokens, "date": time.strftime("%Y-%m-%d"), "cpu": cpu_info().to_dict(),
             "sampling": dataclasses.asdict(sampling) if sampling is not None else None,
+            "seed": seed if sampling is not None and not sampling.greedy else None,
+            "rules": list(rules) if sampling is not None and not sampling.greedy else None,
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "t_of_s": curves,

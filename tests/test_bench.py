@@ -28,6 +28,8 @@ def test_bench_writes_tables_and_checks_identity(tiny_llama: tuple[Path, Path, P
     text = report.read_text()
     assert f"CPU {cpu_info().label()}" in text and "time to first token" in text
     assert "| hybrid |" in text and "## code" in text and "t(S)" in text
+    assert "3 prompts, greedy, up to 12 new tokens" in text and "MB/token" in text
+    assert all(r["mb_per_token"] > 0 for r in data["runs"])  # what each decoded token cost in bytes
 
 
 def test_bench_runs_a_subset_of_modes(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
@@ -55,10 +57,14 @@ def test_a_sampled_bench_runs_both_acceptance_rules(tiny_llama: tuple[Path, Path
     assert set(runs) == {"plain", "draft-g2", "draft-g2-rejection"}
     assert runs["draft-g2"]["identical"]  # the race with a seed: plain sampling's tokens
     assert runs["draft-g2-rejection"]["acceptance_by_position"] and data["meta"]["sampling"]["temperature"] == 0.8
+    text = (tmp_path / "out" / "results.md").read_text()  # the results say what ran, not "greedy"
+    assert "1 prompts, sampled at temperature 0.8, top_p 0.95, seed 3, speculative modes verified by the race " \
+           "and rejection rules" in text and "greedy" not in text
     run_bench(target, draft, prompts, tmp_path / "one", max_new_tokens=8, gammas=(2,), only=["draft-g2"],
               sampling=sampling, seed=3, rules=("rejection",))
     data = json.loads((tmp_path / "one" / "results.json").read_text())
     assert {r["mode"] for r in data["runs"]} == {"plain", "draft-g2-rejection"}
+    assert "verified by the rejection rule (" in (tmp_path / "one" / "results.md").read_text()
 
 
 def test_bench_compares_with_a_baseline_export(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
