@@ -167,7 +167,7 @@ def test_two_exports_to_one_folder(tiny_llama: tuple[Path, Path, Path], tmp_path
 
 def test_two_cached_exports_build_once(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
     from specedge.models.locks import exclusive
-    from tests.export_cache import cached_export
+    from tests.export_cache import cached_export, exporter_digest
 
     cache = tmp_path / "cache"
     code = ("import sys; from pathlib import Path; from tests.export_cache import cached_export; "
@@ -180,16 +180,15 @@ def test_two_cached_exports_build_once(tiny_llama: tuple[Path, Path, Path], tmp_
         from specedge.export.cache import artifact_path
         from specedge.export.source import source_digest
 
-        out = artifact_path("tiny", source_digest(tiny_llama[0]), SETTINGS)
+        out = artifact_path(f"tiny-test{exporter_digest()}", source_digest(tiny_llama[0]), SETTINGS)
         with exclusive(out, "exporting"):  # hold the lock while a second process asks for the same export
             waiter = subprocess.Popen([sys.executable, "-c", code, str(tiny_llama[0])], cwd=ROOT, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            time.sleep(3)
-            assert waiter.poll() is None  # it waits for us ...
+            said = waiter.stderr.readline()  # type: ignore[union-attr]  # it says it waits for us ...
+            assert "waiting" in said and waiter.poll() is None
             shutil.copytree(tiny_llama[1], out)  # ... while "we" build the artifact
         stdout, stderr = waiter.communicate(timeout=120)
-        assert waiter.returncode == 0, stderr
-        assert "waiting" in stderr
+        assert waiter.returncode == 0, said + stderr
         assert Path(stdout.strip()) == out and cached_export(tiny_llama[0], SETTINGS, name="tiny") == out
     finally:
         del os.environ["SPECEDGE_CACHE"]

@@ -22,6 +22,7 @@ from specedge.runtime.model import OnnxModel
 from specedge.runtime.row_groups import probe_rows
 from specedge.runtime.rows import RowPolicy
 from tests.conftest import TINY_CONTEXT, TINY_WIDTHS
+from tests.export_cache import cached_export
 from tests.tiny_models import make_tiny_model
 
 pytestmark = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
@@ -84,15 +85,15 @@ def test_speculative_equals_plain_one_token_steps(rows_pair: tuple[Path, Path], 
         assert gen.generate(prompt).token_ids == plain(target, prompt, 24)
 
 
-@pytest.mark.parametrize("attention", ["exact", "rows"])
+@pytest.mark.parametrize("attention", [pytest.param("exact", marks=pytest.mark.slow), "rows"])
 def test_smollm2_speculates_losslessly_on_the_rows_kernel(smollm2_gguf: Path, tmp_path: Path, attention: str) -> None:
     """A real model (SmolLM2-135M, K = 576 and 1536: block 64) on the op, with exact or the native
     attention: greedy speculation with its own fused-attention export as the draft gives the tokens
     of its plain 1-token decoding."""
     settings = ExportSettings(quant="int4", context=512, widths=(1, 2, 3, 5, 9, 64), block_size=64,
                               int4_kernel="rows", attention=attention)
-    target = export_model(smollm2_gguf, tmp_path / "target", settings).path
-    draft = export_model(smollm2_gguf, tmp_path / "draft", dataclasses.replace(settings, attention="fused")).path
+    target = cached_export(smollm2_gguf, settings, name="smollm2-135m")
+    draft = cached_export(smollm2_gguf, dataclasses.replace(settings, attention="fused"), name="smollm2-135m")
     prompt = "Write a Python function that reverses a string."
     want = plain(target, prompt, 32)
     for gamma in (4, 8):
