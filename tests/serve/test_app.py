@@ -4,6 +4,7 @@ refusal writes to the server's log."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,3 +62,59 @@ def test_a_full_queue_is_one_log_line_per_refusal(tiny_llama: tuple[Path, Path, 
     assert len(server_log.written) == BURST, server_log.written
     for line in server_log.written:
         assert "\n" not in line and "503 the server is busy" in line, line
+
+
+class Failing:
+    """A Generator whose decoding fails in the middle, as a fault of the server would."""
+
+    def __init__(self, gen: Generator, error: BaseException) -> None:
+        self.gen, self.error = gen, error
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.gen, name)
+
+    def stream(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        stream = self.gen.stream(*args, **kwargs)
+        real = stream._segments
+        error = self.error
+
+        def failing():  # type: ignore[no-untyped-def]
+            yield next(real)  # a first piece, then the fault
+            raise error
+
+        stream._segments = failing()
+        return stream
+
+
+@pytest.mark.parametrize(("error", "status", "code"), [(RuntimeError("boom"), 500, "internal_error"),
+                                                        (MemoryError(), 503, "out_of_memory")])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_fault_while_decoding_is_an_error_object_and_one_log_entry(tiny_llama: tuple[Path, Path, Path],
+                                                                     server_log: Lines, error: BaseException,
+                                                                     status: int, code: str, stream: bool) -> None:
+    """A non-streamed request gets the OpenAI error object with the status (500: the server's fault;
+    503: out of memory, try again); a streamed one, whose headers went out with its first piece, an
+    error event and `[DONE]`; the worker lives on and serves the next request."""
+    from tests.serve.conftest import HERE
+
+    _, target, _ = tiny_llama
+    gen = Generator.load(target, single_steps=True, config=SpecConfig(gamma=0))
+    settings = ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000))
+    app = create_app(Failing(gen, error), settings)  # type: ignore[arg-type]
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": 8, "stream": stream}
+    with TestClient(app, base_url=HERE) as client:
+        r = client.post("/v1/completions", json=body)
+        if stream:
+            assert r.status_code == 200
+            events = [line.removeprefix("data: ") for line in r.text.splitlines() if line.startswith("data: ")]
+            assert events[-1] == "[DONE]"
+            error = json.loads(events[-2])["error"]
+            assert error["code"] == code and "\n" not in error["message"] and len(error["message"]) <= 300
+        else:
+            assert r.status_code == status and r.json()["error"]["code"] == code, r.text
+            assert "\n" not in r.json()["error"]["message"] and len(r.json()["error"]["message"]) <= 300
+        app.state.server.generator = gen  # the worker serves the next request
+        app.state.server.worker.generator = gen
+        assert client.post("/v1/completions", json={**body, "stream": False}).status_code == 200
+    faults = [line for line in server_log.written if "failed" in line]
+    assert len(faults) == 1 and ("RuntimeError" in faults[0] or "MemoryError" in faults[0])
