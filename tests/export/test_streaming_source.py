@@ -243,15 +243,13 @@ def test_smollm2_gguf_equals_transformers(smollm2_gguf: Path) -> None:
 @pytest.mark.reference
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
-def test_registry_tokenizers_equal_transformers(name: str) -> None:
-    """The registry's Qwen GGUFs, where fetched: the same tokenizer.json, ids and text as transformers'."""
-    from specedge.models.fetch import is_fetched, verified_path
+def test_registry_tokenizers_equal_transformers(name: str, default_pair: dict[str, Path]) -> None:
+    """The registry's Qwen GGUFs (fetched as a first use fetches them): the same tokenizer.json, ids
+    and text as transformers'."""
+    from specedge.models.fetch import verified_path
     from specedge.models.registry import get_model
 
-    entry = get_model(name)
-    if not is_fetched(entry):
-        pytest.skip(f"{name} is not fetched (specedge fetch {name})")
-    src = verified_path(entry)
+    src = verified_path(get_model(name))
     new = load_source(src)
     new.weights.close()
     assert_same_ids(src, new, PROMPTS + TEXTS)

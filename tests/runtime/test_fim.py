@@ -78,12 +78,9 @@ def test_starcoder_style_tokens_are_found() -> None:
     assert find_fim_tokens(half) is None and find_fim_tokens(byte_tokenizer()) is None
 
 
-def test_the_packaged_qwen_coder_has_fim_tokens() -> None:
-    from specedge.models.paths import artifacts_dir
-
-    found = sorted(artifacts_dir().glob("qwen2.5-coder-*/tokenizer.json"))
-    if not found:
-        pytest.skip(f"no Qwen2.5-Coder export in {artifacts_dir()}")
-    tok = Tokenizer.from_file(str(found[0]))
+@pytest.mark.slow
+def test_the_packaged_qwen_coder_has_fim_tokens(default_pair: dict[str, Path]) -> None:
+    """The default pair's exported tokenizer (fetched and exported as a first use does)."""
+    tok = Tokenizer.from_file(str(default_pair["int4"] / "tokenizer.json"))
     assert find_fim_tokens(tok) == FimTokens(*(tok.token_to_id(t) for t in QWEN_FIM)) == FimTokens(151659, 151661,
                                                                                                    151660)
