@@ -1,0 +1,44 @@
+"""The default pair itself (Qwen2.5-Coder 1.5B + 0.5B, fetched and exported as a first use does):
+greedy speculation with the real 0.5B draft, alone and with the n-gram lookup (hybrid), gives the
+tokens of plain 1-token decoding, for each export of the target the default may choose (int4 on
+this CPU's kernel, w8a8), on a code, an edit and a chat prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specedge.runtime import Generator, OnnxModel, SpecConfig
+from specedge.runtime.drafters import build_drafter
+
+pytestmark = pytest.mark.slow
+PROMPTS = [
+    "Write a Python function that merges two sorted lists into one sorted list.",
+    "Rename the variable `n` to `count` and reply with the whole function only:\n\n"
+    "def total(items):\n    n = 0\n    for item in items:\n        n += item.price * item.quantity\n    return n\n",
+    "In two sentences, what is the difference between a process and a thread?",
+]
+TOKENS = 48
+
+
+@pytest.fixture(scope="module", params=["int4", "w8a8"])
+def target(request: pytest.FixtureRequest, default_pair: dict[str, Path]) -> Path:
+    return default_pair["int4"] if request.param == "int4" else request.getfixturevalue("default_w8a8")
+
+
+@pytest.mark.parametrize("ngram", [False, True], ids=["draft", "hybrid"])
+def test_speculation_with_the_real_draft_equals_plain_decoding(target: Path, default_pair: dict[str, Path],
+                                                               ngram: bool) -> None:
+    model, draft = OnnxModel(target), OnnxModel(default_pair["draft"])
+    plain = Generator(model, None, SpecConfig(gamma=0, max_new_tokens=TOKENS, ignore_eos=True))
+    spec = Generator(model, build_drafter(draft, ngram), SpecConfig(gamma=4, auto_gamma=True,
+                                                                    max_new_tokens=TOKENS, ignore_eos=True))
+    accepted = 0
+    for prompt in PROMPTS:
+        ids = plain.encode(prompt, chat=True)
+        want = plain.generate(ids).token_ids
+        got = spec.generate(ids)
+        assert got.token_ids == want, prompt
+        accepted += got.stats.accepted
+    assert accepted > TOKENS  # the 0.5B's drafts were accepted, not only the target's own tokens
