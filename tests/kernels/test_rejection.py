@@ -14,6 +14,7 @@ a bonus drawn from q. Each law test draws 20,000 generations; `power` states wha
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -96,7 +97,8 @@ def test_draft_model_rounds_emit_the_targets_law() -> None:
 @pytest.mark.parametrize("gamma", [1, 4, "auto"])
 @pytest.mark.parametrize("mode", ["model", "lookup", "hybrid"])
 def test_every_drafter_and_gamma_emit_the_targets_law(mode: str, gamma: int | str) -> None:
-    ok, chi_z, cell_z = fits_counts(joint_counts(mode, gamma, seed=hash((mode, str(gamma))) % 1000), JOINT)
+    seed = zlib.crc32(f"{mode}/{gamma}".encode())  # the same seed every run (hash() of a str is not)
+    ok, chi_z, cell_z = fits_counts(joint_counts(mode, gamma, seed=seed), JOINT)
     assert ok, (mode, gamma, chi_z, cell_z)
 
 

@@ -119,30 +119,46 @@ def constrained_law(target: Path, params: SamplingParams) -> np.ndarray:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("acceptance", ["rejection"])
+@pytest.mark.parametrize("acceptance", ["rejection", "broken rule"])
 def test_sampled_constrained_output_has_the_constrained_law(small_vocab_pair: tuple[Path, Path, Path],  # noqa: F811
-                                                           acceptance: str) -> None:
+                                                           acceptance: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The 3rd token (after a free token and a forced one) drawn with a draft model under the
     grammar, over many seeds, against the exact constrained law (chi-square, tests/stats_tools), by
     the rejection rule (the draft's masked q against the target's masked p). The race needs no law
     test of its own: a seeded run gives plain constrained sampling's very tokens
-    (tests/runtime/test_grammar.py), and plain sampling draws from the masked law by construction."""
+    (tests/runtime/test_grammar.py), and plain sampling draws from the masked law by construction.
+    The negative control ("broken rule": corrections drawn from p, not max(0, p - q)) through the
+    same harness and seeds must fail."""
+    broken = acceptance == "broken rule"
+    if broken:
+        from specedge.kernels import acceptance as rules
+
+        monkeypatch.setattr(rules, "residual", lambda p, q, drafted: p.astype(np.float64, copy=True))
+        acceptance = "rejection"
     target, draft, _ = small_vocab_pair
     params = SamplingParams(temperature=1.0)
     law = constrained_law(target, params)
     assert power(law, DRAWS) >= 0.9, "too few draws to see a 1% shift"
+    # 4 tokens: the first drawn plainly, then one round - the forced 8 and a drafted 3rd token (and a
+    # 4th), which the rule accepts or corrects: with 3 tokens the 3rd was the target's own draw, and
+    # no rule at all was tested
     gen = Generator.load(target, draft=draft, threads=1,
-                         config=SpecConfig(gamma=3, max_new_tokens=3, ignore_eos=True, sampling=params,
+                         config=SpecConfig(gamma=3, max_new_tokens=4, ignore_eos=True, sampling=params,
                                            acceptance=acceptance))
     seeds = np.random.SeedSequence(zlib.crc32(acceptance.encode())).generate_state(DRAWS)
     thirds = np.empty(DRAWS, dtype=np.int64)
+    drafted = accepted = 0
     for i, seed in enumerate(seeds):
         pattern = Pattern(SMALL_SETS, VOCAB)
-        tokens = gen.generate(PROMPT, constraint=pattern, seed=int(seed) if acceptance == "race" else None).token_ids
+        result = gen.generate(PROMPT, constraint=pattern, seed=int(seed))  # seeded: the rule repeats
+        tokens = result.token_ids
         assert tokens[1] == 8 and pattern.obeyed_by(tokens)
         thirds[i] = tokens[2]
+        drafted += result.stats.proposed_by_position[0] if result.stats.proposed_by_position else 0
+        accepted += result.stats.accepted_by_position[0] if result.stats.accepted_by_position else 0
+    assert 0 < accepted < drafted == DRAWS  # every 3rd token was drafted, and the rule both took and corrected
     ok, chi_z, cell_z = fits(thirds, law)
-    assert ok, f"chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
+    assert ok != broken, f"chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
 
 
 def test_the_constrained_law_is_a_law_on_the_allowed_tokens(small_vocab_pair: tuple[Path, Path, Path]) -> None:  # noqa: F811

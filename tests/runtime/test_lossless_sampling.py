@@ -199,7 +199,7 @@ def law_drafter(mode: str, q: list[np.ndarray], q_head: list[np.ndarray]) -> Dra
 
 
 def decode_tables(p: list[np.ndarray], drafter: Drafter | None, params: SamplingParams,
-                  draws: Draws) -> tuple[list[int], int, int]:
+                  draws: Draws, rule=accept_sampled) -> tuple[list[int], int, int]:  # type: ignore[no-untyped-def]
     """(the TOKENS generated tokens, drafts proposed, drafts accepted): the loop's rounds (runtime/decoding.py) with
     the target's laws read from tables: the first token drawn, then rounds of up to LAW_GAMMA drafts
     checked by accept_sampled against the target's law after each draft prefix."""
@@ -212,7 +212,7 @@ def decode_tables(p: list[np.ndarray], drafter: Drafter | None, params: Sampling
         drafts = drafter.propose(context, k, params, draws).tokens[:k] if drafter is not None and k else []
         generated = context[len(PROMPT):]
         rows = np.stack([p[len(generated) + i][(*generated, *drafts[:i])] for i in range(len(drafts) + 1)])
-        result = accept_sampled(np.array(drafts, dtype=np.int64), rows, draws, len(context))
+        result = rule(np.array(drafts, dtype=np.int64), rows, draws, len(context))
         context += [*drafts[:result.n_accepted], result.next_token]
         drafted += len(drafts)
         accepted += result.n_accepted
@@ -247,6 +247,29 @@ def test_the_acceptance_law_is_the_targets(case: str, mode: str) -> None:
         assert ok, f"token {position + 1}: chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
 
 
+def race_taking_the_first_draft(drafts: np.ndarray, p: np.ndarray, draws: Draws, start: int):  # type: ignore[no-untyped-def]
+    """A broken race: the first draft accepted whatever the target draws there."""
+    if len(drafts) == 0:
+        return accept_sampled(drafts, p, draws, start)
+    rest = accept_sampled(drafts[1:], p[1:], draws, start + 1)
+    return type(rest)(n_accepted=rest.n_accepted + 1, next_token=rest.next_token)
+
+
+@pytest.mark.slow
+def test_a_broken_race_fails_the_law_test() -> None:
+    """The negative control of the law test above: the same harness, seeds and check, with a race
+    that always takes its first draft, must fail."""
+    params, tables = CASES["temperature"], make_tables()
+    p, q = laws(tables.target, params), laws(tables.draft, params)
+    drafter = law_drafter("draft-model", q, laws(tables.draft, params, HEAD))
+    samples = np.empty((LAW_RUNS, TOKENS), dtype=np.int64)
+    for i, noise in enumerate(exponential_noise(LAW_RUNS, TOKENS, VOCAB, zlib.crc32(b"law/temperature/draft-model"))):
+        samples[i], *_ = decode_tables(p, drafter, params, PresetDraws(noise, start=len(PROMPT)),
+                                       rule=race_taking_the_first_draft)
+    assert not all(fits(samples[:, position], law)[0]
+                   for position, law in zip((1, 2, 3), exact_table_laws(p), strict=True))
+
+
 # -- the loop: end-to-end runs through the Generator -------------------------------------------
 LOOP_MODES = [("temperature", "draft-model"), ("temperature", "truncated-draft")]
 
@@ -268,22 +291,37 @@ def test_sampled_tokens_follow_target_law(small_vocab_pair: tuple[Path, Path, Pa
         assert ok, f"token {position + 1}: chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
 
 
+def correction_from_p(p: np.ndarray, q: np.ndarray | None, drafted: int) -> np.ndarray:
+    """A broken rejection rule's residual: the correction drawn from p itself, not max(0, p - q)."""
+    return p.astype(np.float64, copy=True)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["draft-model", "hybrid", "truncated-draft"])
+@pytest.mark.parametrize("mode", ["draft-model", "hybrid", "truncated-draft", "broken rule"])
 def test_the_rejection_rule_through_the_loop_follows_the_target_law(small_vocab_pair: tuple[Path, Path, Path],
-                                                                   mode: str) -> None:
+                                                                   mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The min(1, p/q) rule (kernels/acceptance.accept_rejection) through the real Generator: the draft
     model's q as sampled (a truncated head's q over 8 of the 12 ids), hybrid rounds' one-hot lookups;
-    20,000 draws at temperature 1, the power as above."""
+    20,000 draws at temperature 1, the power as above. The negative control ("broken rule": the draft
+    model with corrections drawn from p) through the same harness must fail it."""
+    broken = mode == "broken rule"
+    if broken:
+        from specedge.kernels import acceptance
+
+        monkeypatch.setattr(acceptance, "residual", correction_from_p)
+        mode = "draft-model"
     params = CASES["temperature"]
     gen = load(small_vocab_pair, mode, SpecConfig(gamma=3, sampling=params, acceptance="rejection"))
     samples = draw(gen, seed=zlib.crc32(f"rejection/{mode}".encode()))
     assert gen.generate(PROMPT, seed=1).stats.acceptance_rule == "rejection"
     p2, p3 = exact_laws(small_vocab_pair[0], params)
+    results = []
     for position, law in ((1, p2), (2, p3)):
         assert power(law, DRAWS) >= 0.85, f"token {position + 1}: too few draws to see a 1% shift"
         ok, chi_z, cell_z = fits(samples[:, position], law)
-        assert ok, f"token {position + 1}: chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
+        results.append(ok)
+        assert ok or broken, f"token {position + 1}: chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
+    assert not broken or not all(results), "the broken rule passed the law test"
 
 
 def test_the_rule_follows_the_seed(small_vocab_pair: tuple[Path, Path, Path]) -> None:
