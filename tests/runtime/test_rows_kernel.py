@@ -144,3 +144,24 @@ def test_rows_kernel_where_it_was_measured(machine: str, flags: tuple[str, ...],
     monkeypatch.setenv(settings_module.INT4_KERNEL_ENV, "rows")
     assert int4_kernel_here("int4") == "rows"  # asked for by name, on any CPU
     assert int4_kernel_here("w8a8") == "nbits"
+
+
+@pytest.mark.slow
+def test_a_registry_models_int4_without_the_library_falls_back_to_matmulnbits(tmp_path: Path) -> None:
+    """`smollm2-135m:int4` where the native library cannot load (a user without a compiler): one
+    line saying so, an export for MatMulNBits, and an answer."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, native.LIBRARY_ENV: str(tmp_path / "absent.so"), "SPECEDGE_CACHE": str(tmp_path / "cache"),
+           settings_module.INT4_KERNEL_ENV: ""}
+    done = subprocess.run([sys.executable, "-m", "specedge", "generate", "--target", "smollm2-135m:int4", "--prompt",
+                           "def add(a, b):", "--max-new-tokens", "16", "--json"], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["n_tokens"] > 0
+    said = [line for line in done.stderr.splitlines() if "native 4-bit kernel" in line]
+    assert len(said) == 1 and "MatMulNBits" in said[0]
+    (manifest,) = (tmp_path / "cache" / "artifacts").glob("smollm2-135m-int4-*/manifest.json")
+    assert json.loads(manifest.read_text())["quantization"].get("kernel", "nbits") == "nbits"
