@@ -12,9 +12,12 @@ import argparse
 import contextlib
 import ipaddress
 import logging
+import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from specedge.core.errors import SpecEdgeError
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
     from specedge.serve.app import ServeSettings
 
 DEFAULT_HOST = "127.0.0.1"
+GRACE_S = 5  # for responses to end once the server stops (they end at once: their jobs are ended)
+WRITE_TIMEOUT_S = 30.0  # a response whose client reads none of it for this long is closed
 DEFAULT_PORT = 8080
 REQUEST_TIMEOUT_S = 30.0  # for a request to arrive whole (a local client sends it at once)
 KEEP_ALIVE_S = 5  # an idle kept-alive connection is closed after this
@@ -50,6 +55,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--request-timeout", type=positive_float, default=REQUEST_TIMEOUT_S, metavar="SECONDS",
                    help=f"a connection whose request has not arrived whole after this is closed "
                         f"(default {REQUEST_TIMEOUT_S:g})")
+    p.add_argument("--write-timeout", type=positive_float, default=WRITE_TIMEOUT_S, metavar="SECONDS",
+                   help=f"a response whose client reads none of what is sent for this long is closed, and its "
+                        f"decoding ended (default {WRITE_TIMEOUT_S:g})")
     p.add_argument("--queue", type=nonnegative_int, default=8,
                    help="requests that may wait while one is decoded (default 8); more get 503 and Retry-After")
     p.add_argument("--model-name", default=None,
@@ -99,6 +107,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         from specedge.serve.app import create_app
         from specedge.serve.connections import deadline_protocol
+        from specedge.serve.protocol import SHUTTING_DOWN
     except ImportError as e:
         raise SpecEdgeError(f"specedge serve needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[serve]'") from None
@@ -116,12 +125,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         print(f"specedge serve: warning: listening on {args.host}, reachable from other machines, and with no "
               "authentication", file=sys.stderr, flush=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(gen, settings), log_level="warning", access_log=False,
-                                           timeout_graceful_shutdown=5, http=deadline_protocol(args.request_timeout),
-                                           timeout_keep_alive=KEEP_ALIVE_S))
+    app = create_app(gen, settings)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_S,
+                            http=deadline_protocol(args.request_timeout, args.write_timeout),
+                            timeout_keep_alive=KEEP_ALIVE_S)
+    server = stopping_server(uvicorn.Server, lambda: app.state.server.worker.end_all(SHUTTING_DOWN))(config)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has shut down cleanly
         server.run(sockets=[sock])
     return 0
+
+
+def stopping_server(base: type, on_stop: Callable[[], None]) -> type:
+    """uvicorn's Server that, when a stop signal comes (SIGTERM, Ctrl-C), first ends the running and
+    queued jobs - their clients told at once, so the responses end well inside the grace period,
+    never cancelled in the middle (a 40-line traceback and a stream cut without [DONE]); a second
+    Ctrl-C exits at once (uvicorn's own force exit)."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:  # type: ignore[no-untyped-def]
+        if not self.should_exit:
+            print(f"specedge serve: stopping ({signal.Signals(sig).name}); Ctrl-C again to exit at once",
+                  file=sys.stderr, flush=True)
+            on_stop()
+        base.handle_exit(self, sig, frame)
+
+    return type("StoppingServer", (base,), {"handle_exit": handle_exit})
 
 
 def serve_settings(args: argparse.Namespace, target: Path, port: int) -> ServeSettings:

@@ -50,6 +50,11 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
+# what a request gets when the server stops with it queued or decoding (retry elsewhere or later)
+SHUTTING_DOWN = APIError(503, "the server is shutting down; retry once it is started again", kind="server_error",
+                         code="server_shutting_down")
+
+
 def unsupported(param: str, what: str) -> APIError:
     return APIError(422, f"{what} is not supported by this server", param=param, code="unsupported_parameter")
 

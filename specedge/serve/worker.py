@@ -75,9 +75,15 @@ class Job:
     arrived: float = field(default_factory=time.perf_counter)
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    ended: APIError | None = None  # why the server ended it (shutting down), if it did
 
     def cancel(self) -> None:
         self.cancelled.set()
+
+    def end(self, why: APIError) -> None:
+        """End the job for the server's own reason: its client gets `why`, not silence."""
+        self.ended = why
+        self.cancel()
 
     def emit(self, event: Event) -> None:
         """Hand an event to the event loop (from the worker thread)."""
@@ -109,6 +115,8 @@ class GenerationWorker:
         self._lock = threading.Lock()
         self._outstanding = 0  # waiting + running
         self._current: Job | None = None
+        self._waiting: deque[Job] = deque()  # the queued jobs, in arrival order
+        self.closing: APIError | None = None  # set when the server stops: why every job ends
         self._seconds: deque[float] = deque(maxlen=16)  # durations of recent jobs
         self._thread = threading.Thread(target=self._run, name="specedge-generate", daemon=True)
         self.served = 0
@@ -140,17 +148,33 @@ class GenerationWorker:
         return max(1, math.ceil(recent[len(recent) // 2])) if recent else 1
 
     def submit(self, job: Job) -> None:
-        """Queue a job, or raise QueueFull when queue_size jobs already wait behind the running one."""
+        """Queue a job, or raise QueueFull when queue_size jobs already wait behind the running one
+        (the shutdown's error once the server stops)."""
         with self._lock:
+            if self.closing is not None:
+                raise self.closing
             if self._outstanding >= self.queue_size + 1:
                 raise QueueFull(self.retry_after())
             self._outstanding += 1
+            self._waiting.append(job)
         self._jobs.put(job)
+
+    def end_all(self, why: APIError) -> None:
+        """The server stops: the running job and every queued one end now, each client told `why`
+        (a stream by an error event and [DONE], a whole answer by the error object); no job is
+        taken after."""
+        with self._lock:
+            self.closing = why
+            jobs = [*([self._current] if self._current is not None else []), *self._waiting]
+        for job in jobs:
+            job.end(why)
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
             with self._lock:
                 self._current = job
+                if job in self._waiting:
+                    self._waiting.remove(job)
             started = time.perf_counter()
             last: Finished | Failed | None = None
             try:
@@ -170,6 +194,9 @@ class GenerationWorker:
                     self._current = None
                     self._outstanding -= 1
                 self._seconds.append(time.perf_counter() - started)
+            if job.ended is not None:  # the server ended it: said once, and to its client
+                log.info("%s: ended: %s", job.name, job.ended.message)
+                last = Failed(job.ended)
             if last is not None:  # after the bookkeeping: a client with its answer sees the queue without it
                 job.emit(last)
 
@@ -203,6 +230,6 @@ class GenerationWorker:
         s = result.stats
         log.info("%s: %d prompt tokens (%d reused), %d tokens, %.1f tok/s, acceptance %.0f%%, "
                  "%.2f tokens/target pass, stop: %s%s", job.name, len(prompt), reused, s.n_tokens,
-                 s.tokens_per_s, 100 * s.acceptance_rate, s.tokens_per_target_pass,
-                 s.stop_reason or "interrupted", " (client gone)" if job.cancelled.is_set() else "")
+                 s.tokens_per_s, 100 * s.acceptance_rate, s.tokens_per_target_pass, s.stop_reason or "interrupted",
+                 (" (ended by the server)" if job.ended else " (client gone)") if job.cancelled.is_set() else "")
         return None if job.cancelled.is_set() else Finished(result, reused, timing)

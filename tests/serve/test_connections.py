@@ -1,6 +1,7 @@
-"""The request deadline and the bound on waiting connections, over uvicorn in this process with a
-trivial application (no model): half-sent requests are closed, on a new connection and on a
-kept-alive one; the connection that has waited longest makes room for a new one."""
+"""The request deadline, the bound on waiting connections and the write deadline, over uvicorn in
+this process with trivial applications (no model): half-sent requests are closed, on a new
+connection and on a kept-alive one; the connection that has waited longest makes room for a new
+one; a client that reads none of an endless response is cut off, and the application sees it gone."""
 
 from __future__ import annotations
 
@@ -26,11 +27,12 @@ async def hello(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def serve(timeout: float, max_waiting: int) -> Iterator[tuple[str, int]]:
+def serve(timeout: float, max_waiting: int, app=hello, write_timeout: float = 30.0) -> Iterator[tuple[str, int]]:  # type: ignore[no-untyped-def]
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
-    config = uvicorn.Config(hello, http=deadline_protocol(timeout, max_waiting), lifespan="off",
+    protocol = deadline_protocol(timeout, write_timeout, max_waiting=max_waiting)
+    config = uvicorn.Config(app, http=protocol, lifespan="off",
                             log_level="warning", timeout_keep_alive=BOUND * 3)  # only the deadline closes
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -95,3 +97,38 @@ def test_the_longest_waiting_connection_makes_room(two_waiting: tuple[str, int])
         assert answer(second).startswith(b"HTTP/1.1 200")
         third.sendall(REQUEST)
         assert answer(third).startswith(b"HTTP/1.1 200")
+
+
+class Endless:
+    """An application that streams 64 KB chunks until its client is gone, and says when it knows."""
+
+    def __init__(self) -> None:
+        self.gone = threading.Event()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        import asyncio
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            self.gone.set()
+
+        watcher = asyncio.ensure_future(watch())
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        while not self.gone.is_set():
+            await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+        watcher.cancel()
+
+
+def test_a_client_that_reads_nothing_is_cut_off() -> None:
+    """The response fills the socket's buffers, writing pauses, and half a second later (the write
+    deadline here) the connection is aborted: the application learns its client is gone."""
+    app = Endless()
+    for address in serve(60, 64, app=app, write_timeout=0.5):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window, never read
+        s.settimeout(BOUND)
+        s.connect(address)
+        s.sendall(REQUEST)
+        assert app.gone.wait(BOUND), "the connection was never closed"
+        s.close()
