@@ -31,9 +31,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from specedge.core.errors import SpecEdgeError
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime.fim import NoFimTokens, fim_prompt, find_fim_tokens
 from specedge.runtime.generator import Generator, draft_model
+from specedge.runtime.grammar import GrammarConstraint, unsatisfiable
 from specedge.runtime.tools import ToolMarkup, read_tool_calls, renders_tools
 from specedge.serve.guard import LOCAL, Origins, RequestGuard
 from specedge.serve.logprobs import LogprobShapes, TokenSpeller
@@ -44,6 +46,7 @@ from specedge.serve.protocol import (
     GenerationRequest,
     body_too_large,
     error_for,
+    invalid,
     one_line,
     parse_chat,
     parse_completion,
@@ -330,6 +333,19 @@ class Server:
                                 "shorten the prompt", param=param, code="context_length_exceeded")
         return ids
 
+    def grammar_state(self, structure: Structure, max_tokens: int) -> GrammarConstraint:
+        """A fresh state of the request's grammar over the model's vocabulary (off the event loop: a
+        large grammar compiles for a moment), refused with a 400 naming its field if llguidance
+        cannot use it or it admits no output within the tokens the request may decode."""
+        assert structure.grammar is not None
+        try:
+            constraint = self.generator.constraint(structure.grammar)
+        except SpecEdgeError as e:
+            raise invalid(structure.grammar_param, e.problem) from None
+        if why := unsatisfiable(constraint, min(max_tokens, self.context)):
+            raise invalid(structure.grammar_param, why)
+        return constraint
+
     def overrides(self, req: GenerationRequest) -> dict[str, object]:
         """The request's SpecConfig fields, checked (a SpecEdgeError is a 400)."""
         d, config = self.settings, self.generator.config
@@ -351,9 +367,12 @@ class Server:
         shapes = None if req.logprobs is None else LogprobShapes(req.kind, self.spell)
         shaper = Shaper(req.kind, self.settings.model_id, logprobs=shapes)
         self.check_tools(structure)
-        job = Job(shaper.id, functools.partial(self.encode, req, structure.tools), self.overrides(req),
-                  asyncio.get_running_loop(),
-                  stream=req.stream, grammar=structure.grammar, prediction=structure.prediction)
+        overrides = self.overrides(req)
+        constraint = None if structure.grammar is None else await run_in_threadpool(
+            self.grammar_state, structure, int(overrides["max_new_tokens"]))  # type: ignore[call-overload]
+        job = Job(shaper.id, functools.partial(self.encode, req, structure.tools), overrides,
+                  asyncio.get_running_loop(), stream=req.stream, constraint=constraint,
+                  prediction=structure.prediction)
         try:
             self.worker.submit(job)
         except QueueFull as e:

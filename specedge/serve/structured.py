@@ -49,6 +49,7 @@ class Structure:
     tools: tuple[dict[str, Any], ...] = ()
     parse_tools: bool = False  # read the model's tool calls out of its text
     prediction: str | None = None
+    grammar_param: str = ""  # the request's field the grammar comes from (what a refusal names)
 
     @property
     def call_names(self) -> frozenset[str]:
@@ -64,6 +65,7 @@ def parse_structure(body: dict[str, Any], markup: ToolMarkup = TEXT_MARKUP) -> S
     tools = parse_tools(body.get("tools"))
     choice = parse_tool_choice(body.get("tool_choice"), tools)
     grammar = parse_response_format(body.get("response_format"))
+    param = response_format_param(body.get("response_format")) if grammar is not None else ""
     parallel = body.get("parallel_tool_calls", True)
     if not isinstance(parallel, bool):
         raise invalid("parallel_tool_calls", "must be true or false")
@@ -72,10 +74,19 @@ def parse_structure(body: dict[str, Any], markup: ToolMarkup = TEXT_MARKUP) -> S
             raise invalid("response_format", "cannot be combined with a tool_choice that requires a call")
         grammar = call_grammar([t for t in tools if choice == "required" or t["function"]["name"] == choice],
                                parallel, markup)
+        param = "tools"
     elif choice == "auto" and grammar is None and any(t["function"].get("strict") is True for t in tools):
         grammar = call_grammar(tools, parallel, markup, lazy=True)
+        param = "tools"
     return Structure(grammar=grammar, tools=tuple(tools), parse_tools=bool(tools) and choice != "none",
-                     prediction=parse_prediction(body.get("prediction")))
+                     prediction=parse_prediction(body.get("prediction")), grammar_param=param)
+
+
+def response_format_param(value: dict[str, Any]) -> str:
+    """The field of a response_format that holds its grammar."""
+    kind = value["type"]
+    return {"json_object": "response_format", "json_schema": "response_format.json_schema.schema"}.get(
+        kind, f"response_format.{kind}")
 
 
 def checked(grammar: Grammar, param: str) -> Grammar:

@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specedge.core.errors import SpecEdgeError
+from specedge.runtime.constraints import Constraint
 from specedge.runtime.generator import GenerationResult, Generator, Segment, TextStream
-from specedge.runtime.grammar import Grammar, GrammarFault
+from specedge.runtime.grammar import GrammarFault
 from specedge.runtime.kv_cache import common_prefix
 from specedge.runtime.logprobs import TokenLogprob
 from specedge.serve.metrics import Metrics
@@ -70,7 +71,7 @@ class Job:
     overrides: dict[str, object]
     loop: asyncio.AbstractEventLoop
     stream: bool  # False: only the Finished (or Failed) event is sent
-    grammar: Grammar | None = None  # what every token must follow (runtime/grammar.py)
+    constraint: Constraint | None = None  # the state of the grammar every token must follow (checked when made)
     prediction: str | None = None  # the caller's prediction of the output, drafted from
     arrived: float = field(default_factory=time.perf_counter)
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
@@ -208,7 +209,7 @@ class GenerationWorker:
         reused = cached_prefix(gen.cache.tokens, prompt)
         first: float | None = None
         sent = 0  # log-probabilities sent with the pieces
-        stream = gen.stream(prompt, prediction=job.prediction, grammar=job.grammar, **job.overrides)
+        stream = gen.stream(prompt, prediction=job.prediction, constraint=job.constraint, **job.overrides)
         try:
             for segment in stream.segments():
                 if first is None:

@@ -207,3 +207,22 @@ def test_a_grammar_fault_is_a_500_in_one_short_line() -> None:
     err = error_for(GrammarFault(dump))
     assert err.status == 500 and err.body()["error"]["type"] == "server_error"
     assert len(err.message) <= 300 and "Parser" not in err.message and "\n" not in err.message
+
+
+@pytest.mark.parametrize(("fmt", "param", "why"), [
+    ({"type": "json_schema", "json_schema": {"name": "loop", "schema": {"$ref": "#"}}},
+     "response_format.json_schema.schema", "admits no output"),
+    ({"type": "json_schema", "json_schema": {"name": "deep", "schema": {  # {"a": {"a": ... without end
+        "type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]}}},
+     "response_format.json_schema.schema", "fixes"),
+    ({"type": "regex", "regex": "a{1000000}"}, "response_format.regex", "fixes"),
+    ({"type": "regex", "regex": "x{200}"}, "response_format.regex", "more than the 120"),
+])
+def test_a_grammar_no_output_can_meet_is_a_400_before_decoding(client: openai.OpenAI, fmt: dict[str, object],
+                                                              param: str, why: str) -> None:
+    """Never a 200 with empty content for a constraint that cannot be met: one line naming the field."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(messages=USER, response_format=fmt, **GREEDY)  # type: ignore[arg-type]
+    error = e.value.body
+    assert error["param"] == param and why in error["message"], error  # type: ignore[index]
+    assert "\n" not in error["message"] and len(error["message"]) <= 300  # type: ignore[index]
