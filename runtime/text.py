@@ -18,6 +18,18 @@ from specedge.runtime.text_checks import check_ids, check_messages, check_text, 
 from specedge.runtime.tools import template_messages
 
 Message = dict[str, str]
+PREFIX_CHARS = 8  # a prompt over `limit` tokens is first measured by its first limit * 8 characters
+
+
+class PromptTooLong(SpecEdgeError):
+    """A prompt of more tokens than the room it may take (`tokens`: at least that many)."""
+
+    def __init__(self, tokens: int, limit: int, what: str) -> None:
+        super().__init__(f"{what} has {tokens} tokens or more, more than the {limit} it may take",
+                         "shorten it")
+        self.tokens, self.limit = tokens, limit
+
+
 class TextCodec:
     def __init__(self, folder: Path, manifest: Manifest) -> None:
         self.manifest = manifest
@@ -32,19 +44,32 @@ class TextCodec:
         self._template: Template | None = None
 
     def encode(self, text: str, add_special_tokens: bool = True, what: str = "the prompt",
-               special_text: bool = True) -> list[int]:
+               special_text: bool = True, limit: int | None = None) -> list[int]:
         """Token ids of `text`; InvalidTextError (naming it as `what`) if it is not valid UTF-8.
         special_text=False: a special token's text ("<|fim_prefix|>") stays text, not the token
-        (the tokenizer's flag is set for this one call: call it on the thread that encodes)."""
+        (the tokenizer's flag is set for this one call: call it on the thread that encodes).
+        limit: PromptTooLong as soon as a prefix of the text alone passes that many tokens (a long
+        text is not tokenized whole to be refused). The tokenizer runs without the GIL (its batch
+        call), so a server's event loop answers meanwhile."""
         check_text(text, what)
         parsing = self.tokenizer.encode_special_tokens
         self.tokenizer.encode_special_tokens = not special_text
         try:
-            ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+            if limit is not None and len(text) > limit * PREFIX_CHARS:
+                head = len(self.tokens(text[:limit * PREFIX_CHARS], add_special_tokens))
+                if head > limit:
+                    raise PromptTooLong(head, limit, what)
+            ids = self.tokens(text, add_special_tokens)
         finally:
             self.tokenizer.encode_special_tokens = parsing
+        if limit is not None and len(ids) > limit:
+            raise PromptTooLong(len(ids), limit, what)
         check_ids(ids, self.manifest, self.folder)
         return ids
+
+    def tokens(self, text: str, add_special_tokens: bool) -> list[int]:
+        """The tokenizer's ids of `text`, the GIL released while it works (tokenizers' batch call)."""
+        return self.tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -83,9 +108,11 @@ class TextCodec:
             release(e)
             raise template_error(e) from None
 
-    def encode_chat(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
+    def encode_chat(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
+                    limit: int | None = None) -> list[int]:
         check_messages(messages)
-        return self.encode(self.render_chat(messages, tools=tools), add_special_tokens=False, what="the rendered chat")
+        return self.encode(self.render_chat(messages, tools=tools), add_special_tokens=False, what="the rendered chat",
+                           limit=limit)
 
 
 class StreamDecoder:

@@ -36,6 +36,7 @@ from specedge.kernels.sampling import SamplingParams
 from specedge.runtime.fim import NoFimTokens, fim_prompt, find_fim_tokens
 from specedge.runtime.generator import Generator, draft_model
 from specedge.runtime.grammar import GrammarConstraint, unsatisfiable
+from specedge.runtime.text import PromptTooLong
 from specedge.runtime.tools import ToolMarkup, read_tool_calls, renders_tools
 from specedge.serve.guard import LOCAL, Origins, RequestGuard
 from specedge.serve.logprobs import LogprobShapes, TokenSpeller
@@ -322,10 +323,16 @@ class Server:
         """The prompt's token ids, checked to fit the context (on the worker thread, in the job's turn)."""
         param = "messages" if req.kind == "chat" else "prompt"
         prompt = list(req.messages) if req.kind == "chat" else req.prompt
-        if req.suffix is not None:  # fill in the middle: the prompt before the gap, the suffix after it
-            ids = fim_prompt(self.generator.codec, req.prompt, req.suffix, self.settings.model_id)
-        else:
-            ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt), tools=list(tools) or None)
+        try:
+            if req.suffix is not None:  # fill in the middle: the prompt before the gap, the suffix after it
+                ids = fim_prompt(self.generator.codec, req.prompt, req.suffix, self.settings.model_id)
+            else:
+                ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt),
+                                            tools=list(tools) or None, limit=self.context - 1)
+        except PromptTooLong as e:  # a prefix alone passed the context: not tokenized whole
+            raise APIError(413, f"the prompt has {e.tokens} tokens or more but the model's context holds "
+                                f"{self.context}; shorten the prompt", param=param,
+                           code="context_length_exceeded") from None
         if not ids:
             raise APIError(400, "the prompt is empty", param=param, code="invalid_value")
         if len(ids) >= self.context:

@@ -106,3 +106,44 @@ def test_a_tokenizer_that_gives_an_id_beyond_the_model_is_refused(artifact: Path
     assert gen.encode("bc")  # ids the model has
     with pytest.raises(DamagedArtifactError, match="gave the token id 1000, outside the model's vocabulary of 260"):
         gen.generate("abc")
+
+
+def test_tokenizing_a_long_text_lets_other_threads_run(tiny_llama) -> None:  # type: ignore[no-untyped-def]
+    """The tokenizer works without the GIL: a thread counting while a long text is tokenized counts
+    on (tokenizers' encode() holds the GIL throughout: a server's event loop would stall)."""
+    import threading
+
+    from specedge.core.manifest import load_manifest
+    from specedge.runtime.text import TextCodec
+
+    codec = TextCodec(tiny_llama[1], load_manifest(tiny_llama[1]))
+    started, done, counted = threading.Event(), threading.Event(), [0]
+
+    def tokenize() -> None:
+        started.set()
+        codec.encode("0123456789 " * 400_000)
+        done.set()
+
+    worker = threading.Thread(target=tokenize)
+    worker.start()
+    started.wait()
+    while not done.is_set():
+        counted[0] += 1
+    worker.join()
+    assert counted[0] > 1000, counted[0]
+
+
+def test_a_text_too_long_is_refused_by_its_prefix(tiny_llama) -> None:  # type: ignore[no-untyped-def]
+    """Past `limit` tokens, a text is refused on its first limit * PREFIX_CHARS characters, not tokenized whole."""
+    import pytest
+
+    from specedge.core.manifest import load_manifest
+    from specedge.runtime.text import PREFIX_CHARS, PromptTooLong, TextCodec
+
+    codec = TextCodec(tiny_llama[1], load_manifest(tiny_llama[1]))
+    with pytest.raises(PromptTooLong) as e:
+        codec.encode("7" * 2_000_000, limit=100)
+    assert e.value.tokens == 100 * PREFIX_CHARS  # the prefix's tokens (a byte a token), not two million
+    assert len(codec.encode("7" * 99, limit=100)) in (99, 100)  # within the limit: every token (BOS or not)
+    with pytest.raises(PromptTooLong):  # past it, but too short for the prefix: measured whole
+        codec.encode("7" * 150, limit=100)

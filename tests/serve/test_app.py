@@ -118,3 +118,16 @@ def test_a_fault_while_decoding_is_an_error_object_and_one_log_entry(tiny_llama:
         assert client.post("/v1/completions", json={**body, "stream": False}).status_code == 200
     faults = [line for line in server_log.written if "failed" in line]
     assert len(faults) == 1 and ("RuntimeError" in faults[0] or "MemoryError" in faults[0])
+
+
+def test_a_prompt_past_the_context_is_refused_by_its_prefix(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """A prompt under the character cap but past the context is refused with 413 once a prefix of
+    it shows so (a prefix's tokens named, not all of them counted)."""
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    app = create_app(gen, ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000)))
+    with TestClient(app, base_url=HERE) as client:
+        r = client.post("/v1/completions", json={"model": MODEL, "prompt": "7" * 3000, "max_tokens": 1})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert "has 504 tokens or more" in r.json()["error"]["message"]  # the prefix: 63 x 8 characters
