@@ -3,7 +3,7 @@
 One process builds a file or folder (a fetched model, an exported artifact); another that wants
 the same thing waits for it, saying so, or fails with one line. A lock is an advisory lock on a
 hidden file beside the thing it guards: the kernel releases it when its process dies, however
-it dies, so a killed fetch or export never leaves a lock behind.
+it dies, so a killed fetch or export never leaves a lock held; one that ends removes its file.
 """
 
 from __future__ import annotations
@@ -57,23 +57,55 @@ def exclusive(target: Path, what: str, wait: bool = True) -> Iterator[None]:
     """Hold the lock of `target` (a file or folder that may not exist yet) for the block.
 
     wait: block until another process releases it, after saying so on stderr; otherwise fail at
-    once with a SpecEdgeError naming the other process.
+    once with a SpecEdgeError naming the other process. The lock file is removed on release
+    (however the block ends), so a refused export leaves nothing beside its destination.
     """
     path = lock_path(target)
     ensure_writable(target.parent)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _acquire(path, target, what, wait)
     try:
-        if not _try_lock(fd):
-            holder = _read_holder(fd)
-            if not wait:
-                raise SpecEdgeError(f"another specedge process{holder} is already writing {target}",
-                                    f"wait for it to finish, or choose another destination than {target}")
-            print(f"specedge: another process{holder} is {what} {target.name}; waiting for it", file=sys.stderr)
-            _wait_lock(fd)
         _write_holder(fd)
         yield
     finally:
+        if sys.platform != "win32":  # unlinked while held: a waiter then finds its file gone and retries
+            with contextlib.suppress(OSError):
+                os.unlink(path)
         os.close(fd)  # releases the lock
+
+
+def _acquire(path: Path, target: Path, what: str, wait: bool) -> int:
+    """A descriptor holding the lock of the file now at `path` (a holder removes that file as it
+    releases it: a lock taken on a removed file is let go and the new file locked instead)."""
+    said = False
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if not _try_lock(fd):
+                holder = _read_holder(fd)
+                if not wait:
+                    raise SpecEdgeError(f"another specedge process{holder} is already writing {target}",
+                                        f"wait for it to finish, or choose another destination than {target}")
+                if not said:
+                    print(f"specedge: another process{holder} is {what} {target.name}; waiting for it",
+                          file=sys.stderr)
+                    said = True
+                _wait_lock(fd)
+            if _still_linked(fd, path):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def _still_linked(fd: int, path: Path) -> bool:
+    """Whether `path` still names the file open at `fd` (always, where files are not removed while open)."""
+    if sys.platform == "win32":  # pragma: no cover - lock files are kept there
+        return True
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
 def _read_holder(fd: int) -> str:

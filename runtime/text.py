@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 from specedge.core.errors import DamagedArtifactError, SpecEdgeError
 from specedge.core.manifest import TOKENIZER_NAME, Manifest
 from specedge.runtime.template.functions import chat_sandbox
-from specedge.runtime.template.sandbox import BoundedSandbox, release, template_error
+from specedge.runtime.template.sandbox import BoundedSandbox, ChatTemplateError, release, template_error
 from specedge.runtime.text_checks import check_ids, check_messages, check_text, check_vocabulary
 from specedge.runtime.tools import template_messages
 
@@ -81,7 +81,7 @@ class TextCodec:
         """The model's chat template, compiled once into a bounded sandbox."""
         if self._env is None or self._template is None:
             if not self.manifest.chat_template:
-                raise SpecEdgeError("this model has no chat template", "drop --chat and pass the raw prompt")
+                raise ChatTemplateError("this model has no chat template", template_fault=False)
             env = chat_sandbox()
             self._template = self._guard(lambda: env.from_string(self.manifest.chat_template))
             self._env = env

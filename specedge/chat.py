@@ -17,6 +17,7 @@ from typing import TextIO
 from specedge.core.errors import SpecEdgeError
 from specedge.runtime.generator import Generator, check_gamma
 from specedge.runtime.stats import GenerationStats
+from specedge.runtime.template.sandbox import ChatTemplateError
 from specedge.runtime.text import Message
 
 GREEN, RESET = "\x1b[32m", "\x1b[0m"
@@ -180,7 +181,10 @@ class ChatSession:
         answered raises its SpecEdgeError."""
         if line.startswith("/"):
             return self.command(line)
-        self.answer(line)
+        try:
+            self.answer(line)
+        except ChatTemplateError as e:
+            raise e.advise("give `specedge generate --prompt` the raw text instead") from None
         return True
 
     def ask(self, text: str) -> None:

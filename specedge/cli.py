@@ -99,6 +99,7 @@ def read_text_arg(path: str, flag: str) -> str:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from specedge.chat import stats_line
+    from specedge.runtime.template.sandbox import ChatTemplateError
 
     if args.suffix and args.chat:
         raise SpecEdgeError("--suffix fills in the middle of a raw prompt, not a chat", "drop --chat or --suffix")
@@ -110,10 +111,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         from specedge.runtime.fim import fim_prompt
 
         prompt = fim_prompt(gen.codec, args.prompt, args.suffix, args.target)
-    stream = gen.stream(prompt, chat=args.chat, grammar=grammar_arg(args))
-    for piece in stream:
-        if not args.json:
-            print(piece, end="", flush=True)
+    try:
+        stream = gen.stream(prompt, chat=args.chat, grammar=grammar_arg(args))
+        for piece in stream:
+            if not args.json:
+                print(piece, end="", flush=True)
+    except ChatTemplateError as e:
+        raise e.advise("drop --chat and pass the raw prompt") from None
     result = stream.result
     assert result is not None
     if args.json:

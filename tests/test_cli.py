@@ -309,3 +309,16 @@ def test_generate_with_a_grammar_that_cannot_be_used_is_one_line(tiny_llama: tup
                                                                  cli_here: Run) -> None:
     proc = cli_here("generate", "--target", str(tiny_llama[1]), "--prompt", "hi", "--regex", "[a-")
     assert_one_line_error(proc, "regex cannot be used", "pass a valid regex")
+
+
+def test_a_chat_the_template_cannot_render_advises_dropping_chat(tiny_llama: tuple[Path, Path, Path], cli_here: Run,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from specedge.runtime.template.sandbox import ChatTemplateError
+    from specedge.runtime.text import TextCodec
+
+    def no_template(self: TextCodec) -> None:
+        raise ChatTemplateError("this model has no chat template", template_fault=False)
+
+    monkeypatch.setattr(TextCodec, "chat_template", no_template)
+    proc = cli_here("generate", "--target", str(tiny_llama[1]), "--prompt", "hi", "--chat", "--max-new-tokens", "2")
+    assert_one_line_error(proc, "no chat template", "drop --chat and pass the raw prompt")

@@ -274,15 +274,31 @@ def result_size(operator: str, left: object, right: object) -> int:
     return 0
 
 
+class ChatTemplateError(SpecEdgeError):
+    """A chat the model's template cannot render (none, or it failed): the way round it is raw text,
+    which each front end names its own way (`advise`)."""
+
+    RAW = "pass the raw prompt instead of chat messages"
+
+    def __init__(self, problem: str, template_fault: bool = True) -> None:
+        self.template_fault = template_fault
+        super().__init__(problem, self.fix_text(self.RAW))
+
+    def fix_text(self, raw: str) -> str:
+        return f"{raw}, or fix the template" if self.template_fault else raw
+
+    def advise(self, raw: str) -> SpecEdgeError:
+        """This error with the front end's own way to send raw text (`drop --chat`, a field)."""
+        return SpecEdgeError(self.problem, self.fix_text(raw))
+
+
 def template_error(e: Exception) -> SpecEdgeError:
     """What a chat template raised, as one clear error."""
     if isinstance(e, SpecEdgeError):  # raise_exception: the template's own words
         return e
     if isinstance(e, TemplateLimit):
-        return SpecEdgeError(f"the model's chat template was stopped: {e}",
-                             "drop --chat and pass the raw prompt, or fix the template")
-    return SpecEdgeError(f"the model's chat template failed to render ({type(e).__name__}: {e})",
-                         "drop --chat and pass the raw prompt")
+        return ChatTemplateError(f"the model's chat template was stopped: {e}")
+    return ChatTemplateError(f"the model's chat template failed to render ({type(e).__name__}: {e})")
 
 
 def release(error: BaseException | None) -> None:

@@ -36,6 +36,7 @@ from specedge.kernels.sampling import SamplingParams
 from specedge.runtime.fim import NoFimTokens, fim_prompt, find_fim_tokens
 from specedge.runtime.generator import Generator, draft_model
 from specedge.runtime.grammar import GrammarConstraint, unsatisfiable
+from specedge.runtime.template.sandbox import ChatTemplateError
 from specedge.runtime.text import PromptTooLong
 from specedge.runtime.tools import ToolMarkup, read_tool_calls, renders_tools
 from specedge.serve.guard import LOCAL, Origins, RequestGuard
@@ -329,6 +330,9 @@ class Server:
             else:
                 ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt),
                                             tools=list(tools) or None, limit=self.context - 1)
+        except ChatTemplateError as e:  # raw text is the way round: the completions endpoint's field
+            raise APIError(400, one_line(str(e.advise("send the text as `prompt` to /v1/completions instead of "
+                                                      "`messages`"))), param=param, code="invalid_value") from None
         except PromptTooLong as e:  # a prefix alone passed the context: not tokenized whole
             raise APIError(413, f"the prompt has {e.tokens} tokens or more but the model's context holds "
                                 f"{self.context}; shorten the prompt", param=param,

@@ -131,3 +131,26 @@ def test_a_prompt_past_the_context_is_refused_by_its_prefix(tiny_llama: tuple[Pa
         r = client.post("/v1/completions", json={"model": MODEL, "prompt": "7" * 3000, "max_tokens": 1})
     assert r.status_code == 413 and r.json()["error"]["code"] == "context_length_exceeded"
     assert "has 504 tokens or more" in r.json()["error"]["message"]  # the prefix: 63 x 8 characters
+
+
+@pytest.mark.parametrize("template", ["", "{{ 1 + 'a' }}"])
+def test_a_chat_the_template_cannot_render_names_the_servers_own_way_round(tiny_llama: tuple[Path, Path, Path],
+                                                                          template: str) -> None:
+    """No template, or one that fails: a 400 on `messages` whose advice is the completions endpoint's
+    `prompt` (not the CLI's --chat flag)."""
+    import dataclasses
+
+    from specedge.core.manifest import load_manifest
+    from specedge.runtime.text import TextCodec
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    gen.codec = TextCodec(tiny_llama[1], dataclasses.replace(load_manifest(tiny_llama[1]), chat_template=template))
+    app = create_app(gen, ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000)))
+    with TestClient(app, base_url=HERE) as client:
+        r = client.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": 1,
+                                                      "messages": [{"role": "user", "content": "hi"}]})
+    error = r.json()["error"]
+    assert r.status_code == 400 and error["param"] == "messages", r.text
+    assert "send the text as `prompt` to /v1/completions" in error["message"] and "--chat" not in error["message"]
+    assert ("fix the template" in error["message"]) == bool(template)
