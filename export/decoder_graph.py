@@ -332,29 +332,14 @@ class DecoderBuilder:
         {"fused": self.build_fused, "rows": self.build_rows}.get(self.attention_kind, self.build_exact)(on_layer)
 
     def build_fused(self, on_layer: Callable[[int], object] | None = None) -> None:
-        cfg, g, w = self.cfg, self.g, self.src.weights
+        g = self.g
         g.input("input_ids", I64, [1, "S"])
         seqlens_k = g.input("seqlens_k", TensorProto.INT32, [1])
         total_length = g.input("total_sequence_length", TensorProto.INT32, [])
         g.input("logits_index", I64, ["R"])
         self.declare_cache_io(("present", "T"))
         rope = self.rope_caches()
-        h = self.embed()
-        x = self.rms_norm(h, "model.layers.0.input_layernorm", w.pop("model.layers.0.input_layernorm.weight"))
-        for i in range(cfg.num_layers):
-            p = f"model.layers.{i}"
-            attn = self.attention_fused(i, x, rope, seqlens_k, total_length)
-            x, h = self.skip_norm(attn, h, f"{p}.post_attention_layernorm",
-                                  w.pop(f"{p}.post_attention_layernorm.weight"))
-            mlp = self.mlp(i, x)
-            if i + 1 < cfg.num_layers:
-                nxt = f"model.layers.{i + 1}.input_layernorm"
-                x, h = self.skip_norm(mlp, h, nxt, w.pop(f"{nxt}.weight"))
-            else:
-                h = g.op("Add", h, mlp)
-            if on_layer is not None:
-                on_layer(i)
-        self.head(h)
+        self.fused_layers(lambda i, x: self.attention_fused(i, x, rope, seqlens_k, total_length), on_layer)
 
     def build_exact(self, on_layer: Callable[[int], object] | None = None) -> None:
         cfg, g, w = self.cfg, self.g, self.src.weights
@@ -397,18 +382,23 @@ class DecoderBuilder:
     def build_rows(self, on_layer: Callable[[int], object] | None = None) -> None:
         """Rows exact at any width with one native op per layer's attention, the norms fused with
         the residual adds: ~15 nodes a layer where exact attention takes ~35."""
-        cfg, g, w = self.cfg, self.g, self.src.weights
+        g = self.g
         g.input("input_ids", I64, [1, "S"])
         position_ids = g.input("position_ids", I64, [1, "S"])
         g.input("logits_index", I64, ["R"])
         self.declare_cache_io(("present", "T"), kv_type=TensorProto.FLOAT16)
         rope = self.rope_caches()
+        self.fused_layers(lambda i, x: self.attention_rows(i, x, rope, position_ids), on_layer)
+
+    def fused_layers(self, attention: Callable[[int, str], str], on_layer: Callable[[int], object] | None) -> None:
+        """The decoder from embedding to head, each layer's norms fused with its residual adds and
+        its attention given (`attention(layer, normed_input)`: the attention block's output)."""
+        cfg, g, w = self.cfg, self.g, self.src.weights
         h = self.embed()
         x = self.rms_norm(h, "model.layers.0.input_layernorm", w.pop("model.layers.0.input_layernorm.weight"))
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}"
-            attn = self.attention_rows(i, x, rope, position_ids)
-            x, h = self.skip_norm(attn, h, f"{p}.post_attention_layernorm",
+            x, h = self.skip_norm(attention(i, x), h, f"{p}.post_attention_layernorm",
                                   w.pop(f"{p}.post_attention_layernorm.weight"))
             mlp = self.mlp(i, x)
             if i + 1 < cfg.num_layers:

@@ -72,24 +72,10 @@ def rows_nodes(count: int, block: int):
 
 
 def w8a8_nodes(count: int, rng: np.random.Generator):
-    """The row quantization of export/decoder_graph.py, shared by every MatMul of the stack."""
-    make = helper.make_node
-    nodes = [make("Abs", ["x"], ["ax"]), make("ReduceMax", ["ax", "axis"], ["mx"], keepdims=1),
-             make("Max", ["mx", "tiny"], ["mx1"]), make("Div", ["mx1", "c127"], ["sc"]),
-             make("Div", ["x", "sc"], ["xs"]), make("Round", ["xs"], ["xr"]), make("Add", ["xr", "c128"], ["xa"]),
-             make("Cast", ["xa"], ["q"], to=TensorProto.UINT8)]
-    inits = [numpy_helper.from_array(np.array([-1], np.int64), "axis"),
-             numpy_helper.from_array(np.array([1e-30], np.float32), "tiny"),
-             numpy_helper.from_array(np.array([127.0], np.float32), "c127"),
-             numpy_helper.from_array(np.array([128.0], np.float32), "c128"),
-             numpy_helper.from_array(np.uint8(128), "zp")]
-    for i in range(count):
-        inits += [numpy_helper.from_array(rng.integers(-127, 128, (K, N), dtype=np.int8), f"W{i}"),
-                  numpy_helper.from_array((rng.random(N, dtype=np.float32) * 0.01).astype(np.float32), f"WS{i}")]
-        nodes += [make("MatMulInteger", ["q", f"W{i}", "zp"], [f"i{i}"]),
-                  make("Cast", [f"i{i}"], [f"f{i}"], to=TensorProto.FLOAT),
-                  make("Mul", [f"f{i}", "sc"], [f"g{i}"]), make("Mul", [f"g{i}", f"WS{i}"], [f"y{i}"])]
-    return nodes, inits
+    """The row quantization of export/decoder_graph.py, shared by every MatMul of the stack (int8 weights)."""
+    from specedge.format_check import w8a8_stack
+
+    return w8a8_stack(rng, True, count, K, N)
 
 
 def dqmm_nodes(count: int, rng: np.random.Generator):

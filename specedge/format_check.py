@@ -54,8 +54,10 @@ def int4_stack(rng: np.random.Generator):  # type: ignore[no-untyped-def]
     return nodes, inits
 
 
-def w8a8_stack(rng: np.random.Generator, int8_weights: bool):  # type: ignore[no-untyped-def]
-    """COUNT MatMulInteger nodes behind one per-row activation quantization, as export/decoder_graph.py builds them."""
+def w8a8_stack(rng: np.random.Generator, int8_weights: bool, count: int = COUNT, k: int = K,  # type: ignore[no-untyped-def]
+               n: int = N):
+    """`count` MatMulInteger nodes ([k, n] weights) behind one per-row activation quantization, as
+    export/decoder_graph.py builds them."""
     from onnx import TensorProto, helper, numpy_helper
 
     make = helper.make_node
@@ -69,10 +71,10 @@ def w8a8_stack(rng: np.random.Generator, int8_weights: bool):  # type: ignore[no
              numpy_helper.from_array(np.array([128.0], np.float32), "c128"),
              numpy_helper.from_array(np.uint8(128), "xzp"),
              numpy_helper.from_array(np.int8(0) if int8_weights else np.uint8(128), "wzp")]
-    for i in range(COUNT):
-        weight = rng.integers(-127, 128, (K, N), dtype=np.int8)
+    for i in range(count):
+        weight = rng.integers(-127, 128, (k, n), dtype=np.int8)
         inits += [numpy_helper.from_array(weight if int8_weights else weight.view(np.uint8) ^ np.uint8(0x80), f"W{i}"),
-                  numpy_helper.from_array((rng.random(N, dtype=np.float32) * 0.01).astype(np.float32), f"WS{i}")]
+                  numpy_helper.from_array((rng.random(n, dtype=np.float32) * 0.01).astype(np.float32), f"WS{i}")]
         nodes += [make("MatMulInteger", ["q", f"W{i}", "xzp", "wzp"], [f"i{i}"]),
                   make("Cast", [f"i{i}"], [f"f{i}"], to=TensorProto.FLOAT),
                   make("Mul", [f"f{i}", "sc"], [f"g{i}"]), make("Mul", [f"g{i}", f"WS{i}"], [f"y{i}"])]

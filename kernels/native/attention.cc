@@ -106,6 +106,23 @@ void prepare_queries(const AttentionPass& p, int64_t kv, float* q, int64_t* limi
   }
 }
 
+// The probabilities of a row's n scores, unnormalized and in place (exp(x - max), exp below the
+// floor 0); their sum, added in kSlotBlock lanes folded in halves, as every path adds it.
+static float softmax_portable(float* e, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = std::fmax(m, e[j]);
+  float lanes[kSlotBlock] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const float x = e[j] - m;
+    e[j] = x < kExpFloor ? 0.0f : exp_rows(x);
+    lanes[j % kSlotBlock] = lanes[j % kSlotBlock] + e[j];
+  }
+  for (int64_t w = kSlotBlock / 2; w >= 1; w /= 2) {
+    for (int64_t l = 0; l < w; ++l) lanes[l] = lanes[l] + lanes[l + w];
+  }
+  return lanes[0];
+}
+
 void head_reference(const AttentionPass& p, int64_t row, int64_t head, float* scratch) {
   const int64_t d = p.head_dim, half = d / 2, width = (p.heads + 2 * p.kv_heads) * d;
   const int64_t pos = p.pos[row], g = head / (p.heads / p.kv_heads), n = pos + 1;
@@ -118,29 +135,19 @@ void head_reference(const AttentionPass& p, int64_t row, int64_t head, float* sc
     qs[i + half] = rope_high(q[i], q[i + half], c[i], sn[i]) * p.scale;
   }
   const uint16_t* keys = p.keys + g * (p.slots / kSlotBlock) * d * kSlotBlock;
-  float m = -INFINITY;
   for (int64_t j = 0; j < n; ++j) {
     const uint16_t* kj = keys + (j / kSlotBlock) * d * kSlotBlock + j % kSlotBlock;
     float acc = 0.0f;
     for (int64_t i = 0; i < d; ++i) acc = __builtin_fmaf(qs[i], float_of(kj[i * kSlotBlock]), acc);
     scratch[j] = acc;
-    m = std::fmax(m, acc);
   }
-  float lanes[kSlotBlock] = {};
-  for (int64_t j = 0; j < n; ++j) {
-    const float x = scratch[j] - m;
-    scratch[j] = x < kExpFloor ? 0.0f : exp_rows(x);
-    lanes[j % kSlotBlock] = lanes[j % kSlotBlock] + scratch[j];
-  }
-  for (int64_t w = kSlotBlock / 2; w >= 1; w /= 2) {
-    for (int64_t l = 0; l < w; ++l) lanes[l] = lanes[l] + lanes[l + w];
-  }
+  const float sum = softmax_portable(scratch, n);
   const uint16_t* values = p.values + g * p.slots * d;
   float* out = p.out + row * p.heads * d + head * d;
   for (int64_t i = 0; i < d; ++i) {
     float acc = 0.0f;
     for (int64_t j = 0; j < n; ++j) acc = __builtin_fmaf(scratch[j], float_of(values[j * d + i]), acc);
-    out[i] = acc / lanes[0];
+    out[i] = acc / sum;
   }
 }
 
@@ -157,21 +164,6 @@ void scores_portable(const AttentionPass& p, const Queries& q, int64_t b0, int64
       scores[r * p.slots + j] = acc;
     }
   }
-}
-
-float softmax_portable(float* e, int64_t n) {
-  float m = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) m = std::fmax(m, e[j]);
-  float lanes[kSlotBlock] = {};
-  for (int64_t j = 0; j < n; ++j) {
-    const float x = e[j] - m;
-    e[j] = x < kExpFloor ? 0.0f : exp_rows(x);
-    lanes[j % kSlotBlock] = lanes[j % kSlotBlock] + e[j];
-  }
-  for (int64_t w = kSlotBlock / 2; w >= 1; w /= 2) {
-    for (int64_t l = 0; l < w; ++l) lanes[l] = lanes[l] + lanes[l + w];
-  }
-  return lanes[0];
 }
 
 void weigh_portable(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t i0,

@@ -207,28 +207,16 @@ ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp*, size_t i) 
 }
 
 OrtCustomOp make_op() {
-  OrtCustomOp op;
-  std::memset(&op, 0, sizeof op);
-  op.version = ORT_API_VERSION;
+  OrtCustomOp op = cpu_op();
   op.GetName = [](const OrtCustomOp*) { return kOpName; };
-  op.GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return "CPUExecutionProvider"; };
   op.GetInputType = input_type;
   op.GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return 4; };
   op.GetOutputType = [](const OrtCustomOp*, size_t) { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; };
   op.GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 1; };
   op.KernelDestroy = [](void* k) { delete static_cast<Kernel*>(k); };
-  op.GetInputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
-  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
-  op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
-  op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
   op.CreateKernelV2 = create_kernel;
   op.KernelComputeV2 = compute;
   op.InferOutputShapeFn = infer_shape;
-  op.GetStartVersion = [](const OrtCustomOp*) { return 1; };
-  op.GetEndVersion = [](const OrtCustomOp*) { return 1; };
   return op;
 }
 

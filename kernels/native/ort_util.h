@@ -4,6 +4,7 @@
 
 #include <onnxruntime_c_api.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,25 @@ inline OrtStatus* tensor_data(OrtKernelContext* ctx, size_t index, const void** 
   *dims = dims_of(shape);
   g_api->ReleaseTensorTypeAndShapeInfo(shape);
   return g_api->GetTensorMutableData(const_cast<OrtValue*>(value), const_cast<void**>(data));
+}
+
+// A CPU custom op of version 1 whose inputs and outputs are all required, single, in default
+// memory: the fields the library's ops share (each sets its name, types, arity and functions).
+inline OrtCustomOp cpu_op() {
+  OrtCustomOp op;
+  std::memset(&op, 0, sizeof op);
+  op.version = ORT_API_VERSION;
+  op.GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return "CPUExecutionProvider"; };
+  op.GetInputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+  op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
+  op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.GetStartVersion = [](const OrtCustomOp*) { return 1; };
+  op.GetEndVersion = [](const OrtCustomOp*) { return 1; };
+  return op;
 }
 
 // The custom ops of the library (ort_op.cc: MatMulInt4Rows; ort_attention.cc: AttentionRows).
