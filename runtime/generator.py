@@ -207,20 +207,22 @@ class Generator:
         return cls(target_model, build_drafter(model, ngram), config, rows=SINGLE_STEPS if single_steps else None)
 
     def encode(self, prompt: Prompt, chat: bool = False, tools: Sequence[Mapping[str, Any]] | None = None,
-               limit: int | None = None) -> list[int]:
+               limit: int | None = None, template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
         """Token ids of a prompt: text, chat messages (with `tools`: OpenAI's tool objects, listed as
-        the chat template lists them), or token ids (checked against the vocabulary). limit: a text
-        longer than that many tokens is refused (PromptTooLong) once a prefix shows it."""
+        the chat template lists them; template_kwargs: extra template variables), or token ids
+        (checked against the vocabulary). limit: a text longer than that many tokens is refused
+        (PromptTooLong) once a prefix shows it."""
+        chat_args = {"tools": tools, "limit": limit, "template_kwargs": template_kwargs}
         if isinstance(prompt, str):
             if chat:
-                return self.codec.encode_chat([{"role": "user", "content": prompt}], tools=tools, limit=limit)
+                return self.codec.encode_chat([{"role": "user", "content": prompt}], **chat_args)
             return self.codec.encode(prompt, limit=limit)
         if isinstance(prompt, (bytes, bytearray, dict)) or not isinstance(prompt, Iterable):
             raise SpecEdgeError(f"a prompt is text, a list of token ids or a list of chat messages, "
                                 f"not {type(prompt).__name__}", "pass a str, a list of ints or a list of dicts")
         items = list(prompt)
         if items and all(isinstance(m, dict) for m in items):
-            return self.codec.encode_chat(items, tools=tools, limit=limit)
+            return self.codec.encode_chat(items, **chat_args)
         return check_token_ids(items, self.target.manifest.vocab_size)
 
     def stream(self, prompt: Prompt, chat: bool = False, prediction: str | Sequence[int] | None = None,

@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 from specedge.core.errors import DamagedArtifactError, SpecEdgeError
 from specedge.core.manifest import TOKENIZER_NAME, Manifest
 from specedge.runtime.template.functions import chat_sandbox
+from specedge.runtime.template.options import check_template_kwargs
 from specedge.runtime.template.sandbox import BoundedSandbox, ChatTemplateError, release, template_error
 from specedge.runtime.text_checks import check_ids, check_messages, check_text, check_vocabulary
 from specedge.runtime.tools import template_messages
@@ -42,6 +43,17 @@ class TextCodec:
         check_vocabulary(self.tokenizer, manifest, self.folder)
         self._env: BoundedSandbox | None = None
         self._template: Template | None = None
+        self.template_source = manifest.chat_template  # the model's, or the user's (use_template)
+        self.template_kwargs: dict[str, Any] = {}
+
+    def use_template(self, source: str | None = None, kwargs: Mapping[str, Any] | None = None) -> None:
+        """Render chats with `source` in place of the model's template (compiled at once: a syntax
+        error is one line now), and pass `kwargs` to every render (enable_thinking...)."""
+        if source is not None:
+            self.template_source, self._env, self._template = source, None, None
+            self.chat_template()
+        if kwargs is not None:
+            self.template_kwargs = check_template_kwargs(kwargs)
 
     def encode(self, text: str, add_special_tokens: bool = True, what: str = "the prompt",
                special_text: bool = True, limit: int | None = None) -> list[int]:
@@ -80,23 +92,28 @@ class TextCodec:
     def chat_template(self) -> tuple[BoundedSandbox, Template]:
         """The model's chat template, compiled once into a bounded sandbox."""
         if self._env is None or self._template is None:
-            if not self.manifest.chat_template:
+            source = self.template_source
+            if not source:
                 raise ChatTemplateError("this model has no chat template", template_fault=False)
             env = chat_sandbox()
-            self._template = self._guard(lambda: env.from_string(self.manifest.chat_template))
+            self._template = self._guard(lambda: env.from_string(source))
             self._env = env
         return self._env, self._template
 
     def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True,
-                    tools: Sequence[Mapping[str, Any]] | None = None) -> str:
-        """The conversation as the model's chat template writes it; with `tools` (OpenAI's tool
-        objects), the tools as it lists them (runtime/tools.py)."""
+                    tools: Sequence[Mapping[str, Any]] | None = None,
+                    template_kwargs: Mapping[str, Any] | None = None) -> str:
+        """The conversation as the chat template writes it; with `tools` (OpenAI's tool objects),
+        the tools as it lists them (runtime/tools.py); template_kwargs: extra variables for this
+        render, over those of `use_template`."""
         env, template = self.chat_template()
         eos = self.manifest.eos_token_ids[0] if self.manifest.eos_token_ids else None
-        extra = {"tools": list(tools)} if tools else {}
+        extra = {**self.template_kwargs, **(check_template_kwargs(template_kwargs) if template_kwargs else {})}
+        if tools:
+            extra["tools"] = list(tools)
         return self._guard(lambda: env.render_bounded(
-            template, messages=template_messages(messages), add_generation_prompt=add_generation_prompt,
-            bos_token=self.token_text(self.manifest.bos_token_id), eos_token=self.token_text(eos), **extra))
+            template, **extra, messages=template_messages(messages), add_generation_prompt=add_generation_prompt,
+            bos_token=self.token_text(self.manifest.bos_token_id), eos_token=self.token_text(eos)))
 
     @staticmethod
     def _guard(work: Callable[[], Any]) -> Any:
@@ -109,10 +126,10 @@ class TextCodec:
             raise template_error(e) from None
 
     def encode_chat(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
-                    limit: int | None = None) -> list[int]:
+                    limit: int | None = None, template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
         check_messages(messages)
-        return self.encode(self.render_chat(messages, tools=tools), add_special_tokens=False, what="the rendered chat",
-                           limit=limit)
+        text = self.render_chat(messages, tools=tools, template_kwargs=template_kwargs)
+        return self.encode(text, add_special_tokens=False, what="the rendered chat", limit=limit)
 
 
 class StreamDecoder:

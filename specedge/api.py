@@ -96,12 +96,13 @@ class Model:
              tool_choice: str | Mapping[str, Any] = "auto", parallel_tool_calls: bool = True, max_tokens: int = 512,
              temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
              stop: Sequence[str] = (), grammar: GrammarLike = None, prediction: str | None = None,
-             logprobs: int | None = None) -> Reply:
+             logprobs: int | None = None, chat_template_kwargs: Mapping[str, Any] | None = None) -> Reply:
         """The assistant's reply to OpenAI-style `messages`. With `tools` (OpenAI's tool objects),
         the model's calls come back in `tool_calls`: tool_choice "auto" (its choice; a `strict`
         tool's calls follow its schema), "required" or {"type": "function", "function": {"name":
-        ...}} (a call, its arguments following the schema), "none" (no calls read)."""
-        ids = self._messages_ids(messages, tools)
+        ...}} (a call, its arguments following the schema), "none" (no calls read).
+        chat_template_kwargs: extra variables for the chat template in this call."""
+        ids = self._messages_ids(messages, tools, chat_template_kwargs)
         calls_grammar, names = self._tool_grammar(tools or [], tool_choice, parallel_tool_calls)
         if calls_grammar is not None and grammar is not None:
             raise SpecEdgeError("a grammar cannot be combined with a tool_choice that requires a call",
@@ -133,11 +134,13 @@ class Model:
 
         return fim_prompt(self.generator.codec, prompt, suffix, self.name)
 
-    def _messages_ids(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
+    def _messages_ids(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
+                      template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
         if not is_messages(messages):
             raise SpecEdgeError("chat takes a list of messages such as {'role': 'user', 'content': '...'}",
                                 "pass a list of dicts, or call generate() with a text prompt")
-        return self.generator.encode([dict(m) for m in messages], tools=list(tools) if tools else None)
+        return self.generator.encode([dict(m) for m in messages], tools=list(tools) if tools else None,
+                                     template_kwargs=template_kwargs)
 
     def _tool_grammar(self, tools: Sequence[Mapping[str, Any]], choice: str | Mapping[str, Any],
                       parallel: bool) -> tuple[Grammar | None, frozenset[str]]:
@@ -196,13 +199,16 @@ def finished(stream: TextStream) -> Reply:
 
 # -- load -------------------------------------------------------------------------------------
 def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bool | None = None,
-         gamma: int | Literal["auto"] | None = None, provider: str = "cpu", threads: int | None = None) -> Model:
+         gamma: int | Literal["auto"] | None = None, provider: str = "cpu", threads: int | None = None,
+         chat_template: str | None = None, chat_template_kwargs: Mapping[str, Any] | None = None) -> Model:
     """A model ready to decode. `name_or_path`: a registry pair ("qwen2.5-coder": its target with
     the decoding measured fastest here) or model ("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b:int4"),
     an artifact folder, a GGUF file or a Hugging Face checkpoint folder (exported into the cache
     the first time; progress on stderr). draft: a draft model (name or path) for speculation;
     ngram: draft by lookup in the context too; gamma: draft tokens per pass, or "auto" (the
-    default). provider: "cpu", "dml" or "qnn"; threads: ONNX Runtime's threads per model."""
+    default). provider: "cpu", "dml" or "qnn"; threads: ONNX Runtime's threads per model.
+    chat_template: a Jinja chat template's text to render chats with instead of the model's;
+    chat_template_kwargs: extra variables for every render ({"enable_thinking": False})."""
     name = str(name_or_path)
     if name in PAIRS and draft is None and ngram is None and gamma is None:
         from specedge.defaults import pair_decoding
@@ -227,6 +233,7 @@ def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bo
     from specedge.profiling import measured_bandwidth
 
     gen.bandwidth_gb_per_s = measured_bandwidth()
+    gen.codec.use_template(chat_template, chat_template_kwargs)
     return Model(gen, name.partition(":")[0] if name in MODELS or name in PAIRS else Path(name).name, line)
 
 

@@ -26,6 +26,7 @@ from specedge.options import (
     add_pair_flags,
     add_provider_flags,
     add_sampling_flags,
+    add_template_flags,
     artifact_arg,
     build_config,
     default_pair,
@@ -363,6 +364,7 @@ def add_chat(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--show-draft", action="store_true", help="colour the tokens the draft proposed")
     p.add_argument("--prompt", help="answer this one message and exit")
     p.add_argument("--system", default=None, help="a system message")
+    add_template_flags(p)
     add_sampling_flags(p, max_new_tokens=512)
     add_provider_flags(p)
     p.set_defaults(func=cmd_chat)
@@ -421,6 +423,7 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
     add_gamma_flags(p)
     p.add_argument("--prompt", required=True)
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    add_template_flags(p)
     p.add_argument("--suffix", default=None, metavar="TEXT",
                    help="fill in the middle: write what goes between --prompt and this text, through the model's "
                         "fill-in-the-middle tokens (code models such as qwen2.5-coder)")

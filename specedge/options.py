@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specedge.core.errors import SpecEdgeError
 from specedge.models.registry import DEFAULT_PAIR, MODELS
 
 if TYPE_CHECKING:
@@ -125,6 +126,34 @@ def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int, temperat
                         "(default: race with --seed, rejection without)")
 
 
+def add_template_flags(p: argparse.ArgumentParser) -> None:
+    """--chat-template FILE and --chat-template-kwargs JSON (applied by `load_generator`)."""
+    p.add_argument("--chat-template", type=template_file_arg, default=None, metavar="FILE",
+                   help="render chats with this Jinja template instead of the model's own")
+    p.add_argument("--chat-template-kwargs", type=template_kwargs_arg, default=None, metavar="JSON",
+                   help="""extra variables for the chat template, a JSON object, e.g. '{"enable_thinking": false}'""")
+
+
+def template_file_arg(path: str) -> str:
+    from specedge.runtime.template.options import compile_check, read_template
+
+    try:
+        source = read_template(path)
+        compile_check(source, path)
+        return source
+    except SpecEdgeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def template_kwargs_arg(text: str) -> dict[str, object]:
+    from specedge.runtime.template.options import parse_template_kwargs
+
+    try:
+        return parse_template_kwargs(text)
+    except SpecEdgeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def add_provider_flags(p: argparse.ArgumentParser) -> None:
     """--provider, --draft-provider, --fallback, --threads, --soc (read by `load_generator`)."""
     from specedge.runtime import qnn  # the SoC catalogue: standard library only (no onnxruntime)
@@ -207,4 +236,5 @@ def load_generator(args: argparse.Namespace, target: Path, draft: Path | None, n
     gen = Generator.load(target, draft=draft, ngram=ngram, provider=args.provider, draft_provider=args.draft_provider,
                          threads=args.threads, config=config, fallback=args.fallback, single_steps=single_steps)
     gen.bandwidth_gb_per_s = measured_bandwidth()
+    gen.codec.use_template(getattr(args, "chat_template", None), getattr(args, "chat_template_kwargs", None))
     return gen

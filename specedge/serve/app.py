@@ -254,7 +254,7 @@ class Server:
         self.max_prompt_chars = self.context * longest_token(generator) * FOLDED_CHARS
         self.spell = TokenSpeller(generator.codec.tokenizer)
         self.fills_middle = find_fim_tokens(generator.codec.tokenizer) is not None
-        self.lists_tools = renders_tools(generator.target.manifest.chat_template)
+        self.lists_tools = renders_tools(generator.codec.template_source)
         self.markup = ToolMarkup.of(generator.codec.tokenizer)  # how this model spells a tool call's markers
 
     def model_card(self) -> dict[str, object]:
@@ -329,7 +329,8 @@ class Server:
                 ids = fim_prompt(self.generator.codec, req.prompt, req.suffix, self.settings.model_id)
             else:
                 ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt),
-                                            tools=list(tools) or None, limit=self.context - 1)
+                                            tools=list(tools) or None, limit=self.context - 1,
+                                            template_kwargs=req.template_kwargs)
         except ChatTemplateError as e:  # raw text is the way round: the completions endpoint's field
             raise APIError(400, one_line(str(e.advise("send the text as `prompt` to /v1/completions instead of "
                                                       "`messages`"))), param=param, code="invalid_value") from None

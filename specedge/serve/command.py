@@ -26,6 +26,7 @@ from specedge.options import (
     add_pair_flags,
     add_provider_flags,
     add_sampling_flags,
+    add_template_flags,
     build_config,
     default_pair,
     load_generator,
@@ -62,6 +63,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="requests that may wait while one is decoded (default 8); more get 503 and Retry-After")
     p.add_argument("--model-name", default=None,
                    help="the model id clients pass (default: the pair, or the target's registry name or folder)")
+    add_template_flags(p)
     add_sampling_flags(p, max_new_tokens=512, temperature=1.0, per_request=True)  # temperature 1: the API's default
     add_provider_flags(p)
     p.set_defaults(func=cmd_serve)

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from specedge.core.errors import SpecEdgeError
 from specedge.runtime.grammar import GrammarFault
 from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
+from specedge.runtime.template.options import check_template_kwargs
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
 MAX_STOP_STRINGS = 4  # as the OpenAI API documents
@@ -156,6 +157,7 @@ class GenerationRequest:
     acceptance: str | None = None  # not in the OpenAI API: {"specedge": {"acceptance": "race"|"rejection"}}
     logprobs: int | None = None  # None: none; N: each token's log-probability and its N likeliest alternatives
     suffix: str | None = None  # completion: the text after the gap to fill in (fill-in-the-middle)
+    template_kwargs: dict[str, Any] | None = None  # chat: extra template variables (vLLM's chat_template_kwargs)
 
 
 # Known parameters this server cannot honour, each with the test that a value is the API's default
@@ -218,7 +220,19 @@ def parse_chat(body: dict[str, Any]) -> GenerationRequest:
     """The chat request; its response_format, tools and prediction: serve/structured.py."""
     check_unsupported(body, CHAT_UNSUPPORTED)
     return GenerationRequest(kind="chat", messages=parse_messages(body.get("messages")),
-                             logprobs=_chat_logprobs(body), **parse_common(body))
+                             logprobs=_chat_logprobs(body), template_kwargs=_template_kwargs(body),
+                             **parse_common(body))
+
+
+def _template_kwargs(body: dict[str, Any]) -> dict[str, Any] | None:
+    """chat_template_kwargs (as vLLM and llama-server take it): extra variables for the chat template."""
+    value = body.get("chat_template_kwargs")
+    if value is None:
+        return None
+    try:
+        return check_template_kwargs(value) or None
+    except SpecEdgeError as e:
+        raise invalid("chat_template_kwargs", e.problem.removeprefix("chat_template_kwargs ")) from None
 
 
 def parse_completion(body: dict[str, Any]) -> GenerationRequest:
