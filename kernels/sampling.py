@@ -1,4 +1,4 @@
-"""Logits → probabilities under the sampling transforms (temperature, top-k, top-p), and the
+"""Logits → probabilities under the sampling transforms (temperature, top-k, top-p, min-p), and the
 draws that pick a token from them.
 
 The transformed distribution *is* the distribution the user asked for: the target's p and the
@@ -44,9 +44,10 @@ class SamplingParams:
     temperature: float = 0.0
     top_k: int = 0  # 0: no top-k cut
     top_p: float = 1.0  # 1.0: no nucleus cut
+    min_p: float = 0.0  # 0.0: no cut; else tokens below min_p x the likeliest token's probability are dropped
 
     def __post_init__(self) -> None:
-        t, k, p = self.temperature, self.top_k, self.top_p
+        t, k, p, m = self.temperature, self.top_k, self.top_p, self.min_p
         if not (is_real(t) and math.isfinite(t) and t >= 0):
             raise SpecEdgeError(f"temperature must be a finite number >= 0 (0 is greedy), got {t!r}",
                                 "pass --temperature 0 for greedy decoding or a value such as 0.7")
@@ -56,6 +57,9 @@ class SamplingParams:
         if not (is_real(p) and 0.0 < p <= 1.0):
             raise SpecEdgeError(f"top_p must be in (0, 1] (1 keeps every token), got {p!r}",
                                 "pass --top-p 1 or a mass such as 0.9")
+        if not (is_real(m) and 0.0 <= m <= 1.0):
+            raise SpecEdgeError(f"min_p must be in [0, 1] (0 keeps every token), got {m!r}",
+                                "pass --min-p 0 or a fraction such as 0.05")
 
     @property
     def greedy(self) -> bool:
@@ -97,7 +101,8 @@ def _top_p_mask(probs: np.ndarray, top_p: float) -> np.ndarray:
 
 
 def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """The distribution a token is drawn from: temperature, then top-k, then top-p.
+    """The distribution a token is drawn from: temperature, then top-k, then top-p, then min-p (the
+    two cuts keep prefixes of the same order: either order gives the same law).
 
     logits: [..., V]. Returns float64 probabilities of the same shape, each row summing to 1.
     Greedy params give the one-hot distribution of the argmax.
@@ -113,6 +118,9 @@ def probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     probs = softmax(scaled)
     if params.top_p < 1.0:
         probs = np.where(_top_p_mask(probs, params.top_p), probs, 0.0)
+        probs = probs / np.sum(probs, axis=-1, keepdims=True)
+    if params.min_p > 0.0:  # the likeliest token always stays (min_p <= 1)
+        probs = np.where(probs >= params.min_p * np.max(probs, axis=-1, keepdims=True), probs, 0.0)
         probs = probs / np.sum(probs, axis=-1, keepdims=True)
     return probs
 

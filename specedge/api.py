@@ -73,30 +73,32 @@ class Model:
         return f"<specedge.Model {self.name}: {self.decoding}>"
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
-                 top_k: int = 0, seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
-                 prediction: str | None = None, suffix: str | None = None, logprobs: int | None = None) -> Reply:
+                 top_k: int = 0, min_p: float = 0.0, seed: int | None = None, stop: Sequence[str] = (),
+                 grammar: GrammarLike = None, prediction: str | None = None, suffix: str | None = None,
+                 logprobs: int | None = None) -> Reply:
         """Continue `prompt` (text or token ids, no chat template); with `suffix`, fill in the
         middle between the prompt and the suffix (models with FIM tokens, such as Qwen2.5-Coder)."""
         ids = self._prompt_ids(prompt, suffix)
-        stream = self._stream(ids, self._config(max_tokens, temperature, top_p, top_k, seed, stop, logprobs),
+        stream = self._stream(ids, self._config(max_tokens, temperature, top_p, top_k, min_p, seed, stop, logprobs),
                               as_grammar(grammar), prediction)
         return finished(stream)
 
     def stream(self, prompt: Prompt | Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0,
-               top_p: float = 1.0, top_k: int = 0, seed: int | None = None, stop: Sequence[str] = (),
-               grammar: GrammarLike = None, prediction: str | None = None, suffix: str | None = None,
-               logprobs: int | None = None) -> TextStream:
+               top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, seed: int | None = None,
+               stop: Sequence[str] = (), grammar: GrammarLike = None, prediction: str | None = None,
+               suffix: str | None = None, logprobs: int | None = None) -> TextStream:
         """Text pieces as they are decoded, of a prompt (text or token ids) or of chat messages
         (through the model's chat template); `.result` holds the whole once iterated."""
         ids = self._messages_ids(prompt) if is_messages(prompt) else self._prompt_ids(prompt, suffix)  # type: ignore[arg-type]
-        return self._stream(ids, self._config(max_tokens, temperature, top_p, top_k, seed, stop, logprobs),
+        return self._stream(ids, self._config(max_tokens, temperature, top_p, top_k, min_p, seed, stop, logprobs),
                             as_grammar(grammar), prediction)
 
     def chat(self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None,
              tool_choice: str | Mapping[str, Any] = "auto", parallel_tool_calls: bool = True, max_tokens: int = 512,
-             temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
-             stop: Sequence[str] = (), grammar: GrammarLike = None, prediction: str | None = None,
-             logprobs: int | None = None, chat_template_kwargs: Mapping[str, Any] | None = None) -> Reply:
+             temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
+             seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
+             prediction: str | None = None, logprobs: int | None = None,
+             chat_template_kwargs: Mapping[str, Any] | None = None) -> Reply:
         """The assistant's reply to OpenAI-style `messages`. With `tools` (OpenAI's tool objects),
         the model's calls come back in `tool_calls`: tool_choice "auto" (its choice; a `strict`
         tool's calls follow its schema), "required" or {"type": "function", "function": {"name":
@@ -107,7 +109,7 @@ class Model:
         if calls_grammar is not None and grammar is not None:
             raise SpecEdgeError("a grammar cannot be combined with a tool_choice that requires a call",
                                 'drop the grammar, or pass tool_choice="auto"')
-        config = self._config(max_tokens, temperature, top_p, top_k, seed, stop, logprobs)
+        config = self._config(max_tokens, temperature, top_p, top_k, min_p, seed, stop, logprobs)
         reply = finished(self._stream(ids, config, calls_grammar or as_grammar(grammar), prediction))
         text, calls = read_tool_calls(reply.text, names) if names else (reply.text, [])
         if calls:
@@ -115,12 +117,12 @@ class Model:
         return reply
 
     # -- the pieces --------------------------------------------------------------------------
-    def _config(self, max_tokens: int, temperature: float, top_p: float, top_k: int, seed: int | None,
-                stop: Sequence[str], logprobs: int | None) -> dict[str, object]:
+    def _config(self, max_tokens: int, temperature: float, top_p: float, top_k: int, min_p: float,
+                seed: int | None, stop: Sequence[str], logprobs: int | None) -> dict[str, object]:
         if isinstance(stop, str):
             stop = (stop,)
         return {"max_new_tokens": max_tokens, "sampling": SamplingParams(temperature=temperature, top_k=top_k,
-                                                                          top_p=top_p),
+                                                                          top_p=top_p, min_p=min_p),
                 "seed": seed, "stop_strings": tuple(stop), "logprobs": logprobs}
 
     def _stream(self, ids: list[int], overrides: dict[str, object], grammar: Grammar | None,

@@ -62,6 +62,13 @@ def probability_mass(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    value = _number(text, float)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text}")
+    return value
+
+
 def positive_int(text: str) -> int:
     value = nonnegative_int(text)
     if value == 0:
@@ -118,6 +125,8 @@ def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int, temperat
                    help=f"sample from the k likeliest tokens{when} (default 0: all)")
     p.add_argument("--top-p", type=probability_mass, default=1.0,
                    help=f"sample from the likeliest tokens of this probability mass{when} (default 1: all)")
+    p.add_argument("--min-p", type=fraction, default=0.0,
+                   help=f"drop tokens less likely than this fraction of the likeliest{when} (default 0: none)")
     p.add_argument("--seed", type=nonnegative_int, default=None,
                    help=f"the same seed draws the same tokens{when} (default: a fresh seed)")
     p.add_argument("--acceptance", choices=["race", "rejection"], default=None,
@@ -176,7 +185,7 @@ def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequenc
     from specedge.kernels.sampling import SamplingParams  # numpy: loaded when a command runs
     from specedge.runtime.decoding import SpecConfig  # onnxruntime: loaded when a command runs
 
-    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
     auto = args.gamma in (None, "auto") and not no_draft  # None: not given, auto
     gamma = 0 if no_draft else (4 if auto else int(args.gamma))
     return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens, sampling=sampling,

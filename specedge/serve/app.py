@@ -74,6 +74,7 @@ class ServeSettings:
     temperature: float = 1.0  # the API's defaults
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0
     origins: Origins = LOCAL  # the names and port requests must be addressed to
 
 
@@ -363,7 +364,8 @@ class Server:
         d, config = self.settings, self.generator.config
         sampling = SamplingParams(temperature=d.temperature if req.temperature is None else req.temperature,
                                   top_k=d.top_k if req.top_k is None else req.top_k,
-                                  top_p=d.top_p if req.top_p is None else req.top_p)
+                                  top_p=d.top_p if req.top_p is None else req.top_p,
+                                  min_p=d.min_p if req.min_p is None else req.min_p)
         fields: dict[str, object] = {"max_new_tokens": req.max_tokens or d.max_tokens, "sampling": sampling,
                                      "stop_strings": req.stop, "ignore_eos": req.ignore_eos,
                                      "seed": config.seed if req.seed is None else req.seed,

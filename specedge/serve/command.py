@@ -161,7 +161,7 @@ def serve_settings(args: argparse.Namespace, target: Path, port: int) -> ServeSe
 
     return ServeSettings(model_id=model_id(args), aliases=(Path(target).name,), queue_size=args.queue,
                          max_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                         top_p=args.top_p, origins=Origins.of_listener(args.host, port))
+                         top_p=args.top_p, min_p=args.min_p, origins=Origins.of_listener(args.host, port))
 
 
 def setup_logging() -> None:

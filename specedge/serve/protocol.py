@@ -151,6 +151,7 @@ class GenerationRequest:
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None  # not in the OpenAI API; llama.cpp's server and others take it
+    min_p: float | None = None  # not in the OpenAI API; llama.cpp's server and vLLM take it
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # not in the OpenAI API: decode exactly max_tokens (benchmarks)
@@ -195,6 +196,7 @@ COMMON_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "presence_penalty": (_zero, "presence_penalty other than 0"),
     "frequency_penalty": (_zero, "frequency_penalty other than 0"),
     "logit_bias": (_empty, "logit_bias"),
+    "repetition_penalty": (_is_one, "repetition_penalty other than 1 (it would change the model's distribution)"),
 }
 CHAT_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     **COMMON_UNSUPPORTED,
@@ -287,7 +289,8 @@ def parse_common(body: dict[str, Any]) -> dict[str, Any]:
         "model": model, "stream": stream, "include_usage": include_usage, "max_tokens": max_tokens,
         "temperature": _number(body, "temperature", 0.0, 2.0, "a number from 0 to 2"),
         "top_p": _number(body, "top_p", 0.0, 1.0, "a number in (0, 1]", low_open=True),
-        "top_k": _int(body, "top_k", 0), "seed": _seed(body), "stop": _stop(body.get("stop")),
+        "top_k": _int(body, "top_k", 0), "min_p": _number(body, "min_p", 0.0, 1.0, "a number from 0 to 1"),
+        "seed": _seed(body), "stop": _stop(body.get("stop")),
         "ignore_eos": _bool(body, "ignore_eos"), "acceptance": _acceptance(body.get("specedge")),
     }
 

@@ -33,6 +33,20 @@ def test_top_p_keeps_smallest_prefix_reaching_p() -> None:
     np.testing.assert_allclose(p[:n_keep], full[:n_keep] / full[:n_keep].sum())
 
 
+def test_min_p_drops_tokens_below_a_fraction_of_the_likeliest() -> None:
+    full = softmax(LOGITS)
+    p = probabilities(LOGITS, SamplingParams(temperature=1.0, min_p=0.2))
+    kept = full >= 0.2 * full.max()
+    assert kept.tolist() == [True, True, True, False, False, False]
+    np.testing.assert_allclose(p, np.where(kept, full, 0) / full[kept].sum())
+    assert probabilities(LOGITS, SamplingParams(temperature=1.0, min_p=1.0)).tolist() == [1.0, 0, 0, 0, 0, 0]
+    for top_p in (0.5, 0.9):  # the two cuts keep prefixes of one order: the law is the same either way
+        both = probabilities(LOGITS, SamplingParams(temperature=1.0, top_p=top_p, min_p=0.2))
+        nucleus = probabilities(LOGITS, SamplingParams(temperature=1.0, top_p=top_p))
+        kept_both = (nucleus > 0) & kept
+        np.testing.assert_allclose(both, np.where(kept_both, full, 0) / full[kept_both].sum())
+
+
 def test_top_k_then_top_p_batched_rows() -> None:
     rows = np.stack([LOGITS, LOGITS[::-1]])
     p = probabilities(rows, SamplingParams(temperature=0.7, top_k=3, top_p=0.9))
@@ -44,6 +58,7 @@ def test_top_k_then_top_p_batched_rows() -> None:
     {"temperature": -1.0}, {"temperature": float("nan")}, {"temperature": float("inf")}, {"temperature": "0.7"},
     {"top_k": -2}, {"top_k": 2.5}, {"top_k": True},
     {"top_p": 0.0}, {"top_p": 1.5}, {"top_p": float("nan")}, {"top_p": -0.1},
+    {"min_p": -0.1}, {"min_p": 1.5}, {"min_p": float("nan")}, {"min_p": "0.1"},
 ])
 def test_invalid_params_are_rejected_with_what_to_do(kwargs: dict[str, object]) -> None:
     with pytest.raises(SpecEdgeError) as e:

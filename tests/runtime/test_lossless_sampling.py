@@ -51,6 +51,7 @@ CASES = {
     "temperature": SamplingParams(temperature=1.0),
     "top-k": SamplingParams(temperature=0.8, top_k=5),
     "top-p": SamplingParams(temperature=1.3, top_p=0.8),
+    "min-p": SamplingParams(temperature=1.3, min_p=0.3),
 }
 
 

@@ -154,3 +154,20 @@ def test_a_chat_the_template_cannot_render_names_the_servers_own_way_round(tiny_
     assert r.status_code == 400 and error["param"] == "messages", r.text
     assert "send the text as `prompt` to /v1/completions" in error["message"] and "--chat" not in error["message"]
     assert ("fix the template" in error["message"]) == bool(template)
+
+
+def test_min_p_reaches_the_sampler(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """min_p 1 keeps only the likeliest token: sampling at temperature 1 then gives greedy's tokens,
+    under speculation too (the request's min_p is the target's law, not ignored)."""
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], draft=tiny_llama[2], config=SpecConfig(gamma=4))
+    app = create_app(gen, ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000)))
+    body = {"model": MODEL, "prompt": "abcab", "max_tokens": 12, "ignore_eos": True, "seed": 5}
+    with TestClient(app, base_url=HERE) as client:
+        greedy = client.post("/v1/completions", json={**body, "temperature": 0}).json()
+        cut = client.post("/v1/completions", json={**body, "temperature": 1, "min_p": 1.0}).json()
+        free = [client.post("/v1/completions", json={**body, "temperature": 1, "seed": s}).json()
+                for s in range(4)]
+    assert cut["choices"][0]["text"] == greedy["choices"][0]["text"]
+    assert any(f["choices"][0]["text"] != greedy["choices"][0]["text"] for f in free)  # without it: not greedy

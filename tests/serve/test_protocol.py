@@ -38,6 +38,12 @@ def test_chat_defaults_and_parameters() -> None:
     assert req.seed == (1 << 64) - 1 and req.stop == ("x",) and req.stream and req.include_usage
 
 
+def test_min_p_and_a_neutral_repetition_penalty_are_taken() -> None:
+    assert parse_chat({"messages": USER}).min_p is None
+    assert parse_chat({"messages": USER, "min_p": 0.05, "repetition_penalty": 1.0}).min_p == 0.05
+    assert parse_completion({"prompt": "x", "min_p": 0}).min_p == 0.0
+
+
 def test_the_acceptance_rule_is_a_request_field() -> None:
     assert parse_chat({"messages": USER}).acceptance is None
     assert parse_chat({"messages": USER, "specedge": {"acceptance": "rejection"}}).acceptance == "rejection"
@@ -68,6 +74,10 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
     ({"messages": USER, "tools": [{"type": "function"}]}, 400),  # no function
     ({"messages": USER, "functions": [{"name": "f"}]}, 422),  # the deprecated form
     ({"messages": USER, "presence_penalty": 0.5}, 422),
+    ({"messages": USER, "repetition_penalty": 1.1}, 422),  # refused, never ignored
+    ({"messages": USER, "min_p": 1.5}, 400),
+    ({"messages": USER, "min_p": "0.1"}, 400),
+    ({"messages": USER, "chat_template_kwargs": {"tools": []}}, 400),
     ({"messages": [{"role": "tool", "content": "x"}]}, 400),  # no tool_call_id
     ({"messages": [{"role": "function", "name": "f", "content": "x"}]}, 422),
     ({"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400),
