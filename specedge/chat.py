@@ -8,10 +8,12 @@ A message that cannot be answered is told in brackets and the chat goes on; the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
 from specedge.core.errors import SpecEdgeError
@@ -216,12 +218,45 @@ def tolerate_bad_bytes(stream: object) -> None:
         reconfigure(errors="replace")
 
 
+HISTORY_LINES = 1000  # the chat's line history kept between sessions (in the cache: its own file)
+
+
 def terminal_lines(prompt: str = "you> ") -> Iterator[str]:
-    """Lines typed at a terminal; ends on Ctrl-D or Ctrl-C at the prompt."""
+    """Lines typed at a terminal, with line editing and a history (arrow keys, Ctrl-R) where Python
+    has readline, kept between sessions; ends on Ctrl-D or Ctrl-C at the prompt."""
     tolerate_bad_bytes(sys.stdin)
-    while True:
-        try:
-            yield input(prompt)
-        except (EOFError, KeyboardInterrupt):
-            print()
-            return
+    history = start_history()
+    try:
+        while True:
+            try:
+                yield input(prompt)
+            except (EOFError, KeyboardInterrupt):
+                print()
+                return
+    finally:
+        save_history(history)
+
+
+def start_history() -> Path | None:
+    """Load the chat's history into readline (None: no readline here, or no readable history)."""
+    try:
+        import readline
+    except ImportError:  # Windows without pyreadline: plain input()
+        return None
+    from specedge.models.paths import cache_root
+
+    path = cache_root() / "chat_history"
+    readline.set_history_length(HISTORY_LINES)
+    with contextlib.suppress(OSError):
+        readline.read_history_file(path)
+    return path
+
+
+def save_history(path: Path | None) -> None:
+    if path is None:
+        return
+    import readline
+
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        readline.write_history_file(path)

@@ -98,20 +98,44 @@ def read_text_arg(path: str, flag: str) -> str:
         raise SpecEdgeError(f"{flag} {path} cannot be read ({e})", f"pass a UTF-8 text file to {flag}") from None
 
 
+def prompt_arg(args: argparse.Namespace) -> str:
+    """The prompt: -p TEXT, -p - (standard input) or -f FILE."""
+    if args.file is not None:
+        return read_text_arg(args.file, "--file")
+    if args.prompt is None:
+        raise SpecEdgeError("generate needs a prompt", "pass -p TEXT, -p - to read standard input, or -f FILE")
+    if args.prompt == "-":
+        try:
+            return sys.stdin.read()
+        except UnicodeDecodeError as e:
+            raise SpecEdgeError(f"standard input is not UTF-8 text ({e})", "pipe UTF-8 text to -p -") from None
+    return str(args.prompt)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from specedge.chat import stats_line
     from specedge.runtime.template.sandbox import ChatTemplateError
 
     if args.suffix and args.chat:
         raise SpecEdgeError("--suffix fills in the middle of a raw prompt, not a chat", "drop --chat or --suffix")
-    config = build_config(args, no_draft=args.no_draft, stop=args.stop, ignore_eos=args.ignore_eos)
-    draft = None if args.no_draft or args.draft is None else artifact_arg(args.draft)
-    gen = load_generator(args, artifact_arg(args.target), draft, args.ngram and not args.no_draft, config)
-    prompt: str | list[int] = args.prompt
+    text = prompt_arg(args)
+    if args.draft is not None and args.target is None:
+        raise SpecEdgeError("--draft needs --target", "pass -m TARGET with --draft, or neither for the default pair")
+    if args.target is None:  # the default pair, decoded the way measured fastest here (as chat)
+        way = default_pair(args.pair, None, None, "0" if args.no_draft else args.gamma, args.ngram)
+        target, draft, ngram = way.target, None if args.no_draft else way.draft, way.ngram and not args.no_draft
+        no_draft = args.no_draft or way.single_steps
+    else:
+        target = artifact_arg(args.target)
+        draft = None if args.no_draft or args.draft is None else artifact_arg(args.draft)
+        ngram, no_draft = args.ngram and not args.no_draft, args.no_draft
+    config = build_config(args, no_draft=no_draft, stop=args.stop, ignore_eos=args.ignore_eos)
+    gen = load_generator(args, target, draft, ngram, config)
+    prompt: str | list[int] = text
     if args.suffix:  # fill in the middle: the prompt before the gap, the suffix after it
         from specedge.runtime.fim import fim_prompt
 
-        prompt = fim_prompt(gen.codec, args.prompt, args.suffix, args.target)
+        prompt = fim_prompt(gen.codec, text, args.suffix, args.target or args.pair)
     try:
         stream = gen.stream(prompt, chat=args.chat, grammar=grammar_arg(args))
         for piece in stream:
@@ -362,7 +386,7 @@ def add_chat(sub: argparse._SubParsersAction) -> None:
     add_pair_flags(p)
     add_gamma_flags(p)
     p.add_argument("--show-draft", action="store_true", help="colour the tokens the draft proposed")
-    p.add_argument("--prompt", help="answer this one message and exit")
+    p.add_argument("-p", "--prompt", help="answer this one message and exit")
     p.add_argument("--system", default=None, help="a system message")
     add_template_flags(p)
     add_sampling_flags(p, max_new_tokens=512)
@@ -416,12 +440,16 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 
 def add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate text with speculative decoding")
-    p.add_argument("--target", required=True, help="target artifact folder or registry model name")
+    p.add_argument("--pair", default=DEFAULT_PAIR, help=f"a registry pair, without --target (default {DEFAULT_PAIR}, "
+                                                       "decoded the way measured fastest here)")
+    p.add_argument("-m", "--target", default=None, help="target artifact folder or registry model name")
     drafters = p.add_mutually_exclusive_group()
     drafters.add_argument("--draft", help="draft artifact folder or registry model name")
     drafters.add_argument("--no-draft", action="store_true", help="plain decoding of the target")
     add_gamma_flags(p)
-    p.add_argument("--prompt", required=True)
+    prompts = p.add_mutually_exclusive_group()
+    prompts.add_argument("-p", "--prompt", default=None, help="the prompt (-: read it from standard input)")
+    prompts.add_argument("-f", "--file", default=None, metavar="FILE", help="read the prompt from this UTF-8 file")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     add_template_flags(p)
     p.add_argument("--suffix", default=None, metavar="TEXT",

@@ -97,7 +97,7 @@ def parse_widths(text: str) -> tuple[int, ...]:
 def add_pair_flags(p: argparse.ArgumentParser) -> None:
     """--pair, or --target and --draft (read by `pair_paths` and `default_pair`)."""
     p.add_argument("--pair", default=DEFAULT_PAIR, help=f"a registry pair (default {DEFAULT_PAIR})")
-    p.add_argument("--target", help="target artifact folder or registry model (instead of --pair)")
+    p.add_argument("-m", "--target", help="target artifact folder or registry model (instead of --pair)")
     p.add_argument("--draft", help="draft artifact folder or registry model (with --target)")
 
 
@@ -112,14 +112,14 @@ def add_gamma_flags(p: argparse.ArgumentParser) -> None:
 
 def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int, temperature: float = 0.0,
                        per_request: bool = False) -> None:
-    """--max-new-tokens, --temperature, --top-k, --top-p, --seed (read by `build_config`). per_request:
-    they are a server's values for a request that sets none, and --max-tokens (the API's name)
-    names --max-new-tokens too."""
+    """-n/--max-tokens/--max-new-tokens, --temperature/--temp, --top-k, --top-p, --min-p, -s/--seed
+    (read by `build_config`), llama-cli's and mlx-lm's short names beside the long ones. per_request:
+    they are a server's values for a request that sets none."""
     when = " when a request sets none" if per_request else ""
-    tokens = ("--max-tokens", "--max-new-tokens") if per_request else ("--max-new-tokens",)
+    tokens = ("-n", "--max-tokens", "--max-new-tokens")
     p.add_argument(*tokens, dest="max_new_tokens", type=positive_int, default=max_new_tokens, metavar="N",
                    help=f"tokens to generate{when} (default {max_new_tokens})")
-    p.add_argument("--temperature", type=nonnegative_float, default=temperature,
+    p.add_argument("--temperature", "--temp", type=nonnegative_float, default=temperature,
                    help=f"sampling temperature{when} (default {temperature:g}; 0 is greedy)")
     p.add_argument("--top-k", type=nonnegative_int, default=0,
                    help=f"sample from the k likeliest tokens{when} (default 0: all)")
@@ -127,7 +127,7 @@ def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int, temperat
                    help=f"sample from the likeliest tokens of this probability mass{when} (default 1: all)")
     p.add_argument("--min-p", type=fraction, default=0.0,
                    help=f"drop tokens less likely than this fraction of the likeliest{when} (default 0: none)")
-    p.add_argument("--seed", type=nonnegative_int, default=None,
+    p.add_argument("-s", "--seed", type=nonnegative_int, default=None,
                    help=f"the same seed draws the same tokens{when} (default: a fresh seed)")
     p.add_argument("--acceptance", choices=["race", "rejection"], default=None,
                    help=f"how sampled drafts are verified{when}: race, the tokens of plain sampling with the "
@@ -171,7 +171,7 @@ def add_provider_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-provider", default=None, help="provider of the draft (default: --provider)")
     p.add_argument("--fallback", choices=["cpu"], default=None,
                    help="run on this provider (and say so) when the asked one is missing")
-    p.add_argument("--threads", type=positive_int, default=None, help="onnxruntime threads per model")
+    p.add_argument("-t", "--threads", type=positive_int, default=None, help="onnxruntime threads per model")
     p.add_argument("--soc", action=qnn.SocArgument, default=None, metavar="SOC",
                    help="qnn: the Snapdragon to compile for: a QNN soc_model number, a SoC name (SM8650) or a "
                         "device profile (snapdragon-8-gen-3); default: the one the artifact was exported for, else 60")

@@ -1,6 +1,7 @@
 """The chat at a real terminal (a pseudo-terminal), as a user types at it: the prompt, an answer
 streaming with the drafted tokens coloured (--show-draft), Ctrl-C stopping the answer and leaving
-the chat waiting for the next message, /quit ending it. SmolLM2 answers (its fp32 export, the int4
+the chat waiting for the next message, /quit ending it; the arrow keys recalling the lines of an
+earlier session. SmolLM2 answers (its fp32 export, the int4
 one drafting): a long answer, so Ctrl-C lands in the middle of one."""
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ def controlling_terminal() -> None:
 class Terminal:
     """`specedge chat` on a pseudo-terminal: what it writes is read as it comes."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen([sys.executable, "-m", "specedge", "chat", *args], stdin=slave, stdout=slave,
-                                     stderr=slave, cwd=ROOT, preexec_fn=controlling_terminal)
+                                     stderr=slave, cwd=ROOT, preexec_fn=controlling_terminal,
+                                     env={**os.environ, **(env or {})})
         os.close(slave)
         self.seen = ""
 
@@ -75,3 +77,22 @@ def test_ctrl_c_stops_an_answer_and_the_chat_goes_on(smollm2: dict[str, Path]) -
     assert term.seen.count("you> ") >= before
     term.type("/quit\r")
     assert term.close() == 0
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals: POSIX (Linux)")
+def test_the_up_arrow_recalls_a_line_of_an_earlier_session(smollm2: dict[str, Path], tmp_path: Path) -> None:
+    pytest.importorskip("readline")
+    args, env = ("--target", str(smollm2["int4"])), {"SPECEDGE_CACHE": str(tmp_path)}
+    first = Terminal(*args, env=env)
+    first.read_until("you> ")
+    first.type("/gamma 3\r")  # a line of this session: said back, no model needed
+    first.read_until("[no drafts in this chat")
+    first.type("/quit\r")
+    assert first.close() == 0
+    assert (tmp_path / "chat_history").read_text().splitlines()[-2:] == ["/gamma 3", "/quit"]
+    second = Terminal(*args, env=env)
+    second.read_until("you> ")
+    second.type("\x1b[A\x1b[A\r")  # up twice: the line before /quit, entered again
+    assert "[no drafts in this chat" in second.read_until("[no drafts in this chat")
+    second.type("/quit\r")
+    assert second.close() == 0

@@ -322,3 +322,38 @@ def test_a_chat_the_template_cannot_render_advises_dropping_chat(tiny_llama: tup
     monkeypatch.setattr(TextCodec, "chat_template", no_template)
     proc = cli_here("generate", "--target", str(tiny_llama[1]), "--prompt", "hi", "--chat", "--max-new-tokens", "2")
     assert_one_line_error(proc, "no chat template", "drop --chat and pass the raw prompt")
+
+
+def test_llama_cli_short_flags_and_prompts_from_stdin_or_a_file(tiny_llama: tuple[Path, Path, Path],
+                                                                tmp_path: Path) -> None:
+    """-m, -p (- reads standard input), -f FILE, -n, --temp, -s and -t name what the long flags name:
+    the same prompt given three ways gives the same tokens."""
+    _, target, draft = tiny_llama
+    long = run_cli("generate", "--target", str(target), "--draft", str(draft), "--prompt", "abcab",
+                   "--max-new-tokens", "6", "--temperature", "0.9", "--seed", "4", "--threads", "1", "--json",
+                   "--ignore-eos")
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text("abcab", encoding="utf-8")
+    short = ["-m", str(target), "--draft", str(draft), "-n", "6", "--temp", "0.9", "-s", "4", "-t", "1", "--json",
+             "--ignore-eos"]
+    piped = subprocess.run([sys.executable, "-m", "specedge", "generate", *short, "-p", "-"], input="abcab",
+                           capture_output=True, text=True, timeout=300)
+    filed = run_cli("generate", *short, "-f", str(prompt_file))
+    ids = [json.loads(p.stdout)["token_ids"] for p in (long, piped, filed)]
+    assert ids[0] == ids[1] == ids[2] and len(ids[0]) == 6, [p.stderr for p in (long, piped, filed)]
+
+
+def test_generate_without_a_prompt_or_with_a_draft_alone_is_one_line(tiny_llama: tuple[Path, Path, Path],
+                                                                     cli_here: Run) -> None:
+    assert_one_line_error(cli_here("generate", "-m", str(tiny_llama[1])), "needs a prompt", "-p -", "-f FILE")
+    assert_one_line_error(cli_here("generate", "--draft", str(tiny_llama[2]), "-p", "x"), "--draft needs --target")
+
+
+@pytest.mark.slow
+def test_generate_takes_the_default_pair_without_a_target(default_pair: dict[str, Path]) -> None:
+    """`specedge generate -p ...`, as `chat`, decodes the default pair (here with γ given: the pair
+    as the flags say, no calibration)."""
+    proc = run_cli("generate", "-p", "def fib(n):", "-n", "8", "--gamma", "4", "--json", "--ignore-eos")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["n_tokens"] == 8 and out["gamma"] == 4
