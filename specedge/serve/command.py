@@ -15,10 +15,11 @@ import logging
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specedge.core.errors import SpecEdgeError
 from specedge.options import (
@@ -107,34 +108,59 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from specedge.serve.app import create_app
         from specedge.serve.connections import deadline_protocol
+        from specedge.serve.guard import Origins, RequestGuard
+        from specedge.serve.loading import LoadingGate
         from specedge.serve.protocol import SHUTTING_DOWN
     except ImportError as e:
         raise SpecEdgeError(f"specedge serve needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[serve]'") from None
 
     sock = listen(args.host, args.port)  # before the models load: a port in use fails at once
-    way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram)
-    config = build_config(args, no_draft=way.single_steps)  # requests override its length, sampling and seed
-    gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
     host, port = sock.getsockname()[:2]
-    settings = serve_settings(args, way.target, port)
     setup_logging()
-    pair = way.target.name + (f" + {way.draft.name}" if way.draft else "") + (" + n-gram" if way.ngram else "")
-    print(f"specedge serve: model '{settings.model_id}' ({pair}) at http://{host}:{port}/v1; one request decodes "
-          f"at a time, {args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
     if not is_loopback(args.host):
         print(f"specedge serve: warning: listening on {args.host}, reachable from other machines, and with no "
               "authentication", file=sys.stderr, flush=True)
-    app = create_app(gen, settings)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_S,
+    print(f"specedge serve: loading the model; http://{host}:{port}/health answers 503 until it is ready",
+          file=sys.stderr, flush=True)
+    gate = LoadingGate()
+    config = uvicorn.Config(RequestGuard(gate, Origins.of_listener(args.host, port)), log_level="warning",
+                            access_log=False, timeout_graceful_shutdown=GRACE_S, lifespan="on",
                             http=deadline_protocol(args.request_timeout, args.write_timeout),
                             timeout_keep_alive=KEEP_ALIVE_S)
-    server = stopping_server(uvicorn.Server, lambda: app.state.server.worker.end_all(SHUTTING_DOWN))(config)
+    server = stopping_server(uvicorn.Server, lambda: gate.end_all(SHUTTING_DOWN))(config)
+    failed: list[BaseException] = []
+    loader = threading.Thread(target=load_into, args=(gate, args, host, port, server, failed), daemon=True,
+                              name="specedge-load")
+    loader.start()
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has shut down cleanly
         server.run(sockets=[sock])
+    if failed:
+        raise failed[0]
     return 0
+
+
+def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server: Any,
+              failed: list[BaseException]) -> None:
+    """Load the models (fetched and exported on a first run) and open the gate to them; a failure
+    stops the server, and `cmd_serve` raises it once uvicorn has stopped."""
+    from specedge.serve.app import create_app
+
+    try:
+        way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram)
+        config = build_config(args, no_draft=way.single_steps)  # requests override its length, sampling and seed
+        gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
+        settings = serve_settings(args, way.target, port)
+        if not gate.open(create_app(gen, settings)):
+            return
+    except BaseException as e:  # a SpecEdgeError is one line once the server has stopped
+        failed.append(e)
+        server.should_exit = True
+        return
+    pair = way.target.name + (f" + {way.draft.name}" if way.draft else "") + (" + n-gram" if way.ngram else "")
+    print(f"specedge serve: model '{settings.model_id}' ({pair}) at http://{host}:{port}/v1; one request decodes "
+          f"at a time, {args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
 
 
 def stopping_server(base: type, on_stop: Callable[[], None]) -> type:

@@ -126,6 +126,11 @@ class GenerationWorker:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        """Whether the worker's thread is decoding requests (started, not yet stopped)."""
+        return self._thread.is_alive()
+
     def stop(self, timeout: float = 10.0) -> None:
         """Cancel what is running and waiting, and end the thread."""
         with self._lock:
