@@ -65,7 +65,8 @@ class TextCodec:
         call), so a server's event loop answers meanwhile."""
         check_text(text, what)
         parsing = self.tokenizer.encode_special_tokens
-        self.tokenizer.encode_special_tokens = not special_text
+        if parsing == special_text:  # set only when it changes: a setter borrows the tokenizer exclusively
+            self.tokenizer.encode_special_tokens = not special_text
         try:
             if limit is not None and len(text) > limit * PREFIX_CHARS:
                 head = len(self.tokens(text[:limit * PREFIX_CHARS], add_special_tokens))
@@ -73,7 +74,8 @@ class TextCodec:
                     raise PromptTooLong(head, limit, what)
             ids = self.tokens(text, add_special_tokens)
         finally:
-            self.tokenizer.encode_special_tokens = parsing
+            if self.tokenizer.encode_special_tokens != parsing:
+                self.tokenizer.encode_special_tokens = parsing
         if limit is not None and len(ids) > limit:
             raise PromptTooLong(len(ids), limit, what)
         check_ids(ids, self.manifest, self.folder)

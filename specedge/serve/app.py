@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -36,8 +37,9 @@ from specedge.kernels.sampling import SamplingParams
 from specedge.runtime.fim import NoFimTokens, fim_prompt, find_fim_tokens
 from specedge.runtime.generator import Generator, draft_model
 from specedge.runtime.grammar import GrammarConstraint, unsatisfiable
+from specedge.runtime.model import check_token_ids
 from specedge.runtime.template.sandbox import ChatTemplateError
-from specedge.runtime.text import PromptTooLong
+from specedge.runtime.text import PromptTooLong, TextCodec
 from specedge.runtime.tools import ToolMarkup, read_tool_calls, renders_tools
 from specedge.serve.guard import LOCAL, Origins, RequestGuard
 from specedge.serve.logprobs import LogprobShapes, TokenSpeller
@@ -53,13 +55,15 @@ from specedge.serve.protocol import (
     parse_chat,
     parse_completion,
     parse_json,
+    parse_messages,
 )
 from specedge.serve.responses import DONE, Shaper, finish_reason, specedge_stats, sse, usage
 from specedge.serve.structured import FREE_TEXT, Structure, ToolCallFilter, api_calls, parse_structure
 from specedge.serve.worker import Failed, Finished, GenerationWorker, Job, Piece, QueueFull
 
 log = logging.getLogger("specedge.serve")
-ROUTE_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions"})
+ROUTE_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions",
+                         "/tokenize", "/detokenize"})
 FOLDED_CHARS = 4  # characters a tokenizer's normalizer (NFC) may fold into one, at most
 EVENT_STREAM_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                         (b"x-accel-buffering", b"no")]
@@ -257,6 +261,8 @@ class Server:
         self.fills_middle = find_fim_tokens(generator.codec.tokenizer) is not None
         self.lists_tools = renders_tools(generator.codec.template_source)
         self.markup = ToolMarkup.of(generator.codec.tokenizer)  # how this model spells a tool call's markers
+        self._side_codec: TextCodec | None = None  # /tokenize's and /detokenize's, under their lock
+        self._side_lock = threading.Lock()
 
     def model_card(self) -> dict[str, object]:
         gen = self.generator
@@ -288,6 +294,54 @@ class Server:
 
     async def completions(self, request: Request) -> Response | EventStream:
         return await self.complete(request, parse_completion(parse_json(await read_body(request))))
+
+    async def tokenize(self, request: Request) -> JSONResponse:
+        """llama-server's /tokenize ({"content": text, "add_special": bool}; vLLM's "prompt" or chat
+        "messages" too): the token ids, their count and the context."""
+        body = parse_json(await read_body(request))
+        self.check_model(body.get("model"))
+        ids = await run_in_threadpool(self.tokens_of, body)
+        return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": self.context})
+
+    async def detokenize(self, request: Request) -> JSONResponse:
+        """llama-server's /detokenize ({"tokens": [ids]}): their text."""
+        body = parse_json(await read_body(request))
+        self.check_model(body.get("model"))
+        try:
+            ids = check_token_ids(body.get("tokens") or [], self.generator.target.manifest.vocab_size)
+        except SpecEdgeError as e:
+            raise invalid("tokens", e.problem) from None
+        return JSONResponse({"content": await run_in_threadpool(self.text_of, ids)})
+
+    def text_of(self, ids: list[int]) -> str:
+        codec = self.side_codec()
+        with self._side_lock:
+            return codec.decode(ids)
+
+    def tokens_of(self, body: dict[str, Any]) -> list[int]:
+        """The ids of a /tokenize body, on a codec of its own (the worker's tokenizer is the worker's)."""
+        codec = self.side_codec()
+        with self._side_lock:
+            if "messages" in body:
+                messages = [dict(m) for m in parse_messages(body["messages"])]
+                return codec.encode_chat(messages, template_kwargs=parse_chat(body).template_kwargs)
+            text = body.get("content", body.get("prompt"))
+            if not isinstance(text, str):
+                raise invalid("content", "must be a string (or send 'messages')")
+            special = body.get("add_special", body.get("add_special_tokens", False))
+            if not isinstance(special, bool):
+                raise invalid("add_special", "must be true or false")
+            return codec.encode(text, add_special_tokens=special, what="the content")
+
+    def side_codec(self) -> TextCodec:
+        """A second codec of the target's tokenizer and chat template, made on first use."""
+        with self._side_lock:
+            if self._side_codec is None:
+                main = self.generator.codec
+                codec = TextCodec(main.folder, main.manifest)
+                codec.template_source, codec.template_kwargs = main.template_source, dict(main.template_kwargs)
+                self._side_codec = codec
+            return self._side_codec
 
     def check_model(self, model: str | None) -> None:
         names = (self.settings.model_id, *self.settings.aliases)
@@ -435,6 +489,8 @@ def create_app(generator: Generator, settings: ServeSettings) -> Starlette:
         Route("/v1/models/{model:path}", api(server.model), methods=["GET"]),
         Route("/v1/chat/completions", api(server.chat), methods=["POST"]),
         Route("/v1/completions", api(server.completions), methods=["POST"]),
+        Route("/tokenize", api(server.tokenize), methods=["POST"]),
+        Route("/detokenize", api(server.detokenize), methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found},
                     middleware=[Middleware(CountRequests, metrics=server.worker.metrics),

@@ -171,3 +171,26 @@ def test_min_p_reaches_the_sampler(tiny_llama: tuple[Path, Path, Path]) -> None:
                 for s in range(4)]
     assert cut["choices"][0]["text"] == greedy["choices"][0]["text"]
     assert any(f["choices"][0]["text"] != greedy["choices"][0]["text"] for f in free)  # without it: not greedy
+
+
+def test_tokenize_and_detokenize(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """llama-server's /tokenize and /detokenize (and vLLM's fields): the ids the model is given."""
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    app = create_app(gen, ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000)))
+    chat = [{"role": "user", "content": "hi"}]
+    with TestClient(app, base_url=HERE) as client:
+        plain = client.post("/tokenize", json={"content": "héllo"}).json()
+        special = client.post("/tokenize", json={"prompt": "héllo", "add_special": True}).json()
+        messages = client.post("/tokenize", json={"model": MODEL, "messages": chat}).json()
+        back = client.post("/detokenize", json={"tokens": plain["tokens"]}).json()
+        refusals = [client.post("/detokenize", json={"tokens": [10**9]}),
+                    client.post("/tokenize", json={"content": 5}),
+                    client.post("/tokenize", json={"content": "x", "model": "other"})]
+    assert plain["tokens"] == gen.codec.encode("héllo", add_special_tokens=False) and plain["count"] == 6
+    assert special["tokens"] == gen.encode("héllo") and plain["max_model_len"] == gen.target.manifest.context
+    assert messages["tokens"] == gen.encode(chat)
+    assert back == {"content": "héllo"}
+    assert [r.status_code for r in refusals] == [400, 400, 404]
+    assert all(r.json()["error"]["message"] for r in refusals)
