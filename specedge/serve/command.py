@@ -44,6 +44,7 @@ WRITE_TIMEOUT_S = 30.0  # a response whose client reads none of it for this long
 DEFAULT_PORT = 8080
 REQUEST_TIMEOUT_S = 30.0  # for a request to arrive whole (a local client sends it at once)
 KEEP_ALIVE_S = 5  # an idle kept-alive connection is closed after this
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -64,6 +65,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="requests that may wait while one is decoded (default 8); more get 503 and Retry-After")
     p.add_argument("--model-name", default=None,
                    help="the model id clients pass (default: the pair, or the target's registry name or folder)")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                   help="the least severe log lines shown, each with its time and level (default info: a line per "
+                        "request)")
     add_template_flags(p)
     add_sampling_flags(p, max_new_tokens=512, temperature=1.0, per_request=True)  # temperature 1: the API's default
     add_provider_flags(p)
@@ -118,7 +122,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     sock = listen(args.host, args.port)  # before the models load: a port in use fails at once
     host, port = sock.getsockname()[:2]
-    setup_logging()
+    setup_logging(args.log_level)
     if not is_loopback(args.host):
         print(f"specedge serve: warning: listening on {args.host}, reachable from other machines, and with no "
               "authentication", file=sys.stderr, flush=True)
@@ -190,12 +194,14 @@ def serve_settings(args: argparse.Namespace, target: Path, port: int) -> ServeSe
                          top_p=args.top_p, min_p=args.min_p, origins=Origins.of_listener(args.host, port))
 
 
-def setup_logging() -> None:
-    """One line per request on stderr: its tokens, speed, acceptance and stop reason."""
+def setup_logging(level: str = "info") -> None:
+    """One line per request on stderr (its tokens, speed, acceptance and stop reason), each with its
+    time and level; `level`: the least severe kept (warning: faults and refusals only)."""
     log = logging.getLogger("specedge.serve")
     if not log.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("specedge serve: %(message)s"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s specedge serve: %(message)s",
+                                               datefmt="%Y-%m-%dT%H:%M:%S"))
         log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    log.setLevel(level.upper())
     log.propagate = False

@@ -253,3 +253,28 @@ def test_logprobs_spell_the_answer(client: openai.OpenAI, reference: Generator,
     assert [e.logprob for e in content] == pytest.approx([lp.logprob for lp in expected], abs=1e-4)
     assert [[t.logprob for t in e.top_logprobs] for e in content] == [
         pytest.approx([p for _, p in lp.top], abs=1e-4) for lp in expected]
+
+
+def test_log_lines_carry_their_time_and_level(server: ServerProcess, client: openai.OpenAI) -> None:
+    import re
+
+    before = len([line for line in server.log if "tok/s" in line])
+    client.completions.create(model=MODEL, prompt="Hello", max_tokens=2, temperature=0)
+    line = server.log_line("tok/s", after=before)
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d INFO specedge serve: ", line), line
+
+
+def test_the_log_level_keeps_the_less_severe_lines_out() -> None:
+    import logging
+
+    from specedge.serve.command import setup_logging
+
+    log = logging.getLogger("specedge.serve")
+    level, handlers, propagate = log.level, list(log.handlers), log.propagate
+    try:
+        setup_logging("warning")
+        assert not log.isEnabledFor(logging.INFO) and log.isEnabledFor(logging.WARNING)
+    finally:
+        log.setLevel(level)
+        log.handlers[:] = handlers
+        log.propagate = propagate
