@@ -80,6 +80,7 @@ class ServeSettings:
     top_k: int = 0
     min_p: float = 0.0
     origins: Origins = LOCAL  # the names and port requests must be addressed to
+    api_key: str | None = None  # None: no key asked
 
 
 def longest_token(generator: Generator) -> int:
@@ -473,7 +474,9 @@ async def not_found(request: Request, exc: Exception) -> JSONResponse:
     return error_response(APIError(status, what, code={404: "not_found", 405: "method_not_allowed"}.get(status)))
 
 
-def create_app(generator: Generator, settings: ServeSettings) -> Starlette:
+def create_app(generator: Generator, settings: ServeSettings, guarded: bool = True) -> Starlette:
+    """The application over `generator`; guarded=False: without the RequestGuard (a server that puts
+    one in front of it, as `specedge serve` does while the models load, adds it once)."""
     server = Server(generator, settings)
 
     @contextlib.asynccontextmanager
@@ -492,8 +495,8 @@ def create_app(generator: Generator, settings: ServeSettings) -> Starlette:
         Route("/tokenize", api(server.tokenize), methods=["POST"]),
         Route("/detokenize", api(server.detokenize), methods=["POST"]),
     ]
+    guard = [Middleware(RequestGuard, origins=settings.origins, api_key=settings.api_key)] if guarded else []
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found},
-                    middleware=[Middleware(CountRequests, metrics=server.worker.metrics),
-                                Middleware(RequestGuard, origins=settings.origins)])
+                    middleware=[Middleware(CountRequests, metrics=server.worker.metrics), *guard])
     app.state.server = server
     return app

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import sys
@@ -45,6 +46,7 @@ DEFAULT_PORT = 8080
 REQUEST_TIMEOUT_S = 30.0  # for a request to arrive whole (a local client sends it at once)
 KEEP_ALIVE_S = 5  # an idle kept-alive connection is closed after this
 LOG_LEVELS = ("debug", "info", "warning", "error")
+API_KEY_ENV = "SPECEDGE_API_KEY"
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -52,7 +54,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_pair_flags(p)
     add_gamma_flags(p)
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST}, this "
-                                                        "machine only; the server has no authentication)")
+                                                        "machine only; see --api-key)")
     p.add_argument("--port", type=nonnegative_int, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}; 0: any free port)")
     p.add_argument("--request-timeout", type=positive_float, default=REQUEST_TIMEOUT_S, metavar="SECONDS",
@@ -65,6 +67,12 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="requests that may wait while one is decoded (default 8); more get 503 and Retry-After")
     p.add_argument("--model-name", default=None,
                    help="the model id clients pass (default: the pair, or the target's registry name or folder)")
+    p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None, metavar="KEY",
+                   help=f"ask every request but /health for 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}; "
+                        "none: no key)")
+    p.add_argument("--allowed-origins", type=origins_arg, action="extend", default=[], metavar="ORIGINS",
+                   help="web origins beside the server's own that may call it, comma-separated, * a wildcard "
+                        "(chrome-extension://*,http://localhost:3000); default none")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info",
                    help="the least severe log lines shown, each with its time and level (default info: a line per "
                         "request)")
@@ -72,6 +80,16 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_sampling_flags(p, max_new_tokens=512, temperature=1.0, per_request=True)  # temperature 1: the API's default
     add_provider_flags(p)
     p.set_defaults(func=cmd_serve)
+
+
+def origins_arg(text: str) -> list[str]:
+    """--allowed-origins: comma-separated web origins (scheme://host[:port]), * matching any text."""
+    origins = [o.strip() for o in text.split(",") if o.strip()]
+    for origin in origins:
+        if origin != "*" and "://" not in origin:
+            raise argparse.ArgumentTypeError(f"'{origin}' is not a web origin; write it as scheme://host[:port], "
+                                             "e.g. http://localhost:3000 or chrome-extension://*")
+    return origins
 
 
 def model_id(args: argparse.Namespace) -> str:
@@ -124,12 +142,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     setup_logging(args.log_level)
     if not is_loopback(args.host):
-        print(f"specedge serve: warning: listening on {args.host}, reachable from other machines, and with no "
-              "authentication", file=sys.stderr, flush=True)
+        print(f"specedge serve: warning: listening on {args.host}, reachable from other machines"
+              + ("" if args.api_key else ", and with no API key (--api-key)"), file=sys.stderr, flush=True)
+    if "*" in args.allowed_origins:
+        print("specedge serve: warning: --allowed-origins '*' lets any web page you visit drive this server",
+              file=sys.stderr, flush=True)
     print(f"specedge serve: loading the model; http://{host}:{port}/health answers 503 until it is ready",
           file=sys.stderr, flush=True)
     gate = LoadingGate()
-    config = uvicorn.Config(RequestGuard(gate, Origins.of_listener(args.host, port)), log_level="warning",
+    origins = Origins.of_listener(args.host, port, tuple(args.allowed_origins))
+    config = uvicorn.Config(RequestGuard(gate, origins, args.api_key), log_level="warning",
                             access_log=False, timeout_graceful_shutdown=GRACE_S, lifespan="on",
                             http=deadline_protocol(args.request_timeout, args.write_timeout),
                             timeout_keep_alive=KEEP_ALIVE_S)
@@ -156,7 +178,7 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
         config = build_config(args, no_draft=way.single_steps)  # requests override its length, sampling and seed
         gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
         settings = serve_settings(args, way.target, port)
-        if not gate.open(create_app(gen, settings)):
+        if not gate.open(create_app(gen, settings, guarded=False)):  # the gate's guard is in front
             return
     except BaseException as e:  # a SpecEdgeError is one line once the server has stopped
         failed.append(e)
@@ -191,7 +213,8 @@ def serve_settings(args: argparse.Namespace, target: Path, port: int) -> ServeSe
 
     return ServeSettings(model_id=model_id(args), aliases=(Path(target).name,), queue_size=args.queue,
                          max_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                         top_p=args.top_p, min_p=args.min_p, origins=Origins.of_listener(args.host, port))
+                         top_p=args.top_p, min_p=args.min_p, api_key=args.api_key,
+                         origins=Origins.of_listener(args.host, port, tuple(args.allowed_origins)))
 
 
 def setup_logging(level: str = "info") -> None:

@@ -7,18 +7,25 @@ cross-site "simple" request (a form's text/plain POST, which a browser sends wit
 the page's Origin). So a Host that is none of the server's names gets 421, an Origin that is not
 the server's own 403, and a POST whose body is not declared JSON 415 (a browser must ask before it
 sends a cross-site application/json request, and this server grants no such request).
+
+Beside that strict default, `--allowed-origins` names web origins that may call it (a browser
+extension, a local web UI: `chrome-extension://*`, `http://localhost:3000`), answered with CORS
+headers; `--api-key` (or SPECEDGE_API_KEY) asks every request but /health for
+`Authorization: Bearer KEY`, compared in constant time.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import hmac
 import ipaddress
 import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specedge.serve.protocol import APIError
 
@@ -34,15 +41,20 @@ class Origins:
     names: frozenset[str]
     port: int | None = None
     any_address: bool = False  # listening on every interface: a Host that is an IP address is its own
+    allowed: tuple[str, ...] = ()  # web origins beside its own that may call it (`*` matches any text)
 
     @classmethod
-    def of_listener(cls, host: str, port: int | None) -> Origins:
+    def of_listener(cls, host: str, port: int | None, allowed: tuple[str, ...] = ()) -> Origins:
         """The loopback names and `host` (when it is every interface: this machine's name)."""
         names = {*LOOPBACK_NAMES, normal_name(host)}
         wildcard = host in WILDCARD_HOSTS
         if wildcard:
             names.add(normal_name(socket.gethostname()))
-        return cls(frozenset(names - {""}), port, wildcard)
+        return cls(frozenset(names - {""}), port, wildcard, tuple(a.rstrip("/").lower() for a in allowed))
+
+    def allows_foreign(self, origin: str) -> bool:
+        """A web origin of `--allowed-origins` (answered with CORS headers)."""
+        return any(fnmatch.fnmatchcase(origin.rstrip("/").lower(), pattern) for pattern in self.allowed)
 
     def listing(self) -> str:
         return ", ".join(sorted(f"[{n}]" if ":" in n else n for n in self.names))
@@ -63,7 +75,9 @@ class Origins:
             return False
 
     def has_origin(self, origin: str) -> bool:
-        """An Origin header, `http://name[:port]` (the server has no TLS)."""
+        """An Origin header, `http://name[:port]` (the server has no TLS), or an allowed one."""
+        if self.allows_foreign(origin):
+            return True
         try:
             parts = urlsplit(origin)
             return (parts.scheme == "http" and not parts.path.strip("/") and self.has_name(parts.hostname)
@@ -106,18 +120,63 @@ def refusal(origins: Origins, method: str, headers: Headers) -> APIError | None:
     return None
 
 
-class RequestGuard:
-    """ASGI middleware: a request `refusal` names gets its error object, others go on to `app`."""
+CORS_METHODS = "GET, POST, OPTIONS"
+CORS_HEADERS = "Authorization, Content-Type"
 
-    def __init__(self, app: ASGIApp, origins: Origins) -> None:
+
+def key_refusal(api_key: str | None, path: str, headers: Headers) -> APIError | None:
+    """401 unless the request carries `Authorization: Bearer KEY` (/health needs none)."""
+    if api_key is None or path == "/health":
+        return None
+    scheme, _, given = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), api_key.encode()):
+        return None
+    return APIError(401, "this server needs an API key: send 'Authorization: Bearer KEY'", param="Authorization",
+                    code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+def cors_headers(origin: str) -> dict[str, str]:
+    return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
+
+
+class RequestGuard:
+    """ASGI middleware: a request `refusal` names gets its error object, others go on to `app`; an
+    allowed foreign origin's requests (and their preflight) get CORS headers."""
+
+    def __init__(self, app: ASGIApp, origins: Origins, api_key: str | None = None) -> None:
         self.app = app
         self.origins = origins
+        self.api_key = api_key or None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            err = refusal(self.origins, scope["method"], Headers(scope=scope))
-            if err is not None:
-                response = JSONResponse(err.body(), status_code=err.status, headers={"Connection": "close"})
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        origin = headers.get("origin")
+        cors = cors_headers(origin) if origin is not None and self.origins.allows_foreign(origin) else {}
+        if cors and scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+            preflight = {**cors, "Access-Control-Allow-Methods": CORS_METHODS,
+                         "Access-Control-Allow-Headers": CORS_HEADERS, "Access-Control-Max-Age": "600"}
+            await Response(status_code=204, headers=preflight)(scope, receive, send)
+            return
+        err = (refusal(self.origins, scope["method"], headers)
+               or key_refusal(self.api_key, scope["path"], headers))
+        if err is not None:
+            response = JSONResponse(err.body(), status_code=err.status,
+                                    headers={**err.headers, **cors, "Connection": "close"})
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, with_headers(send, cors) if cors else send)
+
+
+def with_headers(send: Send, extra: dict[str, str]) -> Send:
+    """`send`, adding `extra` to the response's headers."""
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *raw]}
+        await send(message)
+
+    return sending

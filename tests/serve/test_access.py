@@ -1,0 +1,70 @@
+"""Who may call the server beyond its strict default: an API key (--api-key, SPECEDGE_API_KEY) and web
+origins allowed by name (--allowed-origins), answered with CORS headers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from specedge.runtime import Generator, SpecConfig
+from specedge.serve.app import ServeSettings, create_app
+from specedge.serve.guard import Origins
+from tests.serve.conftest import HERE
+
+KEY = "s3cret-key"
+BODY = {"model": "tiny", "prompt": "ab", "max_tokens": 1}
+
+
+@pytest.fixture(scope="module")
+def client(tiny_llama: tuple[Path, Path, Path]):  # type: ignore[no-untyped-def]
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    origins = Origins.of_listener("127.0.0.1", 8000, ("chrome-extension://*", "http://localhost:3000"))
+    with TestClient(create_app(gen, ServeSettings(model_id="tiny", origins=origins, api_key=KEY)),
+                    base_url=HERE) as c:
+        yield c
+
+
+def test_every_route_but_health_needs_the_key(client: TestClient) -> None:
+    assert client.get("/health").status_code == 200
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": f"Basic {KEY}"}):
+        r = client.post("/v1/completions", json=BODY, headers=headers)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", headers
+        assert r.headers["www-authenticate"] == "Bearer"
+    assert client.get("/v1/models").status_code == 401
+    ok = client.post("/v1/completions", json=BODY, headers={"Authorization": f"Bearer {KEY}"})
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("origin", ["chrome-extension://abcdefghijklmnop", "http://localhost:3000"])
+def test_an_allowed_origin_gets_cors_headers_and_its_preflight(client: TestClient, origin: str) -> None:
+    preflight = client.options("/v1/chat/completions", headers={
+        "Origin": origin, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type"})
+    assert preflight.status_code == 204 and preflight.headers["access-control-allow-origin"] == origin
+    assert "POST" in preflight.headers["access-control-allow-methods"]
+    assert "Authorization" in preflight.headers["access-control-allow-headers"]
+    r = client.post("/v1/completions", json=BODY, headers={"Origin": origin, "Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 200 and r.headers.get_list("access-control-allow-origin") == [origin]
+    refused = client.post("/v1/completions", json=BODY, headers={"Origin": origin})  # no key: readable refusal
+    assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == origin
+
+
+@pytest.mark.parametrize("origin", ["http://localhost:3001", "https://evil.example", "chrome-extension:/x"])
+def test_other_origins_stay_refused(client: TestClient, origin: str) -> None:
+    r = client.post("/v1/completions", json=BODY, headers={"Origin": origin, "Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
+    preflight = client.options("/v1/completions", headers={"Origin": origin, "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in preflight.headers
+
+
+def test_the_flags_and_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specedge.cli import build_parser
+
+    monkeypatch.setenv("SPECEDGE_API_KEY", "from-env")
+    args = build_parser().parse_args(["serve", "--allowed-origins", "http://a:1, chrome-extension://*",
+                                      "--allowed-origins", "http://b:2"])
+    assert args.api_key == "from-env" and args.allowed_origins == ["http://a:1", "chrome-extension://*", "http://b:2"]
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--allowed-origins", "localhost:3000"])
