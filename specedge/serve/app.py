@@ -65,6 +65,8 @@ log = logging.getLogger("specedge.serve")
 ROUTE_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions",
                          "/tokenize", "/detokenize"})
 FOLDED_CHARS = 4  # characters a tokenizer's normalizer (NFC) may fold into one, at most
+PING_S = 10.0  # a streamed request waiting this long for its first event gets its headers, then a comment as often
+PING = b": ping\n\n"
 EVENT_STREAM_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                         (b"x-accel-buffering", b"no")]
 
@@ -185,7 +187,8 @@ async def until_first(work: Awaitable[Any], receive: Receive, job: Job) -> async
 class EventStream:
     """The ASGI response of a streamed request: chunks as the worker decodes them, the final
     chunk with finish_reason and stats, usage if asked, `data: [DONE]`. Headers wait for the
-    first event, so a request that fails before any text gets its error status."""
+    first event, so a request that fails before any text gets its error status (unless it waits
+    past PING_S: then pings keep the stream alive, and an error is an event)."""
 
     def __init__(self, job: Job, shaper: Shaper, include_usage: bool, call_names: frozenset[str] = frozenset()) -> None:
         self.job = job
@@ -200,14 +203,33 @@ class EventStream:
             finished.result()  # an error in sending is raised here
 
     async def pump(self, scope: Scope, send: Send) -> None:
-        event = await self.job.events.get()
-        if isinstance(event, Failed):
+        event, started = await self.first_event(send)
+        if isinstance(event, Failed) and not started:
             await error_response(error_for(event.error))(scope, no_receive, send)
             return
-        await send({"type": "http.response.start", "status": 200, "headers": EVENT_STREAM_HEADERS})
+        if not started:
+            await send({"type": "http.response.start", "status": 200, "headers": EVENT_STREAM_HEADERS})
         async for data in self.chunks(event):
             await send({"type": "http.response.body", "body": data, "more_body": True})
         await send({"type": "http.response.body", "body": DONE, "more_body": False})
+
+    async def first_event(self, send: Send) -> tuple[Piece | Finished | Failed, bool]:
+        """The job's first event, and whether the headers went out while it was awaited: a request
+        that waits (queued behind others) longer than PING_S gets its headers and then an SSE
+        comment every PING_S, so clients and proxies see a live stream; its error, if it then
+        fails, comes as an error event."""
+        started = False
+        while True:
+            try:
+                return await asyncio.wait_for(self.job.events.get(), PING_S), started
+            except asyncio.TimeoutError:
+                if not started:
+                    await send({"type": "http.response.start", "status": 200, "headers": EVENT_STREAM_HEADERS})
+                    started = True
+                await self.ping(send)
+
+    async def ping(self, send: Send) -> None:
+        await send({"type": "http.response.body", "body": PING, "more_body": True})
 
     def pieces(self, text: str) -> list[str | list[dict[str, Any]]]:
         """What a piece of text sends: itself, or with tool calls on, the text outside calls and the calls."""

@@ -194,3 +194,56 @@ def test_tokenize_and_detokenize(tiny_llama: tuple[Path, Path, Path]) -> None:
     assert back == {"content": "héllo"}
     assert [r.status_code for r in refusals] == [400, 400, 404]
     assert all(r.json()["error"]["message"] for r in refusals)
+
+
+def test_a_stream_waiting_in_the_queue_is_kept_alive_by_pings(tiny_llama: tuple[Path, Path, Path],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A streamed request queued behind another gets its headers and SSE comments while it waits,
+    then its answer (or, failing once its headers are out, an error event) and [DONE]."""
+    import threading
+
+    from specedge.serve import app as app_module
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    app = create_app(gen, ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000)))
+    server, gate, pinged = app.state.server, threading.Event(), threading.Event()
+    encode, ping = server.encode, app_module.EventStream.ping
+
+    def held(req, tools=()):  # type: ignore[no-untyped-def]
+        if req.prompt == "HOLD":  # the request ahead: decoded once the others have been seen waiting
+            gate.wait(30)
+        return encode(req, tools)
+
+    streams_pinged: set[int] = set()
+
+    async def noted_ping(self, send):  # type: ignore[no-untyped-def]
+        await ping(self, send)
+        streams_pinged.add(id(self))
+        if len(streams_pinged) == 2:  # both waiting streams
+            pinged.set()
+
+    monkeypatch.setattr(server, "encode", held)
+    monkeypatch.setattr(app_module.EventStream, "ping", noted_ping)
+    monkeypatch.setattr(app_module, "PING_S", 0.02)
+    body = {"model": MODEL, "max_tokens": 3, "stream": True}
+    with TestClient(app, base_url=HERE) as client:
+        answers: dict[str, object] = {}
+        ahead = threading.Thread(target=lambda: client.post("/v1/completions", json={
+            **body, "prompt": "HOLD", "stream": False}))
+        ahead.start()
+        while not server.worker.busy:  # the request ahead is on the worker (held at its encoding)
+            threading.Event().wait(0.01)
+        waiters = [threading.Thread(target=lambda p=p: answers.__setitem__(p, client.post(
+            "/v1/completions", json={**body, "prompt": p}))) for p in ("ab", "7" * 3000)]
+        for t in waiters:
+            t.start()
+        assert pinged.wait(30)
+        gate.set()
+        for t in (ahead, *waiters):
+            t.join(30)
+    ok, failed = answers["ab"], answers["7" * 3000]
+    assert ok.status_code == 200 and ok.text.startswith(": ping\n\n") and ok.text.endswith("data: [DONE]\n\n")
+    assert '"text"' in ok.text
+    assert failed.status_code == 200 and failed.text.startswith(": ping")  # its headers were out when it failed
+    assert "context_length_exceeded" in failed.text and failed.text.endswith("data: [DONE]\n\n")
