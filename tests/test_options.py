@@ -64,12 +64,13 @@ def test_the_acceptance_rule_follows_the_flags(flags: list[str], rule: str) -> N
     assert build_config(parser().parse_args(flags)).acceptance_rule == rule
 
 
-def test_a_server_takes_max_tokens_too() -> None:
-    assert parser(per_request=True).parse_args(["--max-tokens", "7"]).max_new_tokens == 7
-    assert parser(per_request=True).parse_args(["--max-new-tokens", "7"]).max_new_tokens == 7
+def test_every_command_takes_the_short_and_the_api_names() -> None:
+    for per_request in (False, True):
+        for flags in (["--max-tokens", "7"], ["--max-new-tokens", "7"], ["-n", "7"]):
+            assert parser(per_request=per_request).parse_args(flags).max_new_tokens == 7
+        args = parser(per_request=per_request).parse_args(["--temp", "0.5", "-s", "3", "--min-p", "0.1"])
+        assert (args.temperature, args.seed, args.min_p) == (0.5, 3, 0.1)
     assert parser(per_request=True).parse_args([]).temperature == 1.0
-    with pytest.raises(SystemExit):
-        parser().parse_args(["--max-tokens", "7"])
 
 
 @pytest.mark.parametrize("value", ["0", "1.5", "-0.2", "nan"])
