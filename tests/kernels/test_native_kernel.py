@@ -177,6 +177,7 @@ def build_and_run(compiler: str, flags: list[str], runner: list[str], tmp_path: 
     return done.stdout
 
 
+@pytest.mark.slow  # 9 s of building: CI runs it with the slow set
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to build the kernel test")
 def test_kernel_under_sanitizers(tmp_path: Path) -> None:
     out = build_and_run("g++", ["-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"], [], tmp_path)
@@ -186,6 +187,7 @@ def test_kernel_under_sanitizers(tmp_path: Path) -> None:
     assert f"attention instruction sets: {' '.join(native.attention_isas())}" in out
 
 
+@pytest.mark.slow  # 10 s of cross-building and emulation: CI runs it with the slow set
 @pytest.mark.skipif(any(shutil.which(t) is None for t in ARM_TOOLS) and not os.environ.get("CI"),
                     reason="no aarch64 cross compiler or qemu-user (apt-get install g++-aarch64-linux-gnu qemu-user)")
 def test_arm_paths_under_qemu(tmp_path: Path) -> None:
