@@ -153,23 +153,51 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from specedge.models.fetch import is_fetched
-    from specedge.resolve import cached_artifact
+    from specedge.models.paths import cache_root
+    from specedge.storage import cached_items, export_sizes, gigabytes
 
+    items = cached_items()
     print("models:")
     for entry in MODELS.values():
-        state = []
-        if is_fetched(entry):
-            state.append("weights cached")
-        for quant in ("int4", "int8", "w8a8", "fp32"):
-            if (cached_artifact(entry.name, quant) / "manifest.json").is_file():
-                state.append(f"{quant} exported")
+        mine = [item for item in items if item.model == entry.name]
+        weights = [item for item in mine if item.kind == "weights"]
+        exports = export_sizes([item for item in mine if item.kind == "export"])
+        state = (["weights cached"] if weights else []) + ([f"exports: {', '.join(exports)}"] if exports else [])
         print(f"  {entry.name:<22} {entry.size / 1e9:5.2f} GB  {entry.description}")
-        print(f"  {'':<22} {', '.join(state) or 'not fetched'}; {entry.license}")
+        print(f"  {'':<22} {'; '.join(state) or 'not fetched'}; {entry.license}")
     print("pairs:")
     for pair in PAIRS.values():
         mark = " (default)" if pair.name == DEFAULT_PAIR else ""
         print(f"  {pair.name:<22} target {pair.target}, draft {pair.draft}, γ auto{mark}")
+    total = sum(item.size for item in items)
+    print(f"cache: {gigabytes(total)} in {cache_root()} (`specedge prune` frees the exports the default "
+          "decoding does not use; `specedge rm NAME` a model's)")
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    from specedge.storage import gigabytes, named, remove
+
+    items = [item for item in named(args.name) if args.weights or item.kind != "weights"]
+    if not items:
+        print(f"nothing of {args.name} is cached" + ("" if args.weights else " (exports; --weights: its weights too)"))
+        return 0
+    freed = remove(items, dry_run=args.dry_run)
+    print(f"{'would free' if args.dry_run else 'freed'} {gigabytes(freed)}")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from specedge.storage import cached_items, gigabytes, remove, used_by_default
+
+    used = used_by_default()
+    unused = [item for item in cached_items() if item.kind == "export" and item.path.resolve() not in used]
+    if not unused:
+        print("every cached export is one the default decoding uses")
+        return 0
+    freed = remove(unused, dry_run=args.dry_run)
+    print(f"{'would free' if args.dry_run else 'freed'} {gigabytes(freed)}; the weights are kept (`specedge rm NAME "
+          "--weights` removes a model's)")
     return 0
 
 
@@ -373,6 +401,15 @@ def add_model_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_doctor)
     p = sub.add_parser("models", help="list the registry's models and pairs, and what is cached")
     p.set_defaults(func=cmd_models)
+    p = sub.add_parser("rm", help="remove a registry model's exports from the cache (--weights: its weights too)")
+    p.add_argument("name", help="a model or pair name from `specedge models` (NAME:QUANT: that format's exports)")
+    p.add_argument("--weights", action="store_true", help="remove its fetched weights too (fetched again when used)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed, and remove nothing")
+    p.set_defaults(func=cmd_rm)
+    p = sub.add_parser("prune", help="remove the cached exports the default decoding does not use here (stale "
+                                     "exports, formats ruled out, other models'); weights are kept")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed, and remove nothing")
+    p.set_defaults(func=cmd_prune)
     p = sub.add_parser("fetch", help="download and verify a registry model's weights (or a pair's)")
     p.add_argument("name", help="a model or pair name from `specedge models` (NAME:QUANT: one export, for --reexport)")
     p.add_argument("--reexport", action="store_true",

@@ -1,0 +1,166 @@
+"""What specedge keeps on disk, and freeing it: `specedge models` lists the cache's weights and
+exports with their sizes, `specedge rm NAME` removes a model's exports (and with --weights its
+weights), `specedge prune` the exports the measured default decoding does not use (stale ones an
+older exporter made, formats the measurement ruled out, other models' exports).
+
+Only folders and files directly inside the cache's `weights/` and `artifacts/` are ever removed;
+each under its lock, taken without waiting (one a running fetch or export holds is left, saying
+so); a folder being written (hidden, `.NAME.partial-PID`) is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from specedge.core.errors import SpecEdgeError
+from specedge.models.locks import exclusive
+from specedge.models.paths import artifacts_dir, weights_dir
+from specedge.models.registry import MODELS, PAIRS, get_model
+
+QUANTS = ("int4", "int8", "w8a8", "fp32", "qdq")
+
+
+@dataclass(frozen=True)
+class CachedItem:
+    """A fetched weights file or an exported artifact folder in the cache."""
+
+    path: Path
+    kind: str  # "weights" or "export"
+    model: str  # the registry model it belongs to ("" if none)
+    quant: str  # an export's format ("" for weights)
+    size: int  # bytes
+
+    @property
+    def label(self) -> str:
+        return f"{self.path.name} ({gigabytes(self.size)})"
+
+
+def gigabytes(size: int) -> str:
+    return f"{size / 1e9:.2f} GB"
+
+
+def export_sizes(items: list[CachedItem]) -> list[str]:
+    """Per format, its exports' count (several: older exporters' too) and size."""
+    out = []
+    for quant in sorted({item.quant or "other" for item in items}):
+        mine = [item for item in items if (item.quant or "other") == quant]
+        count = f" x{len(mine)}" if len(mine) > 1 else ""
+        out.append(f"{quant}{count} {gigabytes(sum(item.size for item in mine))}")
+    return out
+
+
+def folder_size(path: Path) -> int:
+    """Bytes of the files under `path` (links not followed)."""
+    if path.is_file() or path.is_symlink():
+        return path.lstat().st_size
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                total += (Path(root) / name).lstat().st_size
+    return total
+
+
+def model_of(name: str) -> tuple[str, str]:
+    """(registry model, quant) an artifact folder's name `MODEL-QUANT-DIGEST` (or a test's
+    `MODEL-testX-QUANT-DIGEST`) belongs to; ("", "") if none."""
+    for model in sorted(MODELS, key=len, reverse=True):
+        if name.startswith(f"{model}-"):
+            parts = name[len(model) + 1:].split("-")
+            quant = next((p for p in parts if p in QUANTS), "")
+            return model, quant
+    return "", ""
+
+
+def cached_items() -> list[CachedItem]:
+    """Every weights file and export in the cache (hidden entries - locks, partial writes - left out)."""
+    items = []
+    weights = {entry.file_name: entry.name for entry in MODELS.values()}
+    for path in sorted(visible(weights_dir())):
+        if path.is_file() and not path.name.endswith(".sha256"):
+            items.append(CachedItem(path, "weights", weights.get(path.name, ""), "", folder_size(path)))
+    for path in sorted(visible(artifacts_dir())):
+        if path.is_dir():
+            model, quant = model_of(path.name)
+            items.append(CachedItem(path, "export", model, quant, folder_size(path)))
+    return items
+
+
+def visible(folder: Path) -> Iterator[Path]:
+    try:
+        yield from (p for p in folder.iterdir() if not p.name.startswith("."))
+    except FileNotFoundError:
+        return
+
+
+def used_by_default() -> set[Path]:
+    """The exports the default decoding of each registry pair uses here (its target's export kept
+    by the measurement, or every current export of the target where nothing was measured yet, and
+    its draft's); nothing is measured or exported to say so."""
+    import onnxruntime
+
+    from specedge.defaults import candidate_quants, kept_choice, read_profile
+    from specedge.resolve import cached_artifact
+
+    profile, path = read_profile()
+    used: set[Path] = set()
+    for pair in PAIRS.values():
+        choice = kept_choice(pair.target, profile, path, onnxruntime.__version__)
+        quants = (choice.quant,) if choice is not None else candidate_quants(pair.target)
+        used.update(cached_artifact(pair.target, q) for q in quants)
+        used.add(cached_artifact(pair.draft))
+    return {p.resolve() for p in used}
+
+
+def named(name: str) -> list[CachedItem]:
+    """The exports of NAME or NAME:QUANT (a registry model or pair)."""
+    model, _, quant = name.partition(":")
+    if model in PAIRS:
+        if quant:
+            raise SpecEdgeError(f"'{name}': a pair takes no :QUANT", "name one of its models as NAME:QUANT")
+        models = {PAIRS[model].target, PAIRS[model].draft}
+    else:
+        get_model(model)  # an unknown name: one line naming the registry's
+        models = {model}
+    if quant and quant not in QUANTS:
+        raise SpecEdgeError(f"'{quant}' is not an export format", f"name one of {', '.join(QUANTS)}")
+    return [item for item in cached_items() if item.model in models and (not quant or item.quant == quant
+                                                                         or item.kind == "weights")]
+
+
+def remove(items: Iterable[CachedItem], dry_run: bool = False) -> int:
+    """Remove each item (each under its lock, taken without waiting); the bytes freed."""
+    roots = {weights_dir().resolve(), artifacts_dir().resolve()}
+    freed = 0
+    for item in items:
+        if item.path.parent.resolve() not in roots:  # only what sits directly in the cache's folders
+            raise SpecEdgeError(f"{item.path} is not in specedge's cache", "remove it yourself if it is yours")
+        if dry_run:
+            print(f"  would remove {item.label}")
+            freed += item.size
+            continue
+        try:
+            with exclusive(item.path, "removing", wait=False):
+                erase(item.path)
+        except SpecEdgeError:
+            print(f"  kept {item.path.name}: another specedge process is writing it", file=sys.stderr)
+            continue
+        print(f"  removed {item.label}")
+        freed += item.size
+    return freed
+
+
+def erase(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+        stamp = path.with_name(path.name + ".sha256")
+        if stamp.is_file():
+            stamp.unlink()
+    else:
+        shutil.rmtree(path)

@@ -1,0 +1,88 @@
+"""`specedge models`, `rm` and `prune` on a cache laid out as specedge writes it: the exports the
+default decoding uses stay, the rest goes, each under its lock, and nothing outside the cache."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specedge.cli import main
+from specedge.models.locks import exclusive
+from specedge.models.registry import get_model
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache holding the default pair's weights, the current exports of its target (int4, w8a8)
+    and draft, a stale int4 export of the target, and SmolLM2's exports."""
+    from specedge.resolve import cached_artifact
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("SPECEDGE_CACHE", str(root))
+    weights = root / "weights"
+    weights.mkdir(parents=True)
+    for name in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
+        entry = get_model(name)
+        (weights / entry.file_name).write_bytes(b"w" * 1000)
+        (weights / f"{entry.file_name}.sha256").write_text(entry.sha256)
+    current = [cached_artifact("qwen2.5-coder-1.5b", q) for q in ("int4", "w8a8")]
+    current.append(cached_artifact("qwen2.5-coder-0.5b"))
+    stale = [root / "artifacts" / "qwen2.5-coder-1.5b-int4-0123456789abcdef0123",
+             root / "artifacts" / "smollm2-135m-int4-0123456789abcdef0123"]
+    for folder in (*current, *stale):
+        folder.mkdir(parents=True)
+        (folder / "model.onnx").write_bytes(b"m" * 5000)
+    (root / "artifacts" / ".qwen2.5-coder-1.5b-int4-x.partial-1").mkdir()  # an export being written
+    return root
+
+
+def names(root: Path) -> set[str]:
+    return {p.name for p in (root / "artifacts").iterdir()}
+
+
+def test_prune_keeps_what_the_default_uses(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = names(cache)
+    assert main(["prune", "--dry-run"]) == 0 and names(cache) == before
+    assert main(["prune"]) == 0
+    left = names(cache)
+    assert left == before - {"qwen2.5-coder-1.5b-int4-0123456789abcdef0123", "smollm2-135m-int4-0123456789abcdef0123"}
+    assert "freed 0.00 GB" in capsys.readouterr().out and len(list((cache / "weights").iterdir())) == 4
+    assert main(["prune"]) == 0 and "every cached export is one the default decoding uses" in capsys.readouterr().out
+
+
+def test_an_export_being_written_is_left(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stale = cache / "artifacts" / "smollm2-135m-int4-0123456789abcdef0123"
+    with exclusive(stale, "exporting"):
+        assert main(["prune"]) == 0
+    assert stale.is_dir() and "kept smollm2-135m-int4-0123456789abcdef0123" in capsys.readouterr().err
+
+
+def test_rm_a_format_a_model_or_its_weights(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["rm", "qwen2.5-coder-1.5b:w8a8"]) == 0
+    assert not any("w8a8" in n for n in names(cache)) and any("1.5b-int4" in n for n in names(cache))
+    assert main(["rm", "qwen2.5-coder"]) == 0  # the pair: both models' exports, weights kept
+    assert names(cache) == {".qwen2.5-coder-1.5b-int4-x.partial-1", "smollm2-135m-int4-0123456789abcdef0123"}
+    assert len(list((cache / "weights").iterdir())) == 4
+    assert main(["rm", "qwen2.5-coder-0.5b", "--weights"]) == 0
+    assert sorted(p.name for p in (cache / "weights").iterdir()) == ["qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                                                                     "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf.sha256"]
+    assert main(["rm", "nope"]) == 2 and "nope" in capsys.readouterr().err
+
+
+def test_nothing_outside_the_cache_is_touched(cache: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "mine"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("the user's")
+    (cache / "artifacts" / "smollm2-135m-fp32-aaaaaaaaaaaaaaaaaaaa").symlink_to(outside)
+    assert main(["rm", "smollm2-135m"]) == 0
+    assert (outside / "keep.txt").read_text() == "the user's"
+    assert not (cache / "artifacts" / "smollm2-135m-fp32-aaaaaaaaaaaaaaaaaaaa").exists()
+
+
+def test_models_lists_sizes_and_the_cache(cache: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "specedge", "models"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "weights cached; exports: int4 x2 0.00 GB, w8a8 0.00 GB" in out and "cache: 0.00 GB in" in out
