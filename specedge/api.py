@@ -31,6 +31,7 @@ from specedge.core.contract import MANIFEST_NAME
 from specedge.core.errors import SpecEdgeError
 from specedge.kernels.sampling import SamplingParams
 from specedge.models.registry import MODELS, PAIRS
+from specedge.options import is_source
 from specedge.runtime.decoding import SpecConfig
 from specedge.runtime.generator import GenerationResult, Generator, TextStream
 from specedge.runtime.grammar import Grammar
@@ -250,11 +251,12 @@ def artifact(name_or_path: str | Path) -> Path:
         from specedge.options import artifact_arg
 
         return artifact_arg(text)
-    if (path.is_file() and path.suffix == ".gguf") or (path.is_dir() and (path / "config.json").is_file()):
-        from specedge.resolve import source_artifact
+    if text.startswith("hf:") or is_source(path):
+        from specedge.options import artifact_arg
 
-        return source_artifact(path)
+        return artifact_arg(text)
     known = ", ".join(sorted((*PAIRS, *MODELS)))
-    raise SpecEdgeError(f"{text!r} is neither a registry name ({known}) nor an artifact folder, GGUF file or "
-                        "Hugging Face checkpoint folder", "pass one of those (`specedge models` lists the registry)")
+    raise SpecEdgeError(f"{text!r} is neither a registry name ({known}) nor an artifact folder, GGUF file, "
+                        "Hugging Face checkpoint folder or hf:OWNER/REPO name",
+                        "pass one of those (`specedge models` lists the registry)")
 

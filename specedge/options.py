@@ -194,17 +194,31 @@ def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequenc
 
 
 def artifact_arg(value: str) -> Path:
-    """An artifact folder, or the name of a registry model, optionally NAME:QUANT (fetched and
-    exported on first use; without a quant, the export chosen for this machine)."""
+    """An artifact folder; the name of a registry model, optionally NAME:QUANT (fetched and exported
+    on first use; without a quant, the export chosen for this machine); a GGUF file, a Hugging Face
+    checkpoint folder or an `hf:OWNER/REPO[:TAG]` name (exported into the cache on first use)."""
     from specedge.core.contract import QUANT_BITS  # numpy (through kernels): loaded when a command runs
 
     path = Path(value)
     name, _, quant = value.partition(":")
+    if value.startswith("hf:") or is_source(path):
+        from specedge.hub import hub_label, hub_source, is_hub_name
+        from specedge.resolve import source_artifact
+
+        if is_hub_name(value):
+            return source_artifact(hub_source(value), hub_label(value))
+        return source_artifact(path)
     if path.exists() or name not in MODELS or (quant and quant not in QUANT_BITS):
         return path
     from specedge.defaults import default_artifact  # the runtime and device profiles: only for a registry name
 
     return default_artifact(name, quant or None)
+
+
+def is_source(path: Path) -> bool:
+    """A GGUF file, or a Hugging Face checkpoint folder (config.json, no artifact manifest)."""
+    return (path.is_file() and path.suffix == ".gguf") or (
+        path.is_dir() and (path / "config.json").is_file() and not (path / "manifest.json").is_file())
 
 
 def pair_paths(pair: str, target: str | None = None, draft: str | None = None) -> tuple[Path, Path | None]:

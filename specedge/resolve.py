@@ -81,17 +81,17 @@ def export_once(src: Path, out: Path, settings: ExportSettings, what: str, expec
 SOURCE_EXPORT = ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused", rows_attention="rows")
 
 
-def source_artifact(src: Path) -> Path:
+def source_artifact(src: Path, label: str | None = None) -> Path:
     """The cached export of a GGUF file or Hugging Face checkpoint folder (exported on first use,
     keyed by the source's sha256 and the settings, as a registry model's; block 0 in the key: the
-    largest that fits)."""
+    largest that fits). label: the name its folder starts with (default: the file's or folder's)."""
     from specedge.export.source import source_digest
 
     kernel = int4_kernel_here(SOURCE_EXPORT.quant)
     settings = ExportSettings(quant=SOURCE_EXPORT.quant, context=SOURCE_EXPORT.context, block_size=0,
                               int4_kernel=kernel,
                               attention=SOURCE_EXPORT.rows_attention if kernel == "rows" else SOURCE_EXPORT.attention)
-    out = artifact_path(src.stem if src.is_file() else src.name, source_digest(src), settings)
+    out = artifact_path(label or (src.stem if src.is_file() else src.name), source_digest(src), settings)
     if is_exported(out):
         return out
     from specedge.export.artifact import largest_block
