@@ -265,6 +265,15 @@ def largest_block(src: Path, most: int) -> int:
     return fits[-1] if fits else BLOCK_SIZES[0]
 
 
+def check_context(source: SourceModel, settings: ExportSettings) -> None:
+    """No more positions than the model was trained for (where its config says): rotary embeddings
+    past them are positions it never saw."""
+    trained = source.config.trained_context
+    if trained and settings.context > trained:
+        raise SpecEdgeError(f"context {settings.context} is more than the {trained} tokens the model was trained for",
+                            f"pass --context (-c) {trained} or less")
+
+
 def check_attention(source: SourceModel, settings: ExportSettings) -> None:
     """The native attention takes heads of 16 to 512 dimensions, in steps of 16."""
     d = source.config.head_dim
@@ -328,6 +337,7 @@ def _export_locked(src: Path, out: Path, settings: ExportSettings, expected_sha2
         raise SpecEdgeError(f"--head-vocab {settings.head_vocab} is not below the model's vocabulary of "
                             f"{source.config.vocab_size} tokens", "pass a smaller N, or leave it out")
     check_blocks(source, settings)
+    check_context(source, settings)
     check_attention(source, settings)
     partial = out.parent / f".{out.name}{PARTIAL_MARK}{os.getpid()}"
     partial.mkdir()

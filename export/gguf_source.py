@@ -33,6 +33,7 @@ KEYS = {  # {arch}.<key> -> config name (GGUF_CONFIG_MAPPING for llama, mistral 
     "feed_forward_length": "intermediate_size",
     "embedding_length": "hidden_size",
     "rope.freq_base": "rope_theta",
+    "context_length": "max_position_embeddings",
     "attention.head_count": "num_attention_heads",
     "attention.head_count_kv": "num_key_value_heads",
     "attention.layer_norm_rms_epsilon": "rms_norm_eps",

@@ -21,6 +21,7 @@ from specedge.core.errors import SpecEdgeError
 GGUF_MAGIC = b"GGUF"
 MAX_ITEMS = 1 << 20  # key/value pairs or tensors in one header
 MAX_DIMS = 8
+GGUF_U32, GGUF_U64 = 4, 10  # value types of a GGUF key (SCALAR_SIZES)
 # GGUF value types: fixed sizes in bytes (8 = string, 9 = array are variable)
 SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 STRING, ARRAY = 8, 9
@@ -34,6 +35,7 @@ SAFETENSORS_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32"
 class SourceSummary:
     weights: int  # number of weight values
     embedding: int  # of which in the token embedding
+    trained_context: int = 0  # the positions it was trained for, as its header or config says (0: not said)
 
 
 class _Reader:
@@ -100,9 +102,13 @@ def check_gguf(path: Path) -> SourceSummary:
         tensors, kvs = r.u64(), r.u64()
         if tensors > MAX_ITEMS or kvs > MAX_ITEMS:
             raise r.bad(f"the header claims {tensors} tensors and {kvs} key/value pairs")
+        trained = 0
         for _ in range(kvs):
-            r.string()
-            r.skip_value(r.u32())
+            key, kind = r.string(), r.u32()
+            if key.endswith(".context_length") and kind in (GGUF_U32, GGUF_U64):
+                trained = r.u32() if kind == GGUF_U32 else r.u64()
+            else:
+                r.skip_value(kind)
         total = embedding = 0
         for _ in range(tensors):
             name = r.string()
@@ -117,7 +123,7 @@ def check_gguf(path: Path) -> SourceSummary:
                 raise r.bad(f"tensor {name[:80]} claims {count} values in a {size}-byte file")
             total += count
             embedding += count if name in EMBEDDING_NAMES else 0
-    return SourceSummary(total, embedding)
+    return SourceSummary(total, embedding, trained)
 
 
 def check_hf_folder(folder: Path) -> SourceSummary:
@@ -143,7 +149,8 @@ def check_hf_folder(folder: Path) -> SourceSummary:
         for e in safetensors_entries(f):
             total += e.count
             embedding += e.count if e.name in EMBEDDING_NAMES else 0
-    return SourceSummary(total, embedding)
+    trained = config.get("max_position_embeddings")
+    return SourceSummary(total, embedding, trained if isinstance(trained, int) and trained > 0 else 0)
 
 
 def _read_json(path: Path, required: bool = True) -> object:

@@ -84,6 +84,7 @@ class DecoderConfig:
     rope_theta: float
     attention_bias: bool  # q/k/v projections carry a bias (qwen2)
     tie_word_embeddings: bool
+    trained_context: int = 0  # the positions it was trained for (max_position_embeddings; 0: not said)
 
 
 def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
@@ -116,6 +117,8 @@ def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
         rope_theta=f.real("rope_theta", 0.0, MAX_ROPE_THETA),
         attention_bias=architecture == "qwen2" or bool(f.values.get("attention_bias", False)),
         tie_word_embeddings=bool(f.values.get("tie_word_embeddings", False)),
+        trained_context=f.integer("max_position_embeddings", 1, 1 << 24) if f.values.get("max_position_embeddings")
+        else 0,
     )
 
 

@@ -203,7 +203,8 @@ def finished(stream: TextStream) -> Reply:
 # -- load -------------------------------------------------------------------------------------
 def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bool | None = None,
          gamma: int | Literal["auto"] | None = None, provider: str = "cpu", threads: int | None = None,
-         chat_template: str | None = None, chat_template_kwargs: Mapping[str, Any] | None = None) -> Model:
+         chat_template: str | None = None, chat_template_kwargs: Mapping[str, Any] | None = None,
+         context: int | None = None) -> Model:
     """A model ready to decode. `name_or_path`: a registry pair ("qwen2.5-coder": its target with
     the decoding measured fastest here) or model ("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b:int4"),
     an artifact folder, a GGUF file or a Hugging Face checkpoint folder (exported into the cache
@@ -211,21 +212,23 @@ def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bo
     ngram: draft by lookup in the context too; gamma: draft tokens per pass, or "auto" (the
     default). provider: "cpu", "dml" or "qnn"; threads: ONNX Runtime's threads per model.
     chat_template: a Jinja chat template's text to render chats with instead of the model's;
-    chat_template_kwargs: extra variables for every render ({"enable_thinking": False})."""
+    chat_template_kwargs: extra variables for every render ({"enable_thinking": False}). context:
+    the tokens a registry model's or source's export holds (default 4096; one export per size)."""
     name = str(name_or_path)
     if name in PAIRS and draft is None and ngram is None and gamma is None:
         from specedge.defaults import pair_decoding
 
-        way = pair_decoding(name)
+        way = pair_decoding(name, context)
         target, draft_path, use_ngram, single, line = way.target, way.draft, way.ngram, way.single_steps, way.line
     else:
         if name in PAIRS:
             from specedge.defaults import pair_artifacts
 
-            target, pair_draft = pair_artifacts(name)
-            draft_path = artifact(draft) if draft is not None else pair_draft
+            target, pair_draft = pair_artifacts(name, context)
+            draft_path = artifact(draft, context) if draft is not None else pair_draft
         else:
-            target, draft_path = artifact(name_or_path), artifact(draft) if draft is not None else None
+            target = artifact(name_or_path, context)
+            draft_path = artifact(draft, context) if draft is not None else None
         use_ngram, single = bool(ngram), False
         line = "as the arguments say"
     speculate = draft_path is not None or use_ngram
@@ -236,11 +239,15 @@ def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bo
     from specedge.profiling import measured_bandwidth
 
     gen.bandwidth_gb_per_s = measured_bandwidth()
+    if context:
+        from specedge.options import say_context
+
+        say_context(gen, context)
     gen.codec.use_template(chat_template, chat_template_kwargs)
     return Model(gen, name.partition(":")[0] if name in MODELS or name in PAIRS else Path(name).name, line)
 
 
-def artifact(name_or_path: str | Path) -> Path:
+def artifact(name_or_path: str | Path, context: int | None = None) -> Path:
     """The artifact folder of a registry model, an artifact folder, or a source (GGUF file or
     Hugging Face folder) exported into the cache on first use."""
     text = str(name_or_path)
@@ -250,11 +257,11 @@ def artifact(name_or_path: str | Path) -> Path:
     if text.partition(":")[0] in MODELS:
         from specedge.options import artifact_arg
 
-        return artifact_arg(text)
+        return artifact_arg(text, context)
     if text.startswith("hf:") or is_source(path):
         from specedge.options import artifact_arg
 
-        return artifact_arg(text)
+        return artifact_arg(text, context)
     known = ", ".join(sorted((*PAIRS, *MODELS)))
     raise SpecEdgeError(f"{text!r} is neither a registry name ({known}) nor an artifact folder, GGUF file, "
                         "Hugging Face checkpoint folder or hf:OWNER/REPO name",

@@ -22,6 +22,7 @@ from specedge.core.errors import DamagedArtifactError, SpecEdgeError
 from specedge.models.locks import is_disk_full
 from specedge.models.registry import DEFAULT_PAIR, MODELS, PAIRS, get_pair
 from specedge.options import (
+    add_context_flag,
     add_gamma_flags,
     add_pair_flags,
     add_provider_flags,
@@ -122,12 +123,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.draft is not None and args.target is None:
         raise SpecEdgeError("--draft needs --target", "pass -m TARGET with --draft, or neither for the default pair")
     if args.target is None:  # the default pair, decoded the way measured fastest here (as chat)
-        way = default_pair(args.pair, None, None, "0" if args.no_draft else args.gamma, args.ngram)
+        way = default_pair(args.pair, None, None, "0" if args.no_draft else args.gamma, args.ngram, args.context)
         target, draft, ngram = way.target, None if args.no_draft else way.draft, way.ngram and not args.no_draft
         no_draft = args.no_draft or way.single_steps
     else:
-        target = artifact_arg(args.target)
-        draft = None if args.no_draft or args.draft is None else artifact_arg(args.draft)
+        target = artifact_arg(args.target, args.context)
+        draft = None if args.no_draft or args.draft is None else artifact_arg(args.draft, args.context)
         ngram, no_draft = args.ngram and not args.no_draft, args.no_draft
     config = build_config(args, no_draft=no_draft, stop=args.stop, ignore_eos=args.ignore_eos)
     gen = load_generator(args, target, draft, ngram, config)
@@ -222,7 +223,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     from specedge.chat import HELP, ChatSession, terminal_lines
 
-    way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram)
+    way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram, args.context)
     config = build_config(args, no_draft=way.single_steps)
     gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
     session = ChatSession(gen, system=args.system, max_new_tokens=args.max_new_tokens,
@@ -425,6 +426,7 @@ def add_chat(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--show-draft", action="store_true", help="colour the tokens the draft proposed")
     p.add_argument("-p", "--prompt", help="answer this one message and exit")
     p.add_argument("--system", default=None, help="a system message")
+    add_context_flag(p)
     add_template_flags(p)
     add_sampling_flags(p, max_new_tokens=512)
     add_provider_flags(p)
@@ -488,6 +490,7 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
     prompts.add_argument("-p", "--prompt", default=None, help="the prompt (-: read it from standard input)")
     prompts.add_argument("-f", "--file", default=None, metavar="FILE", help="read the prompt from this UTF-8 file")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    add_context_flag(p)
     add_template_flags(p)
     p.add_argument("--suffix", default=None, metavar="TEXT",
                    help="fill in the middle: write what goes between --prompt and this text, through the model's "

@@ -154,27 +154,29 @@ def default_quant(name: str) -> str:
     return choice.quant if choice is not None else get_model(name).export.quant
 
 
-def default_artifact(name: str, quant: str | None = None) -> Path:
-    """The artifact of a registry model: `quant`'s export, else the one chosen for this machine."""
-    return resolve_model(name, quant or default_quant(name))
+def default_artifact(name: str, quant: str | None = None, context: int | None = None) -> Path:
+    """The artifact of a registry model: `quant`'s export, else the one chosen for this machine
+    (chosen at the registry's context; the same choice serves any other capacity)."""
+    return resolve_model(name, quant or default_quant(name), context)
 
 
-def pair_decoding(pair_name: str) -> Decoding:
+def pair_decoding(pair_name: str, context: int | None = None) -> Decoding:
     """How a registry pair decodes by default: its target's chosen export, with the chosen drafter
     or plainly in 1-token steps."""
     pair = get_pair(pair_name)
     choice = default_choice(pair.target)
-    target = default_artifact(pair.target)
+    target = default_artifact(pair.target, context=context)
     if choice is None:
-        return Decoding(target, resolve_model(pair.draft), False, False,
+        return Decoding(target, resolve_model(pair.draft, context=context), False, False,
                         f"{pair.target} with its draft, γ auto (one export: nothing to choose)")
     line = f"decoding {verdict(choice)} (measured once here; `specedge profile measure` measures again)"
     if not choice.speculate:
         return Decoding(target, None, False, True, line)
-    return Decoding(target, resolve_model(pair.draft), choice.way.drafter == "hybrid", False, line)
+    return Decoding(target, resolve_model(pair.draft, context=context), choice.way.drafter == "hybrid", False,
+                    line)
 
 
-def pair_artifacts(name: str) -> tuple[Path, Path]:
+def pair_artifacts(name: str, context: int | None = None) -> tuple[Path, Path]:
     """(target artifact, draft artifact) of a registry pair, the target's export chosen here."""
     pair = get_pair(name)
-    return default_artifact(pair.target), resolve_model(pair.draft)
+    return default_artifact(pair.target, context=context), resolve_model(pair.draft, context=context)

@@ -19,6 +19,7 @@ from specedge.core.errors import SpecEdgeError
 from specedge.models.registry import DEFAULT_PAIR, MODELS
 
 if TYPE_CHECKING:
+    from specedge.core.manifest import Manifest
     from specedge.defaults import Decoding
     from specedge.runtime.decoding import SpecConfig
     from specedge.runtime.generator import Generator
@@ -163,6 +164,33 @@ def template_kwargs_arg(text: str) -> dict[str, object]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def add_context_flag(p: argparse.ArgumentParser) -> None:
+    """-c/--context N: the tokens a registry model's or a source's export holds (read by the commands)."""
+    p.add_argument("-c", "--context", type=positive_int, default=None, metavar="N",
+                   help="tokens of context (prompt and answer) the model holds, up to what it was trained for "
+                        "(default: 4096); exported once per capacity")
+
+
+def say_context(gen: Generator, context: int) -> None:
+    """The capacity asked for, and what its KV caches cost at most (an artifact folder keeps its own)."""
+    held = gen.target.manifest.context
+    if held != context:
+        raise SpecEdgeError(f"{gen.target.folder} holds {held} tokens of context, not the {context} asked for",
+                            "-c applies to registry models and sources (GGUF, checkpoints, hf:), which it "
+                            "exports at that size; re-export the artifact with --context")
+    from specedge.runtime.generator import draft_model
+
+    draft = draft_model(gen.drafter)
+    kv = sum(kv_bytes(m) for m in (gen.target.manifest, *([draft.manifest] if draft is not None else [])))
+    print(f"specedge: context {context} tokens: the KV cache takes up to {kv / 1e6:.0f} MB", file=sys.stderr)
+
+
+def kv_bytes(m: Manifest) -> int:
+    """Bytes of a model's KV cache at its full context: keys and values of every layer."""
+    item = 2 if m.kv_dtype in ("float16", "fp16") else 4
+    return 2 * m.num_layers * m.num_kv_heads * m.head_dim * m.context * item
+
+
 def add_provider_flags(p: argparse.ArgumentParser) -> None:
     """--provider, --draft-provider, --fallback, --threads, --soc (read by `load_generator`)."""
     from specedge.runtime import qnn  # the SoC catalogue: standard library only (no onnxruntime)
@@ -193,10 +221,11 @@ def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequenc
                       acceptance=getattr(args, "acceptance", None) or "auto")
 
 
-def artifact_arg(value: str) -> Path:
+def artifact_arg(value: str, context: int | None = None) -> Path:
     """An artifact folder; the name of a registry model, optionally NAME:QUANT (fetched and exported
     on first use; without a quant, the export chosen for this machine); a GGUF file, a Hugging Face
-    checkpoint folder or an `hf:OWNER/REPO[:TAG]` name (exported into the cache on first use)."""
+    checkpoint folder or an `hf:OWNER/REPO[:TAG]` name (exported into the cache on first use).
+    context: the tokens an export it makes holds (an artifact folder keeps its own)."""
     from specedge.core.contract import QUANT_BITS  # numpy (through kernels): loaded when a command runs
 
     path = Path(value)
@@ -206,13 +235,13 @@ def artifact_arg(value: str) -> Path:
         from specedge.resolve import source_artifact
 
         if is_hub_name(value):
-            return source_artifact(hub_source(value), hub_label(value))
-        return source_artifact(path)
+            return source_artifact(hub_source(value), hub_label(value), context)
+        return source_artifact(path, context=context)
     if path.exists() or name not in MODELS or (quant and quant not in QUANT_BITS):
         return path
     from specedge.defaults import default_artifact  # the runtime and device profiles: only for a registry name
 
-    return default_artifact(name, quant or None)
+    return default_artifact(name, quant or None, context)
 
 
 def is_source(path: Path) -> bool:
@@ -221,19 +250,20 @@ def is_source(path: Path) -> bool:
         path.is_dir() and (path / "config.json").is_file() and not (path / "manifest.json").is_file())
 
 
-def pair_paths(pair: str, target: str | None = None, draft: str | None = None) -> tuple[Path, Path | None]:
+def pair_paths(pair: str, target: str | None = None, draft: str | None = None,
+               context: int | None = None) -> tuple[Path, Path | None]:
     """(target, draft): the given target (and draft) artifacts, else the registry pair's
     (the flags `add_pair_flags` declares: --target and --draft, else --pair)."""
     if target:
-        return artifact_arg(target), artifact_arg(draft) if draft else None
+        return artifact_arg(target, context), artifact_arg(draft, context) if draft else None
     from specedge.defaults import pair_artifacts  # the runtime and device profiles: loaded when a command runs
 
-    target_path, draft_path = pair_artifacts(pair)
+    target_path, draft_path = pair_artifacts(pair, context)
     return target_path, draft_path
 
 
 def default_pair(pair: str, target: str | None = None, draft: str | None = None, gamma: str | None = None,
-                 ngram: bool = False) -> Decoding:
+                 ngram: bool = False, context: int | None = None) -> Decoding:
     """How chat and serve decode (a `defaults.Decoding`): the registry pair's measured default way
     (its target's export, with its draft, draft and n-gram, or plainly in 1-token steps), unless
     a target, a gamma or ngram (--target, --gamma, --ngram) say otherwise; prints which way, and
@@ -241,10 +271,10 @@ def default_pair(pair: str, target: str | None = None, draft: str | None = None,
     from specedge.defaults import Decoding, pair_decoding  # the runtime and device profiles: when a command runs
 
     if target or gamma is not None or ngram:
-        target_path, draft_path = pair_paths(pair, target, draft)
+        target_path, draft_path = pair_paths(pair, target, draft, context)
         decoding = Decoding(target_path, draft_path, ngram, False, "as the flags say")
     else:
-        decoding = pair_decoding(pair)
+        decoding = pair_decoding(pair, context)
     print(f"specedge: {decoding.line}", file=sys.stderr)
     return decoding
 
@@ -259,5 +289,7 @@ def load_generator(args: argparse.Namespace, target: Path, draft: Path | None, n
     gen = Generator.load(target, draft=draft, ngram=ngram, provider=args.provider, draft_provider=args.draft_provider,
                          threads=args.threads, config=config, fallback=args.fallback, single_steps=single_steps)
     gen.bandwidth_gb_per_s = measured_bandwidth()
+    if getattr(args, "context", None):
+        say_context(gen, args.context)
     gen.codec.use_template(getattr(args, "chat_template", None), getattr(args, "chat_template_kwargs", None))
     return gen

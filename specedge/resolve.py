@@ -16,11 +16,12 @@ from specedge.models.paths import artifacts_dir
 from specedge.models.registry import ExportDefaults, ModelEntry, get_model
 
 
-def export_settings(entry: ModelEntry, quant: str | None = None) -> ExportSettings:
+def export_settings(entry: ModelEntry, quant: str | None = None, context: int | None = None) -> ExportSettings:
+    """The settings a registry model is exported with here (context: the registry's, else this)."""
     export = entry.export_for(quant)
     kernel = int4_kernel_here(export.quant)
     attention = export.rows_attention if kernel == "rows" and export.rows_attention else export.attention
-    return ExportSettings(quant=export.quant, context=export.context, block_size=export.block_size,
+    return ExportSettings(quant=export.quant, context=context or export.context, block_size=export.block_size,
                           attention=attention, head_vocab=export.head_vocab,
                           int8_weights=int8_weights_here(export.quant), int4_kernel=kernel)
 
@@ -42,17 +43,18 @@ def why_again(label: str, settings: ExportSettings) -> str:
     return ""
 
 
-def cached_artifact(name: str, quant: str | None = None) -> Path:
+def cached_artifact(name: str, quant: str | None = None, context: int | None = None) -> Path:
     entry = get_model(name)
-    return artifact_path(entry.name, entry.sha256, export_settings(entry, quant))
+    return artifact_path(entry.name, entry.sha256, export_settings(entry, quant, context))
 
 
-def resolve_model(name: str, quant: str | None = None) -> Path:
+def resolve_model(name: str, quant: str | None = None, context: int | None = None) -> Path:
     """The artifact of a registry model in `quant` (default: the registry's first export), fetching
     and exporting what is missing. Which export decodes fastest here is policy, not mechanism:
-    specedge/defaults.py chooses it and asks for it by quant."""
+    specedge/defaults.py chooses it and asks for it by quant. context: tokens the export holds
+    (default: the registry's; each capacity is its own cached export)."""
     entry = get_model(name)
-    settings = export_settings(entry, quant)
+    settings = export_settings(entry, quant, context)
     out = artifact_path(entry.name, entry.sha256, settings)
     if is_exported(out):
         return out
@@ -78,17 +80,21 @@ def export_once(src: Path, out: Path, settings: ExportSettings, what: str, expec
 # a checkpoint of the user's own, exported as a target as the registry's int4 target is: int4
 # (block 128, or the largest that divides its matrices), row-exact on specedge's kernel with its
 # native attention where it is used, else MatMulNBits
+SOURCE_CONTEXT_STEP = 64  # a source's default context, where it was trained for less than 4096: a whole block
 SOURCE_EXPORT = ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused", rows_attention="rows")
 
 
-def source_artifact(src: Path, label: str | None = None) -> Path:
+def source_artifact(src: Path, label: str | None = None, context: int | None = None) -> Path:
     """The cached export of a GGUF file or Hugging Face checkpoint folder (exported on first use,
     keyed by the source's sha256 and the settings, as a registry model's; block 0 in the key: the
     largest that fits). label: the name its folder starts with (default: the file's or folder's)."""
-    from specedge.export.source import source_digest
+    from specedge.export.source import inspect_source, source_digest
 
+    if context is None:  # the default, or fewer where the model was trained for fewer positions
+        trained = inspect_source(src).trained_context
+        context = min(SOURCE_EXPORT.context, trained - trained % SOURCE_CONTEXT_STEP) if trained else None
     kernel = int4_kernel_here(SOURCE_EXPORT.quant)
-    settings = ExportSettings(quant=SOURCE_EXPORT.quant, context=SOURCE_EXPORT.context, block_size=0,
+    settings = ExportSettings(quant=SOURCE_EXPORT.quant, context=context or SOURCE_EXPORT.context, block_size=0,
                               int4_kernel=kernel,
                               attention=SOURCE_EXPORT.rows_attention if kernel == "rows" else SOURCE_EXPORT.attention)
     out = artifact_path(label or (src.stem if src.is_file() else src.name), source_digest(src), settings)

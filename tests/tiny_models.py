@@ -47,7 +47,7 @@ def tiny_config(arch: str, **overrides: object) -> dict[str, object]:
     config: dict[str, object] = dict(
         architectures=["LlamaForCausalLM" if arch == "llama" else "Qwen2ForCausalLM"], model_type=arch,
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=0 + 256,
+        num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=0 + 256,
         eos_token_id=1 + 256, tie_word_embeddings=False, hidden_act="silu", initializer_range=0.02,
         rope_theta=ROPE_THETA, rope_parameters={"rope_theta": ROPE_THETA, "rope_type": "default"},
         attention_dropout=0.0, use_cache=True, dtype="float32")

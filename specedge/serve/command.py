@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from specedge.core.errors import SpecEdgeError
 from specedge.options import (
+    add_context_flag,
     add_gamma_flags,
     add_pair_flags,
     add_provider_flags,
@@ -76,6 +77,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info",
                    help="the least severe log lines shown, each with its time and level (default info: a line per "
                         "request)")
+    add_context_flag(p)
     add_template_flags(p)
     add_sampling_flags(p, max_new_tokens=512, temperature=1.0, per_request=True)  # temperature 1: the API's default
     add_provider_flags(p)
@@ -174,7 +176,7 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
     from specedge.serve.app import create_app
 
     try:
-        way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram)
+        way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram, args.context)
         config = build_config(args, no_draft=way.single_steps)  # requests override its length, sampling and seed
         gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
         settings = serve_settings(args, way.target, port)

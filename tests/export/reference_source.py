@@ -43,6 +43,7 @@ def reference_config(hf_config) -> DecoderConfig:
         rope_theta=float(theta),
         attention_bias=arch == "qwen2" or bool(getattr(hf_config, "attention_bias", False)),
         tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
+        trained_context=int(getattr(hf_config, "max_position_embeddings", 0) or 0),
     )
 
 
