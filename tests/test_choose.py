@@ -140,7 +140,8 @@ def two_ways(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: p
     monkeypatch.setitem(registry.MODELS, "two-ways", entry)
     monkeypatch.setitem(registry.PAIRS, "two-ways-pair", registry.PairEntry("two-ways-pair", "two-ways", "d", ""))
     monkeypatch.setenv("SPECEDGE_CACHE", str(tmp_path))
-    monkeypatch.setattr(defaults, "resolve_model", lambda name, quant=None: draft if name == "d" else target)
+    monkeypatch.setattr(defaults, "resolve_model",
+                        lambda name, quant=None, context=None: draft if name == "d" else target)
     monkeypatch.setattr(profiling, "measure_bandwidth", lambda: measure_bandwidth(16 << 20, repeats=1))
     quants: list[str] = []
     real_measure = calibrate.measure_in_child  # a process of its own, for real
