@@ -1,37 +1,28 @@
-"""A dependency-free progress bar on stderr (silent when stderr is not a terminal)."""
+"""One progress style for long work (assembling a download, exporting, measuring): tqdm's bar on
+stderr, silent when stderr is not a terminal."""
 
 from __future__ import annotations
 
 import sys
-import time
 from types import TracebackType
+
+from tqdm import tqdm
 
 
 class Progress:
-    def __init__(self, total: int, desc: str, unit: str = "MB", scale: float = 1e6) -> None:
-        self.total = total
-        self.desc = desc
-        self.unit = unit
-        self.scale = scale
-        self.done = 0
-        self.enabled = sys.stderr.isatty()
-        self._last = 0.0
+    """A bar of `total` units; unit "B" counts bytes, shown in kB, MB, GB."""
+
+    def __init__(self, total: int, desc: str, unit: str = "B") -> None:
+        self.bar = tqdm(total=total, desc=f"specedge: {desc}", unit=unit, unit_scale=unit == "B",
+                        unit_divisor=1000, file=sys.stderr, leave=False, dynamic_ncols=True,
+                        disable=not sys.stderr.isatty())
 
     def __enter__(self) -> Progress:
         return self
 
-    def update(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self.enabled and (now - self._last > 0.1 or self.done >= self.total):
-            self._last = now
-            frac = self.done / self.total if self.total else 1.0
-            bar = "#" * int(frac * 30)
-            sys.stderr.write(f"\r{self.desc} [{bar:<30}] {frac:4.0%} "
-                             f"{self.done / self.scale:.0f}/{self.total / self.scale:.0f} {self.unit}")
-            sys.stderr.flush()
+    def update(self, n: int = 1) -> None:
+        self.bar.update(n)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
+        self.bar.close()

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import resource
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from specedge.core.manifest import (
     sha256_file,
     tokenizer_fingerprint,
 )
+from specedge.core.progress import Progress
 from specedge.export.decoder_graph import DecoderBuilder
 from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec
@@ -57,15 +56,6 @@ def peak_rss_bytes() -> int:
     return max(own, kids) * 1024
 
 
-def _progress(total: int, desc: str):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm comes with the export extra
-        return contextlib.nullcontext(type("Bar", (), {"update": lambda self, n=1: None})())
-    return tqdm(total=total, desc=desc, unit="layer", file=sys.stderr, leave=False,
-                disable=not sys.stderr.isatty())
-
-
 def build_graph(source: SourceModel, settings: ExportSettings, folder: Path) -> DecoderBuilder:
     """The symbolic-width graph: folder/model.onnx + folder/model.onnx.data."""
     quant = "fp32" if settings.quant == "qdq" else settings.quant  # QDQ is applied to the float graph
@@ -76,7 +66,7 @@ def build_graph(source: SourceModel, settings: ExportSettings, folder: Path) -> 
                              fp16=settings.fp16, attention=settings.attention, kv_in_place=not settings.static,
                              head_vocab=settings.head_vocab, next_ids=not settings.static)
     try:
-        with _progress(source.config.num_layers, f"export {source.path.name}") as bar:
+        with Progress(source.config.num_layers, f"exporting {source.path.name}", unit="layer") as bar:
             builder.build(on_layer=lambda _i: bar.update(1))
         model = writer.finish(f"specedge_{source.config.architecture}")
     except BaseException:

