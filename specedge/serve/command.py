@@ -166,6 +166,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.run(sockets=[sock])
     if failed:
         raise failed[0]
+    if loader.is_alive():  # stopped while a first run fetched, exported or measured: leave at once
+        print("specedge serve: stopped while the model was loading (a half-made export is cleared on the next "
+              "run)", file=sys.stderr, flush=True)
+        os._exit(0)  # the loading thread is in native code: no interpreter teardown under it
     return 0
 
 

@@ -51,3 +51,24 @@ def test_a_model_that_cannot_load_stops_the_server_in_one_line(tmp_path: Path) -
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert "loading the model" in proc.stderr
+
+
+def test_ctrl_c_while_the_model_loads_stops_at_once(smollm2_gguf: Path, tmp_path: Path) -> None:
+    """A first run exporting its model (SmolLM2's GGUF into an empty cache) is stopped by Ctrl-C
+    without waiting for the export: one line, exit 0, no traceback."""
+    import os
+    import signal
+
+    env = {**os.environ, "SPECEDGE_CACHE": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "specedge", "serve", "--target", str(smollm2_gguf), "--port",
+                             str(free_port())], stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # the export has begun: its first line
+        seen.append(line)
+        if "exporting" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 0, "".join(seen) + rest
+    assert "stopped while the model was loading" in rest and "Traceback" not in rest
