@@ -5,10 +5,15 @@ one of these says little about another."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import platform
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from specedge.kernels import native
 
 # flags as /proc/cpuinfo names them: x86 "flags", ARM "Features"
 KERNEL_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8",
@@ -54,10 +59,30 @@ def parse_cpuinfo(text: str) -> tuple[str, tuple[str, ...]]:
     return model, tuple(f for f in KERNEL_FLAGS if f in present)
 
 
-def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuInfo:
+def macos_model() -> str:
+    """The CPU's name from macOS's sysctl (machdep.cpu.brand_string), "" elsewhere or on failure."""
+    if sys.platform != "darwin":
+        return ""
     try:
-        model, flags = parse_cpuinfo(cpuinfo.read_text(errors="replace"))
-    except OSError:  # not Linux: the platform's own name, no flags
-        model, flags = "", ()
-    return CpuInfo(model=model or platform.processor() or "unknown CPU", machine=platform.machine(),
-                   logical_cpus=os.cpu_count() or 1, flags=flags)
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        size = ctypes.c_size_t(256)
+        buffer = ctypes.create_string_buffer(size.value)
+        if libc.sysctlbyname(b"machdep.cpu.brand_string", buffer, ctypes.byref(size), None, ctypes.c_size_t(0)) != 0:
+            return ""
+        return buffer.value.decode(errors="replace").strip()
+    except (OSError, AttributeError):
+        return ""
+
+
+def cpu_info(cpuinfo: Path = Path("/proc/cpuinfo"), library_flags: tuple[str, ...] | None = None) -> CpuInfo:
+    """This CPU: its kernel flags as the native library reads them (CPUID, or the OS's calls on ARM:
+    the same on Linux, macOS and Windows), else as /proc/cpuinfo lists them; its model from
+    /proc/cpuinfo, macOS's sysctl or the platform module."""
+    try:
+        model, listed = parse_cpuinfo(cpuinfo.read_text(errors="replace"))
+    except OSError:  # not Linux
+        model, listed = "", ()
+    read = native.cpu_flags() if library_flags is None else library_flags
+    flags = tuple(f for f in KERNEL_FLAGS if f in read) if read else listed
+    return CpuInfo(model=model or macos_model() or platform.processor() or "unknown CPU",
+                   machine=platform.machine(), logical_cpus=os.cpu_count() or 1, flags=flags)

@@ -111,6 +111,17 @@ def isas() -> tuple[str, ...]:
     return tuple(lib.specedge_kernel_isas().decode().split(",")) if lib is not None else ()
 
 
+def cpu_flags() -> tuple[str, ...]:
+    """The CPU's features as the kernels read them (CPUID on x86; the OS's calls on ARM: Linux's
+    auxiliary vector, macOS's sysctl, Windows' processor features), named as /proc/cpuinfo names
+    them; () where the library is absent."""
+    lib = library()
+    if lib is None:
+        return ()
+    lib.specedge_cpu_flags.restype = ctypes.c_char_p
+    return tuple(lib.specedge_cpu_flags().decode().split())
+
+
 def attention_isas() -> list[str]:
     """Every instruction set this CPU runs the native attention on, best first (the portable path last)."""
     lib = library()

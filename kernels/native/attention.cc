@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu_features.h"
+
 namespace specedge {
 
 uint16_t half_of(float x) {
@@ -188,10 +190,9 @@ int available_attention_isas(AttentionIsa* out, int capacity) {
     if (n < capacity) out[n++] = isa;
   };
 #if defined(__x86_64__) || defined(_M_X64)
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2 && __builtin_cpu_supports("avx512f")) add(avx512_attention());
-  if (avx2) add(avx2_attention());
+  const CpuFeatures& cpu = cpu_features();
+  if (cpu.avx2 && cpu.fma && cpu.avx512f) add(avx512_attention());
+  if (cpu.avx2 && cpu.fma) add(avx2_attention());
 #endif
   add(AttentionIsa{"portable", scores_portable, softmax_portable, weigh_portable, 16});
   return n;

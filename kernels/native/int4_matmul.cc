@@ -4,12 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#if defined(__aarch64__) && defined(__linux__)
-#include <sys/auxv.h>
-#ifndef HWCAP_ASIMDDP
-#define HWCAP_ASIMDDP (1 << 20)
-#endif
-#endif
+#include "cpu_features.h"
 
 namespace specedge {
 
@@ -77,17 +72,15 @@ int available_isas(Isa* out, int capacity) {
   auto add = [&](const char* name, PanelsFn fn, QuantizeFn quantize, int64_t panel) {
     if (n < capacity) out[n++] = Isa{name, fn, quantize, panel};
   };
+  const CpuFeatures& cpu = cpu_features();
 #if defined(__x86_64__) || defined(_M_X64)
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+  if (cpu.avx2 && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512_vnni) {
     add("avx512-vnni", panels_avx512_vnni, quantize_rows_avx2, 32);
   }
-  if (avx2) add("avx2", panels_avx2, quantize_rows_avx2, 0);
+  if (cpu.avx2) add("avx2", panels_avx2, quantize_rows_avx2, 0);
 #endif
-#if defined(__aarch64__) && defined(__linux__)
-  if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) add("neon-dot", panels_neon_dot, quantize_rows, 0);
+#if defined(__aarch64__)
+  if (cpu.asimddp) add("neon-dot", panels_neon_dot, quantize_rows, 0);
 #endif
   add("portable", panels_portable, quantize_rows, 0);
   return n;

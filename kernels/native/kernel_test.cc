@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attention.h"
+#include "cpu_features.h"
 #include "int4_matmul.h"
 
 using namespace specedge;
@@ -196,6 +197,7 @@ bool run_attention_case(const AttentionCase& c, std::mt19937& rng, const Attenti
 }  // namespace
 
 int main() {
+  std::printf("cpu flags: %s\n", cpu_flag_names(cpu_features()).c_str());
   Isa isas[4];
   const int count = available_isas(isas, 4);
   std::printf("instruction sets:");

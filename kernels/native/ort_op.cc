@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attention.h"
+#include "cpu_features.h"
 #include "int4_matmul.h"
 #include "ort_util.h"
 
@@ -251,6 +252,12 @@ __attribute__((visibility("default"))) const char* specedge_kernel_isa() {
 __attribute__((visibility("default"))) int specedge_kernel_reads(const char* name, int64_t layout) {
   const int64_t panel = specedge::panel_columns(layout);
   return name != nullptr && name[0] != '\0' && panel != 0 && specedge::pick_isa(name, panel) != nullptr;
+}
+
+// The CPU's features the kernels choose by, space-separated, named as /proc/cpuinfo names them.
+__attribute__((visibility("default"))) const char* specedge_cpu_flags() {
+  static const std::string names = specedge::cpu_flag_names(specedge::cpu_features());
+  return names.c_str();
 }
 
 // Every instruction set this CPU runs, comma-separated, best first.

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specedge.device_profiles.cpu import CpuInfo, cpu_info, parse_cpuinfo
+import pytest
+
+from specedge.device_profiles.cpu import KERNEL_FLAGS, CpuInfo, cpu_info, parse_cpuinfo
+from specedge.kernels import native
 
 XEON = """processor\t: 0
 model name\t: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz
@@ -36,5 +39,22 @@ def test_arm_features_are_read_and_no_amx_is_claimed() -> None:
 
 def test_this_machine_and_a_missing_cpuinfo(tmp_path: Path) -> None:
     assert cpu_info().logical_cpus >= 1 and cpu_info().model
-    missing = cpu_info(tmp_path / "absent")
+    missing = cpu_info(tmp_path / "absent", library_flags=())
     assert missing.flags == () and missing.model
+
+
+def test_flags_come_from_the_library_where_the_os_has_no_cpuinfo(tmp_path: Path) -> None:
+    """macOS and Windows have no /proc/cpuinfo: the library's CPUID (or the OS's calls) names the
+    flags, in KERNEL_FLAGS' order, the ones the kernels do not care about left out."""
+    info = cpu_info(tmp_path / "absent", library_flags=("avx512bw", "avx512_vnni", "avx2", "fma"))
+    assert info.flags == ("avx2", "fma", "avx512_vnni") and info.vnni and not info.amx
+    assert cpu_info(tmp_path / "absent", library_flags=("asimd", "asimddp")).flags == ("asimd", "asimddp")
+
+
+@pytest.mark.skipif(not native.available() or not Path("/proc/cpuinfo").is_file(),
+                    reason="needs the native library and Linux's /proc/cpuinfo to compare with")
+def test_the_library_reads_the_flags_linux_lists() -> None:
+    """The library's own reading (CPUID on x86, the auxiliary vector on ARM) names what the kernel lists."""
+    _, listed = parse_cpuinfo(Path("/proc/cpuinfo").read_text())
+    assert tuple(f for f in KERNEL_FLAGS if f in native.cpu_flags()) == listed
+    assert cpu_info().flags == listed

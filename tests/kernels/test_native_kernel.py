@@ -22,8 +22,8 @@ from specedge.export.quantize import dequantize_blockwise, quantize_blockwise
 from specedge.kernels import int4_layout, native
 
 NATIVE = Path(native.__file__).parent / "native"
-SOURCES = [*(p.name for kernel in ("int4_matmul", "attention") for p in sorted(NATIVE.glob(f"{kernel}*.cc"))),
-           "kernel_test.cc"]
+SOURCES = [*(p.name for kernel in ("int4_matmul", "attention", "cpu_features")
+             for p in sorted(NATIVE.glob(f"{kernel}*.cc"))), "kernel_test.cc"]
 needs_library = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
                                    reason=native.missing() or "library absent")
 ARM_TOOLS = ("aarch64-linux-gnu-g++", "qemu-aarch64")
@@ -185,6 +185,7 @@ def test_kernel_under_sanitizers(tmp_path: Path) -> None:
     for isa in native.isas():  # every instruction set this CPU runs was checked
         assert isa in out
     assert f"attention instruction sets: {' '.join(native.attention_isas())}" in out
+    assert f"cpu flags: {' '.join(native.cpu_flags())}" in out
 
 
 @pytest.mark.slow  # 10 s of cross-building and emulation: CI runs it with the slow set
@@ -193,6 +194,6 @@ def test_kernel_under_sanitizers(tmp_path: Path) -> None:
 def test_arm_paths_under_qemu(tmp_path: Path) -> None:
     """The dot-product path where the emulated CPU has it, the portable path on a Cortex-A53 (none)."""
     out = build_and_run("aarch64-linux-gnu-g++", ["-O2", "-static"], ["qemu-aarch64"], tmp_path)
-    assert "neon-dot" in out
+    assert "neon-dot" in out and "asimddp" in out.split("cpu flags:")[1].split("\n")[0]
     out = build_and_run("aarch64-linux-gnu-g++", ["-O2", "-static"], ["qemu-aarch64", "-cpu", "cortex-a53"], tmp_path)
-    assert "instruction sets: portable" in out
+    assert "instruction sets: portable" in out and "cpu flags: asimd\n" in out
