@@ -140,6 +140,7 @@ class TextStream:
         self.result: GenerationResult | None = None
         # with SpecConfig.logprobs: the tokens' log-probabilities as they are decoded (Segment.tokens index it)
         self.logprobs: list[TokenLogprob] | None = None
+        self.stats: GenerationStats | None = None  # the counts so far, as they are decoded (the result's at the end)
         self._segments = make_segments(self)
 
     def __iter__(self) -> Iterator[str]:
@@ -164,8 +165,8 @@ def split_by_origin(text: str, start: int, end: int, ends: list[int], drafted: l
             pos = stop
         if pos >= end:
             return
-    if pos < end:
-        yield Segment(text[pos:end], False)
+    if pos < end:  # text that no token's end reaches (a decoder's flush): its tokens are those not yet ended
+        yield Segment(text[pos:end], False, range(bisect.bisect_right(ends, pos), len(ends)))
 
 
 class Generator:
@@ -280,6 +281,7 @@ class Generator:
         start = time.perf_counter()
         recorder = LogprobRecorder(config.logprobs) if config.logprobs is not None else None
         stream.logprobs = recorder.logprobs if recorder is not None else None
+        stream.stats = stats
         rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, self.rows, on_logits=recorder,
                                constraint=constraint)
         reason = ""

@@ -29,6 +29,9 @@ def test_wheel_installs_and_runs(tmp_path: Path) -> None:
         assert f"specedge/{package}/__init__.py" in names
     assert not any(n.startswith("tests/") for n in names)
     assert any(n.startswith("specedge/kernels/_specedge_ops") for n in names)  # the native kernel library, built
+    for data in ("serve/page/index.html", "serve/page/chat.js", "serve/page/chat.css", "export/qnn_ops.json",
+                 "device_profiles/devices/apple-m2.json"):  # the files beside the modules
+        assert f"specedge/{data}" in names, data
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)

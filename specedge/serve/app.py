@@ -33,6 +33,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specedge.core.errors import SpecEdgeError
+from specedge.device_profiles.cpu import cpu_info
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime.fim import NoFimTokens, fim_prompt, find_fim_tokens
 from specedge.runtime.generator import Generator, draft_model
@@ -44,6 +45,7 @@ from specedge.runtime.tools import ToolMarkup, read_tool_calls, renders_tools
 from specedge.serve.guard import LOCAL, Origins, RequestGuard
 from specedge.serve.logprobs import LogprobShapes, TokenSpeller
 from specedge.serve.metrics import CONTENT_TYPE, Metrics
+from specedge.serve.page import PAGE_PATHS, page_routes
 from specedge.serve.protocol import (
     MAX_BODY_BYTES,
     APIError,
@@ -63,7 +65,7 @@ from specedge.serve.worker import Failed, Finished, GenerationWorker, Job, Piece
 
 log = logging.getLogger("specedge.serve")
 ROUTE_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions",
-                         "/tokenize", "/detokenize"})
+                         "/tokenize", "/detokenize", *PAGE_PATHS})
 FOLDED_CHARS = 4  # characters a tokenizer's normalizer (NFC) may fold into one, at most
 PING_S = 10.0  # a streamed request waiting this long for its first event gets its headers, then a comment as often
 PING = b": ping\n\n"
@@ -190,10 +192,12 @@ class EventStream:
     first event, so a request that fails before any text gets its error status (unless it waits
     past PING_S: then pings keep the stream alive, and an error is an event)."""
 
-    def __init__(self, job: Job, shaper: Shaper, include_usage: bool, call_names: frozenset[str] = frozenset()) -> None:
+    def __init__(self, job: Job, shaper: Shaper, include_usage: bool, call_names: frozenset[str] = frozenset(),
+                 show_draft: bool = False) -> None:
         self.job = job
         self.shaper = shaper
         self.include_usage = include_usage
+        self.show_draft = show_draft  # each text chunk says where its tokens came from
         # the model's calls to these tools, taken out of its text
         self.calls = ToolCallFilter(call_names) if call_names else None
 
@@ -241,9 +245,10 @@ class EventStream:
         while True:
             if isinstance(event, Piece):
                 held += event.logprobs
+                origin = event.origin if self.show_draft else None
                 for out in self.pieces(event.text):
                     if isinstance(out, str):
-                        yield shaper.chunk(out, first, held)
+                        yield shaper.chunk(out, first, held, origin)
                         sent, held = sent + len(held), ()
                     else:
                         yield shaper.calls_chunk(out, first)
@@ -286,6 +291,7 @@ class Server:
         self.markup = ToolMarkup.of(generator.codec.tokenizer)  # how this model spells a tool call's markers
         self._side_codec: TextCodec | None = None  # /tokenize's and /detokenize's, under their lock
         self._side_lock = threading.Lock()
+        self.device = cpu_info().label()  # named on the chat page
 
     def model_card(self) -> dict[str, object]:
         gen = self.generator
@@ -293,7 +299,8 @@ class Server:
         return {"id": self.settings.model_id, "object": "model", "created": self.created, "owned_by": "specedge",
                 "specedge": {"target": gen.target.name, "draft": getattr(draft, "name", None),
                              "drafter": gen.drafter.name if gen.drafter else "none", "context": self.context,
-                             "gamma": "auto" if gen.config.auto_gamma else gen.config.gamma}}
+                             "gamma": "auto" if gen.config.auto_gamma else gen.config.gamma,
+                             "device": self.device}}
 
     async def health(self, request: Request) -> JSONResponse:
         w = self.worker
@@ -471,7 +478,7 @@ class Server:
                                 f"decoded; retry in {e.retry_after} s", kind="server_error", code="queue_full",
                            headers={"Retry-After": str(e.retry_after)}) from None
         if req.stream:
-            return EventStream(job, shaper, req.include_usage, structure.call_names)
+            return EventStream(job, shaper, req.include_usage, structure.call_names, req.show_draft)
         finished = await until_first(job.events.get(), request.receive, job)
         if finished is None:
             return Response(status_code=204)  # the client is gone; nobody reads this
@@ -516,6 +523,7 @@ def create_app(generator: Generator, settings: ServeSettings, guarded: bool = Tr
         Route("/v1/completions", api(server.completions), methods=["POST"]),
         Route("/tokenize", api(server.tokenize), methods=["POST"]),
         Route("/detokenize", api(server.detokenize), methods=["POST"]),
+        *page_routes(),
     ]
     guard = [Middleware(RequestGuard, origins=settings.origins, api_key=settings.api_key)] if guarded else []
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found},

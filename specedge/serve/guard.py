@@ -10,7 +10,7 @@ sends a cross-site application/json request, and this server grants no such requ
 
 Beside that strict default, `--allowed-origins` names web origins that may call it (a browser
 extension, a local web UI: `chrome-extension://*`, `http://localhost:3000`), answered with CORS
-headers; `--api-key` (or SPECEDGE_API_KEY) asks every request but /health for
+headers; `--api-key` (or SPECEDGE_API_KEY) asks every request but /health and the chat page's files for
 `Authorization: Bearer KEY`, compared in constant time.
 """
 
@@ -27,6 +27,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from specedge.serve.page import PAGE_PATHS
 from specedge.serve.protocol import APIError
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -125,8 +126,9 @@ CORS_HEADERS = "Authorization, Content-Type"
 
 
 def key_refusal(api_key: str | None, path: str, headers: Headers) -> APIError | None:
-    """401 unless the request carries `Authorization: Bearer KEY` (/health needs none)."""
-    if api_key is None or path == "/health":
+    """401 unless the request carries `Authorization: Bearer KEY` (/health and the chat page's static
+    files need none: the page asks for the key)."""
+    if api_key is None or path == "/health" or path in PAGE_PATHS:
         return None
     scheme, _, given = headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), api_key.encode()):

@@ -1,6 +1,6 @@
 """The server while its models load. A first run fetches and exports them (minutes), so the port is
 bound first and answers at once: /health 503 {"status": "loading"} (as llama-server answers), every
-other path the error object `model_loading` (503, Retry-After); once the models are ready the
+other path the error object `model_loading` (503, Retry-After) but the chat page's files; once the models are ready the
 application takes every request. Its lifespan stops the application's worker at shutdown."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from specedge.serve.page import page_response
 from specedge.serve.protocol import APIError
 
 LOADING = APIError(503, "the model is loading; retry in a moment", kind="server_error", code="model_loading",
@@ -68,7 +69,10 @@ class LoadingGate:
 
 
 async def loading_response(scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["path"] == "/health":
+    page = page_response(scope["path"]) if scope["method"] == "GET" else None
+    if page is not None:  # the chat page shows "loading" itself
+        response = page
+    elif scope["path"] == "/health":
         response = JSONResponse({"status": "loading"}, status_code=503, headers=LOADING.headers)
     else:
         response = JSONResponse(LOADING.body(), status_code=LOADING.status, headers=LOADING.headers)

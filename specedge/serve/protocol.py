@@ -156,6 +156,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # not in the OpenAI API: decode exactly max_tokens (benchmarks)
     acceptance: str | None = None  # not in the OpenAI API: {"specedge": {"acceptance": "race"|"rejection"}}
+    show_draft: bool = False  # not in the OpenAI API: {"specedge": {"show_draft": true}}: each chunk's origin
     logprobs: int | None = None  # None: none; N: each token's log-probability and its N likeliest alternatives
     suffix: str | None = None  # completion: the text after the gap to fill in (fill-in-the-middle)
     template_kwargs: dict[str, Any] | None = None  # chat: extra template variables (vLLM's chat_template_kwargs)
@@ -291,24 +292,30 @@ def parse_common(body: dict[str, Any]) -> dict[str, Any]:
         "top_p": _number(body, "top_p", 0.0, 1.0, "a number in (0, 1]", low_open=True),
         "top_k": _int(body, "top_k", 0), "min_p": _number(body, "min_p", 0.0, 1.0, "a number from 0 to 1"),
         "seed": _seed(body), "stop": _stop(body.get("stop")),
-        "ignore_eos": _bool(body, "ignore_eos"), "acceptance": _acceptance(body.get("specedge")),
+        "ignore_eos": _bool(body, "ignore_eos"), **_extension(body.get("specedge"), stream),
     }
 
 
 ACCEPTANCE_RULES = ("race", "rejection")
 
 
-def _acceptance(extension: object) -> str | None:
-    """specedge's own request field: {"specedge": {"acceptance": "race" | "rejection"}}."""
+def _extension(extension: object, stream: bool) -> dict[str, Any]:
+    """specedge's own request field: {"specedge": {"acceptance": "race" | "rejection", "show_draft":
+    true}} (show_draft: each streamed chunk says where its tokens came from)."""
     if extension is None:
-        return None
-    if not isinstance(extension, dict) or set(extension) - {"acceptance"}:
-        raise invalid("specedge", 'must be an object such as {"acceptance": "rejection"}')
+        return {"acceptance": None, "show_draft": False}
+    if not isinstance(extension, dict) or set(extension) - {"acceptance", "show_draft"}:
+        raise invalid("specedge", 'must be an object such as {"acceptance": "rejection", "show_draft": true}')
     rule = extension.get("acceptance")
     if rule is not None and rule not in ACCEPTANCE_RULES:
         rules = ", ".join(ACCEPTANCE_RULES)
         raise invalid("specedge.acceptance", f"must be one of {rules}, got {json.dumps(rule)[:40]}")
-    return rule
+    show_draft = extension.get("show_draft", False)
+    if not isinstance(show_draft, bool):
+        raise invalid("specedge.show_draft", "must be true or false")
+    if show_draft and not stream:
+        raise invalid("specedge.show_draft", "is only allowed when 'stream' is true")
+    return {"acceptance": rule, "show_draft": show_draft}
 
 
 def _bool(body: dict[str, Any], name: str) -> bool:

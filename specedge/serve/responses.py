@@ -136,9 +136,12 @@ class Shaper:
         """A chunk carrying whole tool calls (each with its index, id, name and all its arguments)."""
         return sse({**self._head(True), "choices": [self._choice(None, None, True, first, tool_calls=tool_calls)]})
 
-    def chunk(self, text: str, first: bool = False, logprobs: Sequence[TokenLogprob] = ()) -> bytes:
+    def chunk(self, text: str, first: bool = False, logprobs: Sequence[TokenLogprob] = (),
+              origin: dict[str, object] | None = None) -> bytes:
+        """A chunk of text; with `origin` (a request's show_draft), its `specedge` field says where
+        the text's tokens came from."""
         choice = self._choice(text, None, True, first, self._logprobs(logprobs or None))
-        return sse({**self._head(True), "choices": [choice]})
+        return sse({**self._head(True), "choices": [choice], **({"specedge": origin} if origin is not None else {})})
 
     def final_chunk(self, finish: str | None, stats: dict[str, object], logprobs: Sequence[TokenLogprob] = ()) -> bytes:
         """The chunk that ends the choice, with its finish_reason and the stats (and the

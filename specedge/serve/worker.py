@@ -28,6 +28,7 @@ from specedge.runtime.generator import GenerationResult, Generator, Segment, Tex
 from specedge.runtime.grammar import GrammarFault
 from specedge.runtime.kv_cache import common_prefix
 from specedge.runtime.logprobs import TokenLogprob
+from specedge.runtime.stats import GenerationStats
 from specedge.serve.metrics import Metrics
 from specedge.serve.protocol import APIError
 from specedge.serve.responses import Timing
@@ -39,6 +40,19 @@ log = logging.getLogger("specedge.serve")
 class Piece:
     text: str
     logprobs: tuple[TokenLogprob, ...] = ()  # of the tokens not yet sent whose text ends in this piece
+    origin: dict[str, object] | None = None  # where its tokens came from, and the counts so far (origin_of)
+
+
+def origin_of(segment: Segment, stats: GenerationStats | None, counted: int) -> dict[str, object]:
+    """A piece's origin for a stream that asks (`{"specedge": {"show_draft": true}}`): whether its
+    tokens were drafted and accepted or are the target's own, how many tokens end in it after the
+    `counted` first (a token with no text of its own goes with the next piece, as its log-probability
+    does), and the running acceptance and tokens per target pass (what the chat page shows live)."""
+    origin: dict[str, object] = {"drafted": segment.drafted, "tokens": max(counted, segment.tokens.stop) - counted}
+    if stats is not None:
+        origin["acceptance_rate"] = round(stats.acceptance_rate, 4)
+        origin["tokens_per_target_pass"] = round(stats.tokens_per_target_pass, 4)
+    return origin
 
 
 @dataclass(frozen=True)
@@ -213,7 +227,7 @@ class GenerationWorker:
         prompt = job.encode()
         reused = cached_prefix(gen.cache.tokens, prompt)
         first: float | None = None
-        sent = 0  # log-probabilities sent with the pieces
+        sent = counted = 0  # log-probabilities sent with the pieces, tokens counted in them
         stream = gen.stream(prompt, prediction=job.prediction, constraint=job.constraint, **job.overrides)
         try:
             for segment in stream.segments():
@@ -224,7 +238,9 @@ class GenerationWorker:
                 if job.stream:
                     logprobs = piece_logprobs(stream, segment, sent)
                     sent += len(logprobs)
-                    job.emit(Piece(segment.text, logprobs))
+                    origin = origin_of(segment, stream.stats, counted)
+                    counted += origin["tokens"]  # type: ignore[operator]
+                    job.emit(Piece(segment.text, logprobs, origin))
         finally:
             stream.close()  # at once if cancelled: no further round is decoded
         result = stream.result
