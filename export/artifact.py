@@ -64,7 +64,8 @@ def build_graph(source: SourceModel, settings: ExportSettings, folder: Path) -> 
     writer = GraphWriter(folder / DATA_FILE)
     builder = DecoderBuilder(writer, source, spec, settings.context, fused=not settings.static,
                              fp16=settings.fp16, attention=settings.attention, kv_in_place=not settings.static,
-                             head_vocab=settings.head_vocab, next_ids=not settings.static)
+                             head_vocab=settings.head_vocab, next_ids=not settings.static,
+                             int8_embedding=settings.int8_embedding)
     try:
         with Progress(source.config.num_layers, f"exporting {source.path.name}", unit="layer") as bar:
             builder.build(on_layer=lambda _i: bar.update(1))
@@ -215,9 +216,11 @@ BYTES_PER_WEIGHT = {"fp32": 4.0, "qdq": 5.0, "int8": 1.3, "w8a8": 1.1, "int4": 0
 
 
 def estimated_bytes(summary: SourceSummary, settings: ExportSettings) -> int:
-    """What the artifact will take on disk, from above: float32 embedding plus a quantized head."""
+    """What the artifact will take on disk, from above: the embedding (int8 rows in a quantized CPU
+    graph, else float32) plus a quantized head."""
     per = BYTES_PER_WEIGHT[settings.quant] / (2 if settings.fp16 else 1)
-    body = (summary.weights - summary.embedding) * per + summary.embedding * (4 + per)
+    table = 1.1 if settings.int8_embedding else 4
+    body = (summary.weights - summary.embedding) * per + summary.embedding * (table + per)
     return int(body * 1.1) + (64 << 20)
 
 

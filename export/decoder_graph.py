@@ -61,7 +61,8 @@ I64 = TensorProto.INT64
 class DecoderBuilder:
     def __init__(self, writer: GraphWriter, source: SourceModel, quant: QuantSpec, context: int,
                  fused: bool = True, fp16: bool = False, attention: str = "exact",
-                 kv_in_place: bool = False, head_vocab: int = 0, next_ids: bool = False) -> None:
+                 kv_in_place: bool = False, head_vocab: int = 0, next_ids: bool = False,
+                 int8_embedding: bool = False) -> None:
         self.g = writer
         self.src = source
         self.cfg: DecoderConfig = source.config
@@ -78,6 +79,7 @@ class DecoderBuilder:
         # order, so the low ids are the common tokens, and the head is a quarter of a small model
         self.logits_vocab = head_vocab or source.config.vocab_size
         self.next_ids = next_ids  # also output the argmax of each logits row: greedy reads 8 bytes a row
+        self.int8_embedding = int8_embedding  # the embedding table as int8 rows, each with its scale
         self.float_tensors: list[str] = []
         self._row_quantized: dict[str, tuple[str, str]] = {}  # activation -> (uint8 rows, row scales)
         cfg = self.cfg
@@ -292,11 +294,21 @@ class DecoderBuilder:
         return self.linear(act, f"{p}.down_proj", w.pop(f"{p}.down_proj.weight"))
 
     def embed(self) -> str:
-        """h [1,S,D] of input_ids."""
-        embed = self.src.weights.pop("model.embed_tokens.weight")  # [V, D]
-        self.float_tensors.append("model.embed_tokens.weight")
-        self.count(gather_row_bytes=embed.shape[1] * embed.itemsize)
-        return self.g.op("Gather", self.g.weight("model.embed_tokens.weight", embed), "input_ids")  # [1,S,D]
+        """h [1,S,D] of input_ids. int8_embedding (quantized CPU graphs): the table as int8 rows, each
+        with its scale (absmax / 127: a quarter of the float table on disk, the largest tensor of a
+        model with a big vocabulary); float elsewhere (QNN and DirectML graphs keep the ops they had)."""
+        g, name = self.g, "model.embed_tokens.weight"
+        embed = self.src.weights.pop(name)  # [V, D]
+        if not self.int8_embedding:
+            self.float_tensors.append(name)
+            self.count(gather_row_bytes=embed.shape[1] * embed.itemsize)
+            return g.op("Gather", g.weight(name, embed), "input_ids")  # [1,S,D]
+        rows = quantize_per_channel(embed.T)  # a row of the table is a channel of its transpose
+        del embed
+        self.count(gather_row_bytes=rows.weight.shape[0] + 4)
+        codes = g.op("Gather", g.weight(name, rows.weight.T), "input_ids")  # int8 [1,S,D]
+        scales = g.op("Gather", g.weight("model.embed_tokens.scales", rows.scales[:, None]), "input_ids")  # [1,S,1]
+        return g.op("Mul", g.op("Cast", codes, to=F32), scales)
 
     def head_weight(self) -> np.ndarray:
         """The output head's weight, read when the head is built: the embedding again when tied (or

@@ -16,7 +16,7 @@ from specedge.core.errors import SpecEdgeError
 __all__ = ["ATTENTION", "DEFAULT_CONTEXT", "DEFAULT_WIDTHS", "EXPORT_FORMAT", "QUANT_BITS", "TARGETS", "ExportSettings"]
 
 ROWS_SLOT_BLOCK = 16  # the native attention's key layout: slots in blocks of 16
-EXPORT_FORMAT = 8  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
+EXPORT_FORMAT = 9  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
 DEFAULT_CONTEXT = 4096
 MAX_CONTEXT = 1 << 17
 # 13 (MAX_VERIFY_WIDTH): the n-gram lookup's long copies (γ 12); a w8a8 pass of 13 costs ~1.06 of one of 9 on 2 cores
@@ -89,10 +89,16 @@ class ExportSettings:
     head_vocab: int = 0  # > 0: the output head scores only token ids below it (a draft); 0: all
     int8_weights: bool = False  # w8a8: int8 weights (u8 x s8, where this CPU multiplies it exactly), not uint8
     int4_kernel: str = "nbits"  # int4 on CPU: "rows", specedge's MatMulInt4Rows; "nbits", ONNX Runtime's MatMulNBits
+    float_embedding: bool = False  # a quantized CPU graph keeps its embedding table in float32 (as before format 9)
 
     @property
     def static(self) -> bool:
         return self.target != "cpu"
+
+    @property
+    def int8_embedding(self) -> bool:
+        """The embedding table as int8 rows: in quantized CPU graphs (QNN and DirectML keep theirs)."""
+        return self.quant in ("int8", "w8a8", "int4") and not self.static and not self.float_embedding
 
     @property
     def rows_layout(self) -> int:

@@ -182,8 +182,10 @@ def test_quantized_exports_stay_close_and_record_quantization(
     assert manifest.quantization.bits == {"int8": 8, "int4": 4, "w8a8": 8}[quant]
     blocks = (0, 0) if quant == "w8a8" else (32, 4)  # w8a8 is per channel, no accuracy level
     assert (manifest.quantization.block_size, manifest.quantization.accuracy_level) == blocks
-    assert "model.embed_tokens.weight" in manifest.quantization.float_tensors
+    assert "model.embed_tokens.weight" not in manifest.quantization.float_tensors  # int8 rows, each with its scale
     graph = onnx.load(str(out / manifest.graph), load_external_data=False).graph
+    table = next(t for t in graph.initializer if t.name == "model.embed_tokens.weight")
+    assert table.data_type == onnx.TensorProto.INT8
     kernel = "MatMulInteger" if quant == "w8a8" else "MatMulNBits"
     assert sum(n.op_type == kernel for n in graph.node) == 2 * 4 + 1  # qkv, o, gate_up, down; head
     ref = OnnxModel(fp32).forward(IDS, OnnxModel(fp32).new_cache()).logits
@@ -219,3 +221,31 @@ def test_a_truncated_head_scores_the_first_ids_and_only_drafts(tiny_pair: tuple[
     with pytest.raises(SpecEdgeError, match="not below the model's vocabulary"):
         export_model(src, tmp_path / "too-wide", dataclasses.replace(settings, head_vocab=model.manifest.vocab_size))
     assert not (tmp_path / "too-wide").exists()
+
+
+def initializer(folder: Path, name: str) -> np.ndarray:
+    manifest = load_manifest(folder)
+    model = onnx.load(str(folder / manifest.graph), load_external_data=False)
+    onnx.external_data_helper.load_external_data_for_model(model, str(folder))
+    return onnx.numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == name))
+
+
+def test_a_quantized_cpu_export_keeps_its_embedding_as_int8_rows(tiny_llama: tuple[Path, Path, Path],
+                                                                 tmp_path: Path) -> None:
+    """Each row of the table is int8 codes and a scale (absmax / 127): within half a step of the
+    float row, a quarter of its bytes; `float_embedding` keeps the float table."""
+    from specedge.export.artifact import export_model
+    from specedge.export.settings import ExportSettings
+
+    src, fp32, _ = tiny_llama
+    table = initializer(fp32, "model.embed_tokens.weight")
+    settings = ExportSettings(quant="int4", context=64, widths=(1, 5))
+    out = export_model(src, tmp_path / "int8-rows", settings).path
+    codes = initializer(out, "model.embed_tokens.weight")
+    scales = initializer(out, "model.embed_tokens.scales")
+    assert codes.dtype == np.int8 and codes.shape == table.shape and scales.shape == (table.shape[0], 1)
+    np.testing.assert_allclose(scales[:, 0], np.abs(table).max(axis=1) / 127, rtol=1e-6)
+    assert np.all(np.abs(codes * scales - table) <= scales / 2 + 1e-7)
+    kept = export_model(src, tmp_path / "float", dataclasses.replace(settings, float_embedding=True)).path
+    assert initializer(kept, "model.embed_tokens.weight").dtype == np.float32
+    assert "model.embed_tokens.weight" in load_manifest(kept).quantization.float_tensors

@@ -78,14 +78,15 @@ def test_an_activation_beyond_fp16_stops_a_directml_export(tiny_src: Path, tmp_p
 def test_qnn_int4_graphs_are_matmulnbits_static_and_equal_the_cpu_int4_export(tiny_src: Path, tmp_path: Path) -> None:
     """--for qnn --quant int4: the CPU export's 4-bit blocks (the HTP takes MatMulNBits with fp16
     activations whole), every shape fixed through them, every op in QNN's list; on the CPU provider
-    the same logits as the CPU int4 export with exact attention."""
+    the same logits as the CPU int4 export with exact attention and, as QNN's, a float embedding."""
     settings = ExportSettings(quant="int4", context=64, widths=WIDTHS, target="qnn")
     qnn = export_model(tiny_src, tmp_path / "qnn", settings).path
     for model in graphs(qnn).values():
         assert check_graph(model, "qnn") == []
         assert sum(n.op_type == "MatMulNBits" for n in model.graph.node) >= 7  # q/k/v/o, gate/up/down, head
         assert not any(n.op_type == "QuantizeLinear" for n in model.graph.node)
-    cpu = export_model(tiny_src, tmp_path / "cpu", ExportSettings(quant="int4", context=64, widths=WIDTHS)).path
+    cpu = export_model(tiny_src, tmp_path / "cpu", ExportSettings(quant="int4", context=64, widths=WIDTHS,
+                                                                  float_embedding=True)).path
     ids = [5, 9, 3, 7, 1]
     np.testing.assert_allclose(logits(qnn, ids), logits(cpu, ids), atol=2e-3)
 
