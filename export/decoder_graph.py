@@ -187,6 +187,8 @@ class DecoderBuilder:
     def rope_angles(self) -> np.ndarray:
         d = self.cfg.head_dim
         inv_freq = 1.0 / (self.cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+        if self.cfg.rope_freq_factors:  # Llama 3's rope scaling, a GGUF's rope_freqs
+            inv_freq = inv_freq / np.asarray(self.cfg.rope_freq_factors, dtype=np.float64)
         return np.outer(np.arange(self.context, dtype=np.float64), inv_freq)  # [C, d/2]
 
     def rope_caches(self) -> tuple[str, str]:

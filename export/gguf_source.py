@@ -77,11 +77,28 @@ def config_values(g: GgufFile) -> dict[str, object]:
     return values
 
 
+ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's Llama 3 rope scaling: a divisor per rotary frequency
+MAX_ROPE_FREQS = 4096
+
+
+def rope_freq_factors(g: GgufFile) -> list[float] | None:
+    """The file's rope_freqs tensor (what llama.cpp divides each rotary frequency by), None if it
+    has none; a tensor that is not a short 1-D list of numbers is refused before it is read."""
+    info = g.tensors.get(ROPE_FREQS)
+    if info is None:
+        return None
+    if len(info.shape) != 1 or not 1 <= info.shape[0] <= MAX_ROPE_FREQS:
+        raise SpecEdgeError(f"{g.path}: {ROPE_FREQS} has shape {list(info.shape)[:4]}, not a list of at most "
+                            f"{MAX_ROPE_FREQS} factors", CRAFTED)
+    return [float(v) for v in read_tensor(g, info)]
+
+
 def field_names(g: GgufFile) -> dict[str, str]:
     """Config name -> the GGUF key it was read from (for messages that name the file's own field)."""
     arch = str(g.fields["general.architecture"])
     names = {name: f"{arch}.{key}" for key, name in KEYS.items()}
-    return {**names, "head_dim": f"{arch}.rope.dimension_count", "eos_token_id": "tokenizer.ggml.eos_token_id"}
+    return {**names, "head_dim": f"{arch}.rope.dimension_count", "eos_token_id": "tokenizer.ggml.eos_token_id",
+            "rope_freq_factors": ROPE_FREQS}
 
 
 def check_vocabulary_fields(g: GgufFile) -> None:

@@ -92,9 +92,11 @@ def checked_config(values: dict, where: Path, names: dict[str, str] | None = Non
         raise SpecEdgeError(f"architecture '{str(arch)[:80]}' is not supported",
                             f"specedge exports {', '.join(SUPPORTED_ARCHITECTURES)} models")
     scaling = _rope_type(values)
-    if scaling:
+    if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
+        values = {**values, "llama3_rope_scaling": scaling}
+    elif scaling:
         raise SpecEdgeError(f"rope scaling {str(scaling)[:200]} is not supported yet",
-                            "export a model with plain rotary embeddings")
+                            "export a model with plain rotary embeddings or Llama 3's (rope_type llama3)")
     params = values.get("rope_parameters") if isinstance(values.get("rope_parameters"), dict) else {}
     theta = params.get("rope_theta", values.get("rope_theta", DEFAULT_ROPE_THETA))  # type: ignore[union-attr]
     f = Fields({"rms_norm_eps": DEFAULT_RMS_EPS, **values, "rope_theta": theta}, where, names or {})
@@ -182,6 +184,8 @@ def _open_gguf(path: Path) -> _Opened:
                             f"specedge exports {', '.join(SUPPORTED_ARCHITECTURES)} models")
     gguf_source.check_vocabulary_fields(g)
     values = {**gguf_source.config_values(g), "model_type": kind}
+    if (factors := gguf_source.rope_freq_factors(g)) is not None:
+        values["rope_freq_factors"] = factors
     config, fields = checked_config(values, path, gguf_source.field_names(g))
     shapes = expected_shapes(config)
     weights = gguf_source.GgufWeights(g, values)

@@ -85,6 +85,8 @@ class DecoderConfig:
     attention_bias: bool  # q/k/v projections carry a bias (qwen2)
     tie_word_embeddings: bool
     trained_context: int = 0  # the positions it was trained for (max_position_embeddings; 0: not said)
+    # per rotary frequency, what it is divided by (Llama 3's rope scaling; a GGUF's rope_freqs); (): none
+    rope_freq_factors: tuple[float, ...] = ()
 
 
 def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
@@ -119,7 +121,50 @@ def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
         tie_word_embeddings=bool(f.values.get("tie_word_embeddings", False)),
         trained_context=f.integer("max_position_embeddings", 1, 1 << 24) if f.values.get("max_position_embeddings")
         else 0,
+        rope_freq_factors=rope_freq_factors(f, head_dim),
     )
+
+
+def rope_freq_factors(f: Fields, head_dim: int) -> tuple[float, ...]:
+    """Each rotary frequency's divisor: a GGUF's rope_freqs tensor as it is, or Llama 3's rope
+    scaling (`rope_scaling` {"rope_type": "llama3", ...}) computed as transformers computes it; ()."""
+    given = f.values.get("rope_freq_factors")
+    if given is not None:
+        if not isinstance(given, list | tuple) or len(given) != head_dim // 2:
+            raise f.bad("rope_freq_factors", f"must hold {head_dim // 2} factors, one per rotary frequency")
+        if not all(isinstance(v, float | int) and math.isfinite(v) and v > 0 for v in given):
+            raise f.bad("rope_freq_factors", "must be positive finite numbers")
+        return tuple(float(v) for v in given)
+    scaling = f.values.get("llama3_rope_scaling")
+    return llama3_factors(f, scaling, head_dim) if isinstance(scaling, dict) else ()
+
+
+def llama3_factors(f: Fields, scaling: dict, head_dim: int) -> tuple[float, ...]:
+    """transformers' `_compute_llama3_parameters` as a divisor per frequency: wavelengths shorter
+    than original / high_freq_factor keep theirs, longer than original / low_freq_factor are
+    divided by `factor`, and those between are blended smoothly."""
+    def number(key: str, lo: float) -> float:
+        value = scaling.get(key)
+        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value <= lo:
+            raise f.bad("rope_scaling", f"needs {key} above {lo:g}, not {_shown(value)}")
+        return float(value)
+
+    factor, low, high = number("factor", 0), number("low_freq_factor", 0), number("high_freq_factor", 0)
+    original = number("original_max_position_embeddings", 0)
+    if high <= low:
+        raise f.bad("rope_scaling", f"needs high_freq_factor ({high:g}) above low_freq_factor ({low:g})")
+    theta = f.real("rope_theta", 0.0, MAX_ROPE_THETA)
+    factors = []
+    for i in range(0, head_dim, 2):
+        wavelength = 2 * math.pi * theta ** (i / head_dim)
+        if wavelength < original / high:
+            factors.append(1.0)
+        elif wavelength > original / low:
+            factors.append(factor)
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            factors.append(1.0 / ((1 - smooth) / factor + smooth))
+    return tuple(factors)
 
 
 def check_token_ids(f: Fields, key: str, vocab: int) -> tuple[int, ...]:

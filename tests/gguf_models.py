@@ -46,8 +46,9 @@ def _tensor(writer, name: str, value: np.ndarray, qtype) -> None:
 
 
 def make_tiny_gguf(path: Path, arch: str = "llama", tokenizer: str = "gpt2", name: str = "tiny",
-                   tied: bool = False, seed: int = 0) -> Path:
-    """A random 2-layer model as a GGUF file: Q8_0, Q5_0, BF16 and F16 matrices, F32 norms (and biases)."""
+                   tied: bool = False, seed: int = 0, rope_freqs: np.ndarray | None = None) -> Path:
+    """A random 2-layer model as a GGUF file: Q8_0, Q5_0, BF16 and F16 matrices, F32 norms (and biases);
+    rope_freqs: llama.cpp's rope_freqs tensor (Llama 3's rope scaling), written as it is."""
     from gguf import GGMLQuantizationType as T
     from gguf import GGUFWriter
 
@@ -100,6 +101,8 @@ def make_tiny_gguf(path: Path, arch: str = "llama", tokenizer: str = "gpt2", nam
     if not tied:
         _tensor(writer, "output.weight", w(vocab, HIDDEN), T.F16)
     _tensor(writer, "output_norm.weight", 1 + w(HIDDEN), T.F32)
+    if rope_freqs is not None:
+        writer.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, np.float32))
     kinds = {"attn_q": T.Q8_0, "attn_k": T.Q5_0, "attn_v": T.BF16, "attn_output": T.Q8_0,
              "ffn_gate": T.Q8_0, "ffn_up": T.F16, "ffn_down": T.Q5_0}
     shapes = {"attn_q": (HIDDEN, HIDDEN), "attn_k": (KV_HEADS * HEAD_DIM, HIDDEN),
