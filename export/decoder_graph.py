@@ -216,18 +216,46 @@ class DecoderBuilder:
 
     # -- the layers ---------------------------------------------------------------------------
     def qkv_packed(self, i: int, x: str) -> str:
-        """[1,S,(H+2*KV)*d]: q, k and v from one MatMul, unsplit."""
+        """[1,S,(H+2*KV)*d]: q, k and v from one MatMul, unsplit (q and k normalized per head where
+        the model does: split, normalized and packed again)."""
         cfg, w = self.cfg, self.src.weights
         p = f"model.layers.{i}.self_attn"
         names = ("q", "k", "v")
         weight = np.concatenate([w.pop(f"{p}.{n}_proj.weight") for n in names])
         bias = np.concatenate([w.pop(f"{p}.{n}_proj.bias") for n in names]) if cfg.attention_bias else None
-        return self.linear(x, f"{p}.qkv_proj", weight, bias)
+        packed = self.linear(x, f"{p}.qkv_proj", weight, bias)
+        if not cfg.qk_norm:
+            return packed
+        q, k, v = self.qk_normed(i, self.split_qkv(packed))
+        return self.g.op("Concat", q, k, v, axis=-1)
+
+    def split_qkv(self, packed: str) -> tuple[str, str, str]:
+        cfg = self.cfg
+        q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        q, k, v = self.g.split(packed, [q_size, kv_size, kv_size])
+        return q, k, v
+
+    def qk_normed(self, i: int, qkv: tuple[str, str, str]) -> tuple[str, str, str]:
+        """q and k [1,S,n*d] with each head RMS-normalized by the layer's q_norm / k_norm (qwen3),
+        before rope; v as it is."""
+        cfg, w = self.cfg, self.src.weights
+        p = f"model.layers.{i}.self_attn"
+        q, k, v = qkv
+        if not cfg.qk_norm:
+            return q, k, v
+        normed = []
+        for name, x, n in (("q", q, cfg.num_heads), ("k", k, cfg.num_kv_heads)):
+            heads = self.g.op("Reshape", x, self.g.const([1, -1, n, cfg.head_dim]))
+            out = self.rms_norm(heads, f"{p}.{name}_norm", w.pop(f"{p}.{name}_norm.weight"))
+            normed.append(self.g.op("Reshape", out, self.g.const([1, -1, n * cfg.head_dim])))
+        return normed[0], normed[1], v
 
     def attention_fused(self, i: int, x: str, rope: tuple[str, str], seqlens_k: str, total_length: str) -> str:
         cfg = self.cfg
         p = f"model.layers.{i}.self_attn"
-        attn, _, _ = self.g.ops("GroupQueryAttention", self.qkv_packed(i, x), "", "", f"past_key.{i}",
+        packed = self.qkv_packed(i, x)
+        qkv = (packed, "", "") if not cfg.qk_norm else self.split_qkv(packed)  # normalized: q, k, v apart
+        attn, _, _ = self.g.ops("GroupQueryAttention", *qkv, f"past_key.{i}",
                                 f"past_value.{i}", seqlens_k, total_length, rope[0], rope[1],
                                 outs=[None, f"present_key.{i}", f"present_value.{i}"], domain="com.microsoft",
                                 num_heads=cfg.num_heads, kv_num_heads=cfg.num_kv_heads, do_rotary=1,
@@ -247,13 +275,14 @@ class DecoderBuilder:
         """q [1,S,H*d], k, v [1,S,KV*d]: one fused MatMul (then Split) or three."""
         cfg, w = self.cfg, self.src.weights
         if self.fused:
-            q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-            q, k, v = self.g.split(self.qkv_packed(i, x), [q_size, kv_size, kv_size])
+            q, k, v = self.split_qkv(self.qkv_packed(i, x))
             return {"q": q, "k": k, "v": v}
         p = f"model.layers.{i}.self_attn"
-        return {n: self.linear(x, f"{p}.{n}_proj", w.pop(f"{p}.{n}_proj.weight"),
+        proj = {n: self.linear(x, f"{p}.{n}_proj", w.pop(f"{p}.{n}_proj.weight"),
                                w.pop(f"{p}.{n}_proj.bias", None) if cfg.attention_bias else None)
                 for n in ("q", "k", "v")}
+        q, k, v = self.qk_normed(i, (proj["q"], proj["k"], proj["v"]))
+        return {"q": q, "k": k, "v": v}
 
     def attention(self, i: int, x: str, rope: tuple[str, str], position_ids: str, scatter_idx: str,
                   bias: str) -> str:

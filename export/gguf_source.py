@@ -25,6 +25,8 @@ CLASS_DEFAULTS = {
                 "num_key_value_heads": 8, "eos_token_id": 2},
     "qwen2": {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
               "num_key_value_heads": None, "eos_token_id": None},
+    "qwen3": {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 32, "head_dim": 128, "eos_token_id": None},
 }
 DEFAULT_RMS_EPS = 1e-6
 DEFAULT_ROPE_THETA = 10000.0
@@ -45,6 +47,8 @@ LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name>
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",  # qwen3: RMSNorm over each head of q and k
+    "attn_k_norm": "self_attn.k_norm",
     "ffn_norm": "post_attention_layernorm",
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
@@ -67,6 +71,8 @@ def config_values(g: GgufFile) -> dict[str, object]:
                                 if f"{arch}.{key}" in g.fields}
     if kind in ("llama", "mistral") and f"{arch}.rope.dimension_count" in g.fields:
         found["head_dim"] = g.fields[f"{arch}.rope.dimension_count"]
+    if kind == "qwen3" and f"{arch}.attention.key_length" in g.fields:
+        found["head_dim"] = g.fields[f"{arch}.attention.key_length"]
     if "vocab_size" not in found and "tokenizer.ggml.tokens" in g.fields:
         found["vocab_size"] = len(g.fields["tokenizer.ggml.tokens"])  # type: ignore[arg-type]
     if "tokenizer.ggml.eos_token_id" in g.fields:
@@ -97,7 +103,8 @@ def field_names(g: GgufFile) -> dict[str, str]:
     """Config name -> the GGUF key it was read from (for messages that name the file's own field)."""
     arch = str(g.fields["general.architecture"])
     names = {name: f"{arch}.{key}" for key, name in KEYS.items()}
-    return {**names, "head_dim": f"{arch}.rope.dimension_count", "eos_token_id": "tokenizer.ggml.eos_token_id",
+    head_dim = f"{arch}.attention.key_length" if arch == "qwen3" else f"{arch}.rope.dimension_count"
+    return {**names, "head_dim": head_dim, "eos_token_id": "tokenizer.ggml.eos_token_id",
             "rope_freq_factors": ROPE_FREQS}
 
 

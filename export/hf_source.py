@@ -25,6 +25,8 @@ CLASS_DEFAULTS = {
                 "num_attention_heads": 32, "num_key_value_heads": 8, "eos_token_id": 2},
     "qwen2": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
               "num_attention_heads": 32, "num_key_value_heads": None, "eos_token_id": None},
+    "qwen3": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "eos_token_id": None},
 }
 
 

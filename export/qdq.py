@@ -94,6 +94,8 @@ def float_ranges(graph: Path, feeds: list[dict[str, np.ndarray]], only: list[str
     types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.graph.value_info, *inferred.graph.input,
                                                              *inferred.graph.output)}
     wanted = set(only) if only is not None else None
+    for name in wanted or ():  # asked for by name, as float (a Reshape after a contrib op infers no type)
+        types.setdefault(name, TensorProto.FLOAT)
     declared = {o.name for o in model.graph.output}
     extra = [out for node in model.graph.node for out in node.output
              if out and out not in declared and types.get(out) == TensorProto.FLOAT

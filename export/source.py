@@ -27,7 +27,7 @@ from specedge.export.source_config import (
 )
 from specedge.export.source_tokenizer import SourceTokenizer, gguf_tokenizer, hf_tokenizer
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "mistral")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt")
 DEFAULT_RMS_EPS = 1e-6  # transformers' config classes' defaults for llama, qwen2 and mistral
 DEFAULT_ROPE_THETA = 10000.0
@@ -97,6 +97,9 @@ def checked_config(values: dict, where: Path, names: dict[str, str] | None = Non
     elif scaling:
         raise SpecEdgeError(f"rope scaling {str(scaling)[:200]} is not supported yet",
                             "export a model with plain rotary embeddings or Llama 3's (rope_type llama3)")
+    if values.get("use_sliding_window") is True:
+        raise SpecEdgeError("sliding-window attention (use_sliding_window) is not supported yet",
+                            "export a model whose every layer attends to the whole context")
     params = values.get("rope_parameters") if isinstance(values.get("rope_parameters"), dict) else {}
     theta = params.get("rope_theta", values.get("rope_theta", DEFAULT_ROPE_THETA))  # type: ignore[union-attr]
     f = Fields({"rms_norm_eps": DEFAULT_RMS_EPS, **values, "rope_theta": theta}, where, names or {})

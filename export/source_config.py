@@ -87,6 +87,7 @@ class DecoderConfig:
     trained_context: int = 0  # the positions it was trained for (max_position_embeddings; 0: not said)
     # per rotary frequency, what it is divided by (Llama 3's rope scaling; a GGUF's rope_freqs); (): none
     rope_freq_factors: tuple[float, ...] = ()
+    qk_norm: bool = False  # each head of q and k RMS-normalized (its own weight [head_dim]) before rope (qwen3)
 
 
 def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
@@ -122,6 +123,7 @@ def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
         trained_context=f.integer("max_position_embeddings", 1, 1 << 24) if f.values.get("max_position_embeddings")
         else 0,
         rope_freq_factors=rope_freq_factors(f, head_dim),
+        qk_norm=architecture == "qwen3",
     )
 
 
@@ -212,6 +214,8 @@ def expected_shapes(cfg: DecoderConfig) -> dict[str, tuple[int, ...]]:
             shapes[f"{p}.self_attn.{n}_proj.weight"] = (rows, hidden)
             if cfg.attention_bias:
                 shapes[f"{p}.self_attn.{n}_proj.bias"] = (rows,)
+        if cfg.qk_norm:
+            shapes |= {f"{p}.self_attn.q_norm.weight": (cfg.head_dim,), f"{p}.self_attn.k_norm.weight": (cfg.head_dim,)}
         shapes |= {f"{p}.self_attn.o_proj.weight": (hidden, q), f"{p}.post_attention_layernorm.weight": (hidden,),
                    f"{p}.mlp.gate_proj.weight": (inter, hidden), f"{p}.mlp.up_proj.weight": (inter, hidden),
                    f"{p}.mlp.down_proj.weight": (hidden, inter)}

@@ -80,6 +80,9 @@ def make_tiny_gguf(path: Path, arch: str = "llama", tokenizer: str = "gpt2", nam
     writer.add_layer_norm_rms_eps(1e-5)
     if gguf_arch == "llama":
         writer.add_rope_dimension_count(HEAD_DIM)
+    if arch == "qwen3":  # its head size is said, not implied
+        writer.add_key_length(HEAD_DIM)
+        writer.add_value_length(HEAD_DIM)
     writer.add_tokenizer_model(tokenizer)
     writer.add_tokenizer_pre("qwen2" if arch == "qwen2" else "default")
     writer.add_token_list(tokens)
@@ -116,6 +119,9 @@ def make_tiny_gguf(path: Path, arch: str = "llama", tokenizer: str = "gpt2", nam
         if arch == "qwen2":
             for kind in ("attn_q", "attn_k", "attn_v"):
                 _tensor(writer, f"blk.{i}.{kind}.bias", w(shapes[kind][0]), T.F32)
+        if arch == "qwen3":
+            for kind in ("attn_q_norm", "attn_k_norm"):
+                _tensor(writer, f"blk.{i}.{kind}.weight", 1 + w(HEAD_DIM), T.F32)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -29,12 +29,15 @@ def rotate(x: np.ndarray, theta: float) -> np.ndarray:
 def attention(h: np.ndarray, w: dict[str, np.ndarray], p: str, config: dict) -> np.ndarray:
     """Causal grouped-query attention of one layer over [S, hidden]."""
     heads, kv_heads = int(config["num_attention_heads"]), int(config["num_key_value_heads"])
-    dim = int(config["hidden_size"]) // heads
+    dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
     theta = float(config.get("rope_theta", 10000.0))
 
     def project(name: str, count: int) -> np.ndarray:
         out = h @ w[f"{p}.self_attn.{name}_proj.weight"].T + w.get(f"{p}.self_attn.{name}_proj.bias", 0.0)
-        return out.reshape(len(h), count, dim).transpose(1, 0, 2)  # [heads, S, D]
+        out = out.reshape(len(h), count, dim).transpose(1, 0, 2)  # [heads, S, D]
+        if f"{p}.self_attn.{name}_norm.weight" in w:  # qwen3: each head normalized before rope
+            out = rms_norm(out, w[f"{p}.self_attn.{name}_norm.weight"], float(config["rms_norm_eps"]))
+        return out
 
     q, k, v = rotate(project("q", heads), theta), rotate(project("k", kv_heads), theta), project("v", kv_heads)
     k, v = (np.repeat(t, heads // kv_heads, axis=0) for t in (k, v))

@@ -43,9 +43,11 @@ def write_tokenizer(folder: Path, tok: Tokenizer | None = None) -> None:
 
 
 def tiny_config(arch: str, **overrides: object) -> dict[str, object]:
-    """config.json of a tiny model, as transformers' LlamaConfig / Qwen2Config would save it."""
+    """config.json of a tiny model, as transformers' LlamaConfig / Qwen2Config / Qwen3Config would
+    save it (qwen3: heads of 32 values, twice hidden / heads, as Qwen3's own head_dim is explicit)."""
+    classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
     config: dict[str, object] = dict(
-        architectures=["LlamaForCausalLM" if arch == "llama" else "Qwen2ForCausalLM"], model_type=arch,
+        architectures=[classes[arch]], model_type=arch,
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=0 + 256,
         eos_token_id=1 + 256, tie_word_embeddings=False, hidden_act="silu", initializer_range=0.02,
@@ -55,6 +57,8 @@ def tiny_config(arch: str, **overrides: object) -> dict[str, object]:
         config.update(attention_bias=False, mlp_bias=False)
     else:
         config.update(use_sliding_window=False, sliding_window=None)
+    if arch == "qwen3":
+        config.update(head_dim=32, attention_bias=False)
     config.update(overrides)
     return config
 
@@ -62,18 +66,20 @@ def tiny_config(arch: str, **overrides: object) -> dict[str, object]:
 def weight_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     """Every tensor a checkpoint of this config stores, by its transformers name."""
     hidden, inter, vocab = int(config["hidden_size"]), int(config["intermediate_size"]), int(config["vocab_size"])
-    head_dim = hidden // int(config["num_attention_heads"])
-    kv = int(config["num_key_value_heads"]) * head_dim
+    head_dim = int(config.get("head_dim") or hidden // int(config["num_attention_heads"]))
+    q, kv = int(config["num_attention_heads"]) * head_dim, int(config["num_key_value_heads"]) * head_dim
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden)}
     for i in range(int(config["num_hidden_layers"])):
         p = f"model.layers.{i}"
         shapes |= {f"{p}.input_layernorm.weight": (hidden,), f"{p}.post_attention_layernorm.weight": (hidden,),
-                   f"{p}.self_attn.q_proj.weight": (hidden, hidden), f"{p}.self_attn.k_proj.weight": (kv, hidden),
-                   f"{p}.self_attn.v_proj.weight": (kv, hidden), f"{p}.self_attn.o_proj.weight": (hidden, hidden),
+                   f"{p}.self_attn.q_proj.weight": (q, hidden), f"{p}.self_attn.k_proj.weight": (kv, hidden),
+                   f"{p}.self_attn.v_proj.weight": (kv, hidden), f"{p}.self_attn.o_proj.weight": (hidden, q),
                    f"{p}.mlp.gate_proj.weight": (inter, hidden), f"{p}.mlp.up_proj.weight": (inter, hidden),
                    f"{p}.mlp.down_proj.weight": (hidden, inter)}
         if config["model_type"] == "qwen2" or config.get("attention_bias"):
-            shapes |= {f"{p}.self_attn.{n}_proj.bias": (size,) for n, size in (("q", hidden), ("k", kv), ("v", kv))}
+            shapes |= {f"{p}.self_attn.{n}_proj.bias": (size,) for n, size in (("q", q), ("k", kv), ("v", kv))}
+        if config["model_type"] == "qwen3":  # RMSNorm over each head of q and of k
+            shapes |= {f"{p}.self_attn.q_norm.weight": (head_dim,), f"{p}.self_attn.k_norm.weight": (head_dim,)}
     shapes["model.norm.weight"] = (hidden,)
     if not config.get("tie_word_embeddings"):
         shapes["lm_head.weight"] = (vocab, hidden)

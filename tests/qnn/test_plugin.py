@@ -66,13 +66,15 @@ def test_a_graph_that_would_fall_back_names_its_nodes(htp: None, tmp_path: Path)
     assert "\n" not in str(err.value) and not list((tmp_path / "qnn_ctx" / "soc60").glob("*"))
 
 
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])  # qwen3: its per-head q/k norms on the HTP too
 def test_export_compiles_contexts_for_a_soc_and_the_runtime_loads_them(htp: None, tmp_path: Path,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+                                                                       capsys: pytest.CaptureFixture[str],
+                                                                       arch: str) -> None:
     from specedge.cli import main
     from specedge.runtime import OnnxModel
     from tests.tiny_models import make_tiny_model
 
-    src = make_tiny_model(tmp_path / "src", "qwen2", seed=1)
+    src = make_tiny_model(tmp_path / "src", arch, seed=1)
     out = tmp_path / "qnn"
     assert main(["export", "--model", str(src), "--out", str(out), "--for", "qnn", "--context", "64",
                  "--widths", "1,2", "--soc", "snapdragon-x-elite", "--contexts", "both"]) == 0
