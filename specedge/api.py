@@ -36,6 +36,7 @@ from specedge.runtime.decoding import SpecConfig
 from specedge.runtime.generator import GenerationResult, Generator, TextStream
 from specedge.runtime.grammar import Grammar
 from specedge.runtime.logprobs import TokenLogprob
+from specedge.runtime.reasoning import split_reasoning, thinks
 from specedge.runtime.stats import GenerationStats
 from specedge.runtime.tools import ToolCall, ToolMarkup, read_tool_calls, tool_call_grammar
 
@@ -55,6 +56,7 @@ class Reply:
     stats: GenerationStats
     tool_calls: list[ToolCall] = dataclasses.field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None
+    reasoning: str | None = None  # chat with a thinking model: its <think> block (then not in `text`)
 
 
 FINISH = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length", "context": "context"}
@@ -112,6 +114,9 @@ class Model:
                                 'drop the grammar, or pass tool_choice="auto"')
         config = self._config(max_tokens, temperature, top_p, top_k, min_p, seed, stop, logprobs)
         reply = finished(self._stream(ids, config, calls_grammar or as_grammar(grammar), prediction))
+        if thinks(self.generator.codec.template_source):
+            reasoning, answer = split_reasoning(reply.text)
+            reply = dataclasses.replace(reply, text=answer, reasoning=reasoning)
         text, calls = read_tool_calls(reply.text, names) if names else (reply.text, [])
         if calls:
             return dataclasses.replace(reply, text=text, tool_calls=calls, finish_reason="tool_calls")

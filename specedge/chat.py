@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import TextIO
 
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.generator import Generator, check_gamma
+from specedge.runtime.generator import Generator, Segment, check_gamma
+from specedge.runtime.reasoning import REASONING, ReasoningFilter, thinks
 from specedge.runtime.stats import GenerationStats
 from specedge.runtime.template.sandbox import ChatTemplateError
 from specedge.runtime.text import Message
 
-GREEN, RESET = "\x1b[32m", "\x1b[0m"
+GREEN, DIM, RESET = "\x1b[32m", "\x1b[2m", "\x1b[0m"
 HELP = "commands: /reset  /stats  /gamma N|auto  /quit"
 
 
@@ -83,6 +84,15 @@ def traffic_note(s: GenerationStats) -> str:
     return note
 
 
+def shown(segment: Segment, thinking: ReasoningFilter | None, show_draft: bool) -> str:
+    """A segment as the chat writes it: reasoning dimmed (where `thinking` takes it apart), the
+    answer's drafted tokens green with --show-draft."""
+    parts = thinking.push(segment.text) if thinking is not None else [("content", segment.text)]
+    colour = GREEN if show_draft and segment.drafted else ""
+    return "".join(f"{DIM}{t}{RESET}" if kind == REASONING else f"{colour}{t}{RESET}" if colour else t
+                   for kind, t in parts)
+
+
 @dataclass
 class ChatSession:
     generator: Generator
@@ -128,11 +138,14 @@ class ChatSession:
     def answer(self, text: str) -> None:
         history = self.fit([*self.history, {"role": "user", "content": text}])
         stream = self.generator.stream(self.messages(history), max_new_tokens=self.max_new_tokens)
+        # a thinking model's <think> block dimmed at a terminal (elsewhere its text as written)
+        thinking = ReasoningFilter() if thinks(self.generator.codec.template_source) and self.out.isatty() else None
         try:
             for segment in stream.segments():
-                colour = self.show_draft and segment.drafted
-                self.out.write(f"{GREEN}{segment.text}{RESET}" if colour else segment.text)
+                self.out.write(shown(segment, thinking, self.show_draft))
                 self.out.flush()
+            if thinking is not None:
+                self.out.write("".join(f"{DIM}{t}{RESET}" if kind == REASONING else t for kind, t in thinking.flush()))
         except KeyboardInterrupt:
             stream.close()
             self.say("\n[stopped]")

@@ -76,3 +76,15 @@ def test_grammar_as_a_schema_or_a_grammar(tiny_llama: tuple[Path, Path, Path]) -
     assert len(digits.text) == 3 and digits.text.isdigit()
     with pytest.raises(specedge.SpecEdgeError, match="grammar must be"):
         model.generate("x", grammar="[0-9]")  # type: ignore[arg-type]
+
+
+def test_a_thinking_models_reasoning_comes_apart(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """With a template that thinks, chat's reply has the <think> block in `reasoning`, the answer in `text`."""
+    from specedge.runtime.grammar import Grammar
+    from tests.serve.test_reasoning import FORMAT, SHAPE, THINKING_TEMPLATE
+
+    model = specedge.load(tiny_llama[1], draft=tiny_llama[2], chat_template=THINKING_TEMPLATE)
+    reply = model.chat([{"role": "user", "content": "hi"}], grammar=Grammar("regex", FORMAT["regex"]), max_tokens=48)
+    whole = model.generate("x", grammar=Grammar("regex", FORMAT["regex"]), max_tokens=48).text
+    assert SHAPE.fullmatch(whole)  # generate: the text as written
+    assert SHAPE.fullmatch(f"<think>{reply.reasoning}</think>\n\n{reply.text}") and "think>" not in reply.text

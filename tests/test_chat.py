@@ -103,3 +103,18 @@ def test_a_message_too_long_says_what_to_pass(tiny_llama: tuple[Path, Path, Path
     assert "takes" in out.getvalue() and "--max-new-tokens" in out.getvalue(), out.getvalue()
     chat.run(["x" * 70])  # no room at all: only a shorter message helps
     assert "send a shorter message]" in out.getvalue(), out.getvalue()
+
+
+def test_a_thinking_models_reasoning_is_dimmed_and_its_answer_coloured_as_ever() -> None:
+    """At a terminal, a thinking model's <think> block is written dimmed without its markers,
+    however the text is cut; the answer keeps --show-draft's green."""
+    from specedge.chat import DIM, GREEN, RESET, shown
+    from specedge.runtime.generator import Segment
+    from specedge.runtime.reasoning import ReasoningFilter
+
+    pieces = [("<thi", False), ("nk>\nadd two", True), (" numbers</th", False), ("ink>\n\n4", True), (" is it", False)]
+    thinking = ReasoningFilter()
+    out = "".join(shown(Segment(text, drafted), thinking, show_draft=True) for text, drafted in pieces)
+    out += "".join(t for _, t in thinking.flush())
+    assert out == f"{DIM}\nadd two{RESET}{DIM} numbers{RESET}{GREEN}4{RESET} is it"
+    assert shown(Segment("<think>x", True), None, show_draft=False) == "<think>x"  # a model that does not think

@@ -39,6 +39,7 @@ from specedge.runtime.fim import NoFimTokens, fim_prompt, find_fim_tokens
 from specedge.runtime.generator import Generator, draft_model
 from specedge.runtime.grammar import GrammarConstraint, unsatisfiable
 from specedge.runtime.model import check_token_ids
+from specedge.runtime.reasoning import CONTENT, REASONING, ReasoningFilter, split_reasoning, thinks
 from specedge.runtime.template.sandbox import ChatTemplateError
 from specedge.runtime.text import PromptTooLong, TextCodec
 from specedge.runtime.tools import ToolMarkup, read_tool_calls, renders_tools
@@ -193,11 +194,13 @@ class EventStream:
     past PING_S: then pings keep the stream alive, and an error is an event)."""
 
     def __init__(self, job: Job, shaper: Shaper, include_usage: bool, call_names: frozenset[str] = frozenset(),
-                 show_draft: bool = False) -> None:
+                 show_draft: bool = False, reasoning: bool = False) -> None:
         self.job = job
         self.shaper = shaper
         self.include_usage = include_usage
         self.show_draft = show_draft  # each text chunk says where its tokens came from
+        # a thinking model's <think> block, sent as reasoning_content
+        self.reasoning = ReasoningFilter() if reasoning else None
         # the model's calls to these tools, taken out of its text
         self.calls = ToolCallFilter(call_names) if call_names else None
 
@@ -236,24 +239,36 @@ class EventStream:
         await send({"type": "http.response.body", "body": PING, "more_body": True})
 
     def pieces(self, text: str) -> list[str | list[dict[str, Any]]]:
-        """What a piece of text sends: itself, or with tool calls on, the text outside calls and the calls."""
+        """What a piece of the answer sends: itself, or with tool calls on, the text outside calls and the calls."""
         return [text] if self.calls is None else list(self.calls.push(text))
+
+    def parts(self, text: str | None) -> list[tuple[str, str]]:
+        """A piece of text as (kind, text): the reasoning apart where the model thinks (None: the end)."""
+        if self.reasoning is None:
+            return [(CONTENT, text)] if text else []
+        return list(self.reasoning.push(text) if text is not None else self.reasoning.flush())
 
     async def chunks(self, event: Piece | Finished | Failed) -> AsyncIterator[bytes]:
         shaper, first, sent = self.shaper, True, 0  # sent: log-probabilities sent with the pieces
         held: tuple = ()  # log-probabilities of text held back (a tool call being written)
         while True:
-            if isinstance(event, Piece):
-                held += event.logprobs
-                origin = event.origin if self.show_draft else None
-                for out in self.pieces(event.text):
-                    if isinstance(out, str):
-                        yield shaper.chunk(out, first, held, origin)
-                        sent, held = sent + len(held), ()
-                    else:
-                        yield shaper.calls_chunk(out, first)
-                    first = False
-            elif isinstance(event, Finished):
+            if isinstance(event, Piece | Finished):
+                text = event.text if isinstance(event, Piece) else None
+                held += event.logprobs if isinstance(event, Piece) else ()
+                origin = event.origin if self.show_draft and isinstance(event, Piece) else None
+                for kind, part in self.parts(text):
+                    if kind == REASONING:
+                        yield shaper.reasoning_chunk(part, first, held, origin)
+                        sent, held, first = sent + len(held), (), False
+                        continue
+                    for out in self.pieces(part):
+                        if isinstance(out, str):
+                            yield shaper.chunk(out, first, held, origin)
+                            sent, held = sent + len(held), ()
+                        else:
+                            yield shaper.calls_chunk(out, first)
+                        first = False
+            if isinstance(event, Finished):
                 for out in self.calls.flush() if self.calls is not None else ():
                     yield shaper.chunk(out, first=first) if isinstance(out, str) else shaper.calls_chunk(out, first)
                     first = False
@@ -267,7 +282,7 @@ class EventStream:
                     yield shaper.usage_chunk(usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused,
                                                    result.stats, self.job.prediction is not None))
                 return
-            else:
+            if isinstance(event, Failed):
                 yield sse(error_for(event.error).body())
                 return
             event = await self.job.events.get()
@@ -288,6 +303,7 @@ class Server:
         self.spell = TokenSpeller(generator.codec.tokenizer)
         self.fills_middle = find_fim_tokens(generator.codec.tokenizer) is not None
         self.lists_tools = renders_tools(generator.codec.template_source)
+        self.thinks = thinks(generator.codec.template_source)  # a thinking model: its <think> block apart
         self.markup = ToolMarkup.of(generator.codec.tokenizer)  # how this model spells a tool call's markers
         self._side_codec: TextCodec | None = None  # /tokenize's and /detokenize's, under their lock
         self._side_lock = threading.Lock()
@@ -477,8 +493,9 @@ class Server:
             raise APIError(503, f"the server is busy: {self.worker.waiting} requests wait for the one being "
                                 f"decoded; retry in {e.retry_after} s", kind="server_error", code="queue_full",
                            headers={"Retry-After": str(e.retry_after)}) from None
+        thinking = req.kind == "chat" and req.split_reasoning and self.thinks
         if req.stream:
-            return EventStream(job, shaper, req.include_usage, structure.call_names, req.show_draft)
+            return EventStream(job, shaper, req.include_usage, structure.call_names, req.show_draft, thinking)
         finished = await until_first(job.events.get(), request.receive, job)
         if finished is None:
             return Response(status_code=204)  # the client is gone; nobody reads this
@@ -487,13 +504,14 @@ class Server:
             raise error_for(event.error)
         assert isinstance(event, Finished)
         result = event.result
-        text, calls = read_tool_calls(result.text, structure.call_names) if structure.parse_tools else (result.text, [])
+        reasoning, answer = split_reasoning(result.text) if thinking else (None, result.text)
+        text, calls = read_tool_calls(answer, structure.call_names) if structure.parse_tools else (answer, [])
         return JSONResponse(shaper.whole(text if text or not calls else None,
                                          finish_reason(result.stats.stop_reason, bool(calls)),
                                          usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused,
                                                result.stats, structure.prediction is not None),
                                          specedge_stats(result.stats, event.reused, event.timing), result.logprobs,
-                                         api_calls(calls) if calls else None))
+                                         api_calls(calls) if calls else None, reasoning))
 
 
 async def not_found(request: Request, exc: Exception) -> JSONResponse:

@@ -160,6 +160,8 @@ class GenerationRequest:
     logprobs: int | None = None  # None: none; N: each token's log-probability and its N likeliest alternatives
     suffix: str | None = None  # completion: the text after the gap to fill in (fill-in-the-middle)
     template_kwargs: dict[str, Any] | None = None  # chat: extra template variables (vLLM's chat_template_kwargs)
+    split_reasoning: bool = True  # chat: a thinking model's <think> block as reasoning_content (llama-server's
+    # reasoning_format "none": left in the content)
 
 
 # Known parameters this server cannot honour, each with the test that a value is the API's default
@@ -224,7 +226,18 @@ def parse_chat(body: dict[str, Any]) -> GenerationRequest:
     check_unsupported(body, CHAT_UNSUPPORTED)
     return GenerationRequest(kind="chat", messages=parse_messages(body.get("messages")),
                              logprobs=_chat_logprobs(body), template_kwargs=_template_kwargs(body),
-                             **parse_common(body))
+                             split_reasoning=_reasoning_format(body) != "none", **parse_common(body))
+
+
+REASONING_FORMATS = ("auto", "deepseek", "none")  # llama-server's: a <think> block apart (auto, deepseek) or not
+
+
+def _reasoning_format(body: dict[str, Any]) -> str:
+    value = body.get("reasoning_format", "auto")
+    if value not in REASONING_FORMATS:
+        formats = ", ".join(REASONING_FORMATS)
+        raise invalid("reasoning_format", f"must be one of {formats}, got {json.dumps(value)[:40]}")
+    return value
 
 
 def _template_kwargs(body: dict[str, Any]) -> dict[str, Any] | None:

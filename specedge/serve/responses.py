@@ -111,26 +111,39 @@ class Shaper:
 
     def _choice(self, text: str | None, finish: str | None, chunk: bool, first: bool = False,
                 logprobs: dict[str, object] | None = None,
-                tool_calls: list[dict[str, object]] | None = None) -> dict[str, object]:
+                tool_calls: list[dict[str, object]] | None = None, reasoning: str | None = None) -> dict[str, object]:
         if self.kind == "completion":
             return {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
         if chunk:
             delta: dict[str, object] = {} if text is None else {"content": text}
             if first:
                 delta = {"role": "assistant", "content": text or ""}
+            if reasoning is not None:
+                delta["reasoning_content"] = reasoning
+                if text is None and first:
+                    delta["content"] = None
             if tool_calls:
                 delta["tool_calls"] = tool_calls
             return {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         message: dict[str, object] = {"role": "assistant", "content": text, "refusal": None}
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
         if tool_calls:
             message["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in tool_calls]
         return {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
 
     def whole(self, text: str | None, finish: str | None, use: dict[str, object], stats: dict[str, object],
               logprobs: Sequence[TokenLogprob] | None = None,
-              tool_calls: list[dict[str, object]] | None = None) -> dict[str, object]:
-        choice = self._choice(text, finish, False, logprobs=self._logprobs(logprobs or ()), tool_calls=tool_calls)
+              tool_calls: list[dict[str, object]] | None = None, reasoning: str | None = None) -> dict[str, object]:
+        choice = self._choice(text, finish, False, logprobs=self._logprobs(logprobs or ()), tool_calls=tool_calls,
+                              reasoning=reasoning)
         return {**self._head(False), "choices": [choice], "usage": use, "specedge": stats}
+
+    def reasoning_chunk(self, text: str, first: bool = False, logprobs: Sequence[TokenLogprob] = (),
+                        origin: dict[str, object] | None = None) -> bytes:
+        """A chunk of a thinking model's reasoning (`delta.reasoning_content`, as vLLM sends it)."""
+        choice = self._choice(None, None, True, first, self._logprobs(logprobs or None), reasoning=text)
+        return sse({**self._head(True), "choices": [choice], **({"specedge": origin} if origin is not None else {})})
 
     def calls_chunk(self, tool_calls: list[dict[str, object]], first: bool = False) -> bytes:
         """A chunk carrying whole tool calls (each with its index, id, name and all its arguments)."""
