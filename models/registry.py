@@ -159,6 +159,23 @@ PAIRS: dict[str, PairEntry] = {p.name: p for p in (
               description="Qwen2.5-Coder 1.5B target with the 0.5B draft (default)"),
 )}
 DEFAULT_PAIR = "qwen2.5-coder"
+# pairs within a family on the Hugging Face Hub, for online users (fetched through huggingface_hub into
+# its cache, exported on first use; the draft's tokenizer is checked against the target's at load)
+HUB_PAIRS: dict[str, PairEntry] = {p.name: p for p in (
+    PairEntry(name="qwen3", target="hf:Qwen/Qwen3-1.7B-GGUF", draft="hf:Qwen/Qwen3-0.6B-GGUF",
+              description="Qwen3 1.7B with the 0.6B draft (thinking; Hugging Face)"),
+    PairEntry(name="qwen3-4b", target="hf:Qwen/Qwen3-4B-GGUF", draft="hf:Qwen/Qwen3-0.6B-GGUF",
+              description="Qwen3 4B with the 0.6B draft (thinking; Hugging Face)"),
+    PairEntry(name="qwen3-8b", target="hf:Qwen/Qwen3-8B-GGUF", draft="hf:Qwen/Qwen3-0.6B-GGUF",
+              description="Qwen3 8B with the 0.6B draft (thinking; Hugging Face)"),
+    PairEntry(name="llama3.2", target="hf:bartowski/Llama-3.2-3B-Instruct-GGUF",
+              draft="hf:bartowski/Llama-3.2-1B-Instruct-GGUF",
+              description="Llama 3.2 3B Instruct with the 1B draft (Hugging Face; Meta's Llama 3.2 license)"),
+)}
+
+
+def is_pair(name: str) -> bool:
+    return name in PAIRS or name in HUB_PAIRS
 
 
 def get_model(name: str) -> ModelEntry:
@@ -168,9 +185,10 @@ def get_model(name: str) -> ModelEntry:
 
 
 def get_pair(name: str) -> PairEntry:
-    if name not in PAIRS:
-        raise SpecEdgeError(f"unknown pair '{name}'", f"known pairs: {', '.join(PAIRS)}")
-    return PAIRS[name]
+    """A registry pair, or a Hugging Face pair (its target and draft `hf:` names)."""
+    if not is_pair(name):
+        raise SpecEdgeError(f"unknown pair '{name}'", f"known pairs: {', '.join([*PAIRS, *HUB_PAIRS])}")
+    return PAIRS.get(name) or HUB_PAIRS[name]
 
 
 def installed_part(part: Part) -> Path | None:

@@ -30,7 +30,7 @@ from typing import Any, Literal
 from specedge.core.contract import MANIFEST_NAME
 from specedge.core.errors import SpecEdgeError
 from specedge.kernels.sampling import SamplingParams
-from specedge.models.registry import MODELS, PAIRS
+from specedge.models.registry import HUB_PAIRS, MODELS, PAIRS, is_pair
 from specedge.options import is_source
 from specedge.runtime.decoding import SpecConfig
 from specedge.runtime.generator import GenerationResult, Generator, TextStream
@@ -220,13 +220,13 @@ def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bo
     chat_template_kwargs: extra variables for every render ({"enable_thinking": False}). context:
     the tokens a registry model's or source's export holds (default 4096; one export per size)."""
     name = str(name_or_path)
-    if name in PAIRS and draft is None and ngram is None and gamma is None:
+    if is_pair(name) and draft is None and ngram is None and gamma is None:
         from specedge.defaults import pair_decoding
 
         way = pair_decoding(name, context)
         target, draft_path, use_ngram, single, line = way.target, way.draft, way.ngram, way.single_steps, way.line
     else:
-        if name in PAIRS:
+        if is_pair(name):
             from specedge.defaults import pair_artifacts
 
             target, pair_draft = pair_artifacts(name, context)
@@ -249,7 +249,7 @@ def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bo
 
         say_context(gen, context)
     gen.codec.use_template(chat_template, chat_template_kwargs)
-    return Model(gen, name.partition(":")[0] if name in MODELS or name in PAIRS else Path(name).name, line)
+    return Model(gen, name.partition(":")[0] if name in MODELS or is_pair(name) else Path(name).name, line)
 
 
 def artifact(name_or_path: str | Path, context: int | None = None) -> Path:
@@ -267,7 +267,7 @@ def artifact(name_or_path: str | Path, context: int | None = None) -> Path:
         from specedge.options import artifact_arg
 
         return artifact_arg(text, context)
-    known = ", ".join(sorted((*PAIRS, *MODELS)))
+    known = ", ".join(sorted((*PAIRS, *HUB_PAIRS, *MODELS)))
     raise SpecEdgeError(f"{text!r} is neither a registry name ({known}) nor an artifact folder, GGUF file, "
                         "Hugging Face checkpoint folder or hf:OWNER/REPO name",
                         "pass one of those (`specedge models` lists the registry)")

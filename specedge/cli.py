@@ -20,7 +20,7 @@ from pathlib import Path
 from specedge import __version__
 from specedge.core.errors import DamagedArtifactError, SpecEdgeError
 from specedge.models.locks import is_disk_full
-from specedge.models.registry import DEFAULT_PAIR, MODELS, PAIRS, get_pair
+from specedge.models.registry import DEFAULT_PAIR, HUB_PAIRS, MODELS, PAIRS, get_pair
 from specedge.options import (
     add_context_flag,
     add_gamma_flags,
@@ -170,6 +170,9 @@ def cmd_models(args: argparse.Namespace) -> int:
     for pair in PAIRS.values():
         mark = " (default)" if pair.name == DEFAULT_PAIR else ""
         print(f"  {pair.name:<22} target {pair.target}, draft {pair.draft}, γ auto{mark}")
+    print("pairs on the Hugging Face Hub (fetched online on first use, into its cache):")
+    for pair in HUB_PAIRS.values():
+        print(f"  {pair.name:<22} target {pair.target}, draft {pair.draft}")
     total = sum(item.size for item in items)
     print(f"cache: {gigabytes(total)} in {cache_root()} (`specedge prune` frees the exports the default "
           "decoding does not use; `specedge rm NAME` a model's)")
@@ -208,6 +211,12 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     given, _, quant = args.name.partition(":")
     if quant and given in PAIRS:
         raise SpecEdgeError(f"'{args.name}': a pair takes no :QUANT", "name one of its models as NAME:QUANT")
+    if given in HUB_PAIRS:  # a Hugging Face pair: into the Hub's cache
+        from specedge.hub import hub_source
+
+        for name in (HUB_PAIRS[given].target, HUB_PAIRS[given].draft):
+            print(f"{name}: {hub_source(name)}")
+        return 0
     names = [get_pair(given).target, get_pair(given).draft] if given in PAIRS else [given]
     for name in names:
         weights = fetch(name)

@@ -19,7 +19,7 @@ from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import cpu_info
 from specedge.device_profiles.profiles import DeviceProfile, ProfileError, load_profile, save_profile
 from specedge.models.locks import ensure_writable, exclusive
-from specedge.models.registry import MODELS, PAIRS, get_model, get_pair
+from specedge.models.registry import HUB_PAIRS, MODELS, PAIRS, PairEntry, get_model, get_pair
 from specedge.profiling import THIS_DEVICE, new_profile, profiles_dir
 from specedge.resolve import resolve_model
 
@@ -164,6 +164,10 @@ def pair_decoding(pair_name: str, context: int | None = None) -> Decoding:
     """How a registry pair decodes by default: its target's chosen export, with the chosen drafter
     or plainly in 1-token steps."""
     pair = get_pair(pair_name)
+    if pair_name in HUB_PAIRS:
+        target, draft = hub_pair_artifacts(pair, context)
+        return Decoding(target, draft, False, False, f"{pair.name}: {pair.target} with its draft {pair.draft}, γ auto "
+                                                     "(a Hugging Face pair: its default way is not measured here)")
     say_first_use(pair.target, pair.draft)
     choice = default_choice(pair.target)
     target = default_artifact(pair.target, context=context)
@@ -196,4 +200,16 @@ def say_first_use(target: str, draft: str) -> None:
 def pair_artifacts(name: str, context: int | None = None) -> tuple[Path, Path]:
     """(target artifact, draft artifact) of a registry pair, the target's export chosen here."""
     pair = get_pair(name)
+    if name in HUB_PAIRS:
+        return hub_pair_artifacts(pair, context)
     return default_artifact(pair.target, context=context), resolve_model(pair.draft, context=context)
+
+
+def hub_pair_artifacts(pair: PairEntry, context: int | None = None) -> tuple[Path, Path]:
+    """(target, draft) artifacts of a Hugging Face pair: fetched into the Hub's cache and exported
+    into specedge's on first use (offline: from the Hub's cache, or one line)."""
+    from specedge.hub import hub_label, hub_source
+    from specedge.resolve import source_artifact
+
+    return tuple(source_artifact(hub_source(name), hub_label(name), context)  # type: ignore[return-value]
+                 for name in (pair.target, pair.draft))

@@ -76,3 +76,24 @@ def test_gguf_names_and_choices() -> None:
         pick_gguf("o/r", ["m-Q5_K_S.gguf", "m-Q6_K.gguf"], "")
     with pytest.raises(SpecEdgeError, match="only split GGUF files"):
         pick_gguf("o/r", ["m-00001-of-00002.gguf", "m-00002-of-00002.gguf"], "")
+
+
+def test_a_hugging_face_pair_decodes_with_its_draft(tmp_path: Path) -> None:
+    """`--pair qwen3` (a pair on the Hub): both GGUFs from the Hub's cache (offline here), exported on
+    first use, decoded with the draft; its line says its default way is not measured."""
+    from tests.gguf_models import make_tiny_gguf
+
+    hub_repo(tmp_path / "hf", "Qwen/Qwen3-1.7B-GGUF",
+             {"Qwen3-1.7B-Q8_0.gguf": make_tiny_gguf(tmp_path / "t.gguf", arch="qwen3")})
+    hub_repo(tmp_path / "hf", "Qwen/Qwen3-0.6B-GGUF",
+             {"Qwen3-0.6B-Q8_0.gguf": make_tiny_gguf(tmp_path / "d.gguf", arch="qwen3", seed=1)})
+    proc = offline(tmp_path / "hf", tmp_path / "cache", "generate", "--pair", "qwen3", "-p", "abc", "-n", "8",
+                   "--json", "--ignore-eos")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["n_tokens"] == 8 and out["drafter"] != "none", out
+    assert "a Hugging Face pair: its default way is not measured here" in proc.stderr
+    names = sorted(p.name.split("-int4-")[0] for p in (tmp_path / "cache" / "artifacts").iterdir())
+    assert names == ["Qwen--Qwen3-0.6B-GGUF", "Qwen--Qwen3-1.7B-GGUF"]
+    listed = offline(tmp_path / "hf", tmp_path / "cache", "models").stdout
+    assert "qwen3" in listed and "hf:Qwen/Qwen3-0.6B-GGUF" in listed
