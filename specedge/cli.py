@@ -155,15 +155,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from specedge.models.paths import cache_root
-    from specedge.storage import cached_items, export_sizes, gigabytes
+    from specedge.storage import cached_items, export_sizes, gigabytes, when
 
     items = cached_items()
     print("models:")
     for entry in MODELS.values():
         mine = [item for item in items if item.model == entry.name]
         weights = [item for item in mine if item.kind == "weights"]
-        exports = export_sizes([item for item in mine if item.kind == "export"])
+        mine_exports = [item for item in mine if item.kind == "export"]
+        exports = export_sizes(mine_exports)
         state = (["weights cached"] if weights else []) + ([f"exports: {', '.join(exports)}"] if exports else [])
+        if mine_exports:
+            state.append(f"last used {when(max(item.used for item in mine_exports))}")
         print(f"  {entry.name:<22} {entry.size / 1e9:5.2f} GB  {entry.description}")
         print(f"  {'':<22} {'; '.join(state) or 'not fetched'}; {entry.license}")
     print("pairs:")
@@ -173,6 +176,11 @@ def cmd_models(args: argparse.Namespace) -> int:
     print("pairs on the Hugging Face Hub (fetched online on first use, into its cache):")
     for pair in HUB_PAIRS.values():
         print(f"  {pair.name:<22} target {pair.target}, draft {pair.draft}")
+    others = [item for item in items if item.kind == "export" and not item.model]
+    if others:
+        print("other exports (GGUF files, checkpoints, hf: names):")
+        for item in sorted(others, key=lambda i: -i.used):
+            print(f"  {item.path.name:<60} {gigabytes(item.size)}, last used {when(item.used)}")
     total = sum(item.size for item in items)
     print(f"cache: {gigabytes(total)} in {cache_root()} (`specedge prune` frees the exports the default "
           "decoding does not use; `specedge rm NAME` a model's)")

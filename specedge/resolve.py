@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -57,9 +59,17 @@ def resolve_model(name: str, quant: str | None = None, context: int | None = Non
     settings = export_settings(entry, quant, context)
     out = artifact_path(entry.name, entry.sha256, settings)
     if is_exported(out):
-        return out
-    return export_once(fetch(name), out, settings, f"{name} ({settings.quant}, context {settings.context})"
-                                                   f"{why_again(entry.name, settings)}", entry.sha256)
+        return mark_used(out)
+    return mark_used(export_once(fetch(name), out, settings, f"{name} ({settings.quant}, context "
+                                                             f"{settings.context}){why_again(entry.name, settings)}",
+                                 entry.sha256))
+
+
+def mark_used(artifact: Path) -> Path:
+    """Note that a cached export is used now (its folder's time: `specedge models` shows it as last use)."""
+    with contextlib.suppress(OSError):  # a read-only cache: no note, nothing else changes
+        os.utime(artifact)
+    return artifact
 
 
 def export_once(src: Path, out: Path, settings: ExportSettings, what: str, expected_sha256: str | None = None) -> Path:
@@ -99,8 +109,8 @@ def source_artifact(src: Path, label: str | None = None, context: int | None = N
                               attention=SOURCE_EXPORT.rows_attention if kernel == "rows" else SOURCE_EXPORT.attention)
     out = artifact_path(label or (src.stem if src.is_file() else src.name), source_digest(src), settings)
     if is_exported(out):
-        return out
+        return mark_used(out)
     from specedge.export.artifact import largest_block
 
     settings = replace(settings, block_size=largest_block(src, SOURCE_EXPORT.block_size))
-    return export_once(src, out, settings, f"{src} ({settings.quant}, context {settings.context})")
+    return mark_used(export_once(src, out, settings, f"{src} ({settings.quant}, context {settings.context})"))

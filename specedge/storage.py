@@ -35,6 +35,7 @@ class CachedItem:
     model: str  # the registry model it belongs to ("" if none)
     quant: str  # an export's format ("" for weights)
     size: int  # bytes
+    used: float = 0.0  # an export's last use (its folder's time, set as it is resolved for use), seconds since 1970
 
     @property
     def label(self) -> str:
@@ -88,8 +89,25 @@ def cached_items() -> list[CachedItem]:
     for path in sorted(visible(artifacts_dir())):
         if path.is_dir():
             model, quant = model_of(path.name)
-            items.append(CachedItem(path, "export", model, quant, folder_size(path)))
+            items.append(CachedItem(path, "export", model, quant, folder_size(path), last_use(path)))
     return items
+
+
+def last_use(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def when(seconds: float) -> str:
+    """A last use as a date (today: its time too)."""
+    import time
+
+    if not seconds:
+        return "unknown"
+    day = time.strftime("%Y-%m-%d", time.localtime(seconds))
+    return time.strftime("today %H:%M", time.localtime(seconds)) if day == time.strftime("%Y-%m-%d") else day
 
 
 def visible(folder: Path) -> Iterator[Path]:

@@ -86,3 +86,28 @@ def test_models_lists_sizes_and_the_cache(cache: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "specedge", "models"], capture_output=True, text=True,
                          check=True).stdout
     assert "weights cached; exports: int4 x2 0.00 GB, w8a8 0.00 GB" in out and "cache: 0.00 GB in" in out
+
+
+def test_models_lists_each_exports_last_use_and_the_other_exports(cache: Path) -> None:
+    """An export resolved for use has its folder's time set: `specedge models` shows the last use
+    per model, and exports of GGUF files, checkpoints and hf: names on their own lines."""
+    import os
+    import time
+
+    from specedge.resolve import mark_used
+
+    folders = sorted((cache / "artifacts").glob("qwen2.5-coder-0.5b-*"))
+    old = time.mktime((2026, 1, 2, 12, 0, 0, 0, 0, -1))
+    for folder in (cache / "artifacts").iterdir():
+        os.utime(folder, (old, old))
+    other = cache / "artifacts" / "Qwen--Qwen3-0.6B-GGUF-int4-0123456789abcdef0123"
+    other.mkdir()
+    (other / "model.onnx").write_bytes(b"m" * 5000)
+    os.utime(other, (old, old))
+    mark_used(folders[0])
+    out = subprocess.run([sys.executable, "-m", "specedge", "models"], capture_output=True, text=True,
+                         check=True).stdout
+    draft_line = out.split("qwen2.5-coder-0.5b ")[1].splitlines()[1]
+    assert "last used today" in draft_line, out
+    assert "last used 2026-01-02" in out.split("qwen2.5-coder-1.5b ")[1].splitlines()[1], out
+    assert f"{other.name}" in out and "0.00 GB, last used 2026-01-02" in out
