@@ -256,15 +256,15 @@ class EventStream:
                 text = event.text if isinstance(event, Piece) else None
                 held += event.logprobs if isinstance(event, Piece) else ()
                 origin = event.origin if self.show_draft and isinstance(event, Piece) else None
-                for kind, part in self.parts(text):
+                for kind, part in self.parts(text):  # the piece's origin goes with its first chunk only
                     if kind == REASONING:
                         yield shaper.reasoning_chunk(part, first, held, origin)
-                        sent, held, first = sent + len(held), (), False
+                        sent, held, first, origin = sent + len(held), (), False, None
                         continue
                     for out in self.pieces(part):
                         if isinstance(out, str):
                             yield shaper.chunk(out, first, held, origin)
-                            sent, held = sent + len(held), ()
+                            sent, held, origin = sent + len(held), (), None
                         else:
                             yield shaper.calls_chunk(out, first)
                         first = False

@@ -133,14 +133,16 @@ async function send(text) {
         if (event === null) continue;
         if (event.error) throw new Error(event.error.message);
         const choice = event.choices && event.choices[0];
-        const piece = choice && choice.delta && choice.delta.content;
+        const delta = (choice && choice.delta) || {};
+        const thought = delta.reasoning_content;  // a thinking model's reasoning: shown dimmed
+        const piece = thought || delta.content;
         if (piece) {
           const span = document.createElement("span");
-          span.className = event.specedge && event.specedge.drafted ? "drafted" : "own";
+          span.className = thought ? "reasoning" : event.specedge && event.specedge.drafted ? "drafted" : "own";
           span.textContent = piece;
           answer.appendChild(span);
           follow();
-          reply += piece;
+          if (!thought) reply += piece;
           const origin = event.specedge || {};
           tokens += origin.tokens || 0;
           const now = performance.now();
