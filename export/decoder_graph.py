@@ -39,12 +39,15 @@ and present_key.i / present_value.i, bound to the same buffers as the pasts.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import numpy as np
 from onnx import TensorProto
 
+from specedge.core.contract import MASK_VALUE
 from specedge.core.costs import WeightCosts
+from specedge.core.errors import SpecEdgeError
 from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec, quantize_blockwise, quantize_per_channel
 from specedge.export.source import DecoderConfig, SourceModel
@@ -161,6 +164,11 @@ class DecoderBuilder:
         shifted = weight.view(np.uint8) ^ np.uint8(0x80)  # w + 128 as a byte: one copy, not three
         return self.g.weight(f"{name}.qweight", shifted), self.g.const(128, np.uint8)
 
+    def norm_weight(self, name: str) -> np.ndarray:
+        """A norm's weight as the graph multiplies by it: w, or Gemma's 1 + w (in float32, as transformers)."""
+        weight = self.src.weights.pop(f"{name}.weight")
+        return weight + np.float32(self.cfg.norm_offset) if self.cfg.norm_offset else weight
+
     def rms_norm(self, x: str, name: str, weight: np.ndarray) -> str:
         """x / sqrt(mean(x^2) + eps) * w, in the pattern ONNX Runtime fuses to one kernel."""
         g = self.g
@@ -184,32 +192,45 @@ class DecoderBuilder:
         shaped = self.g.op("Reshape", x, self.g.const([1, -1, n, self.cfg.head_dim]))
         return self.g.op("Transpose", shaped, perm=[0, 2, 1, 3], out=out)
 
-    def rope_angles(self) -> np.ndarray:
+    def rope_angles(self, theta: float = 0.0) -> np.ndarray:
+        """[C, d/2] angles at rope base `theta` (default: the model's; Gemma's sliding layers have their own)."""
         d = self.cfg.head_dim
-        inv_freq = 1.0 / (self.cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+        inv_freq = 1.0 / ((theta or self.cfg.rope_theta) ** (np.arange(0, d, 2, dtype=np.float64) / d))
         if self.cfg.rope_freq_factors:  # Llama 3's rope scaling, a GGUF's rope_freqs
             inv_freq = inv_freq / np.asarray(self.cfg.rope_freq_factors, dtype=np.float64)
         return np.outer(np.arange(self.context, dtype=np.float64), inv_freq)  # [C, d/2]
 
-    def rope_caches(self) -> tuple[str, str]:
+    def rope_caches(self, theta: float = 0.0) -> tuple[str, str]:
         """cos, sin [C, d/2] for ONNX Runtime's RotaryEmbedding kernel."""
-        freqs = self.rope_angles()
+        freqs = self.rope_angles(theta)
         self.count(gather_row_bytes=freqs.shape[1] * 2 * 4)  # one row of cos and of sin per position
-        return (self.g.weight("rope.cos_cache", np.cos(freqs).astype(np.float32)),
-                self.g.weight("rope.sin_cache", np.sin(freqs).astype(np.float32)))
+        tag = "_local" if theta else ""
+        return (self.g.weight(f"rope.cos_cache{tag}", np.cos(freqs).astype(np.float32)),
+                self.g.weight(f"rope.sin_cache{tag}", np.sin(freqs).astype(np.float32)))
+
+    def layer_ropes(self, make: Callable[[float], tuple[str, str]]) -> list[tuple[str, str]]:
+        """Each layer's rope tables: the model's, or its sliding layers' own base where it has one."""
+        cfg = self.cfg
+        full = make(0.0)
+        local = make(cfg.local_rope_theta) if cfg.local_rope_theta and any(cfg.sliding_layers) else full
+        return [local if self.sliding(i) else full for i in range(cfg.num_layers)]
+
+    def sliding(self, i: int) -> bool:
+        return bool(self.cfg.sliding_layers) and self.cfg.sliding_layers[i]
 
     def rope_fused(self, x: str, position_ids: str, caches: tuple[str, str], out: str | None = None) -> str:
         return self.g.op("RotaryEmbedding", x, position_ids, caches[0], caches[1], domain="com.microsoft",
                          interleaved=0, out=out)
 
-    def rope_tables(self, position_ids: str) -> tuple[str, str]:
+    def rope_tables(self, position_ids: str, theta: float = 0.0) -> tuple[str, str]:
         """cos, sin [1,1,S,d] gathered from tables over the context's positions."""
         d = self.cfg.head_dim
-        freqs = self.rope_angles()
+        freqs = self.rope_angles(theta)
         angles = np.concatenate([freqs, freqs], axis=-1)  # [C, d]
         out = []
         self.count(gather_row_bytes=2 * d * 4)  # one row of cos and of sin per position
-        for name, table in (("rope.cos", np.cos(angles)), ("rope.sin", np.sin(angles))):
+        tag = "_local" if theta else ""
+        for name, table in ((f"rope.cos{tag}", np.cos(angles)), (f"rope.sin{tag}", np.sin(angles))):
             gathered = self.g.op("Gather", self.g.weight(name, table.astype(np.float32)), position_ids)
             out.append(self.g.op("Unsqueeze", gathered, self.g.const([1])))  # [1,1,S,d]
         return out[0], out[1]
@@ -238,7 +259,7 @@ class DecoderBuilder:
     def qk_normed(self, i: int, qkv: tuple[str, str, str]) -> tuple[str, str, str]:
         """q and k [1,S,n*d] with each head RMS-normalized by the layer's q_norm / k_norm (qwen3),
         before rope; v as it is."""
-        cfg, w = self.cfg, self.src.weights
+        cfg = self.cfg
         p = f"model.layers.{i}.self_attn"
         q, k, v = qkv
         if not cfg.qk_norm:
@@ -246,7 +267,7 @@ class DecoderBuilder:
         normed = []
         for name, x, n in (("q", q, cfg.num_heads), ("k", k, cfg.num_kv_heads)):
             heads = self.g.op("Reshape", x, self.g.const([1, -1, n, cfg.head_dim]))
-            out = self.rms_norm(heads, f"{p}.{name}_norm", w.pop(f"{p}.{name}_norm.weight"))
+            out = self.rms_norm(heads, f"{p}.{name}_norm", self.norm_weight(f"{p}.{name}_norm"))
             normed.append(self.g.op("Reshape", out, self.g.const([1, -1, n * cfg.head_dim])))
         return normed[0], normed[1], v
 
@@ -259,7 +280,8 @@ class DecoderBuilder:
                                 f"past_value.{i}", seqlens_k, total_length, rope[0], rope[1],
                                 outs=[None, f"present_key.{i}", f"present_value.{i}"], domain="com.microsoft",
                                 num_heads=cfg.num_heads, kv_num_heads=cfg.num_kv_heads, do_rotary=1,
-                                rotary_interleaved=0)
+                                rotary_interleaved=0, scale=cfg.score_scale,
+                                **({"local_window_size": cfg.sliding_window} if self.sliding(i) else {}))
         return self.linear(attn, f"{p}.o_proj", self.src.weights.pop(f"{p}.o_proj.weight"))
 
     def skip_norm(self, x: str, residual: str, name: str, weight: np.ndarray) -> tuple[str, str]:
@@ -301,7 +323,7 @@ class DecoderBuilder:
         present = (f"present_key.{i}", f"present_value.{i}") if self.kv_in_place else (None, None)
         keys = g.op("ScatterElements", f"past_key.{i}", scatter_idx, k, axis=2, out=present[0])  # [1,KV,T,d]
         values = g.op("ScatterElements", f"past_value.{i}", scatter_idx, v, axis=2, out=present[1])
-        scale = g.const([1.0 / np.sqrt(cfg.head_dim)], np.float32)
+        scale = g.const([cfg.score_scale], np.float32)
         grouped = g.op("Reshape", g.op("Mul", q, scale), g.const([1, cfg.num_kv_heads, -1, cfg.head_dim]))
         scores = g.op("MatMul", grouped, g.op("Transpose", keys, perm=[0, 1, 3, 2]))  # [1,KV,G*S,T]
         probs = g.op("Softmax", g.op("Add", scores, bias), axis=-1)
@@ -310,6 +332,18 @@ class DecoderBuilder:
         attn = g.op("Reshape", g.op("Transpose", attn, perm=[0, 2, 1, 3]),
                     g.const([1, -1, cfg.num_heads * cfg.head_dim]))  # [1,S,H*d]
         return self.linear(attn, f"{p}.o_proj", w.pop(f"{p}.o_proj.weight"))
+
+    def activation(self, x: str) -> str:
+        """silu, or gelu with tanh (Gemma: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in ops every
+        provider runs)."""
+        g = self.g
+        if self.cfg.activation != "gelu_tanh":
+            return g.op("Mul", x, g.op("Sigmoid", x))
+        cube = g.op("Mul", g.op("Mul", x, x), x)
+        inner = g.op("Mul", g.op("Add", x, g.op("Mul", cube, g.const([0.044715], np.float32))),
+                     g.const([math.sqrt(2.0 / math.pi)], np.float32))
+        half = g.op("Mul", x, g.const([0.5], np.float32))
+        return g.op("Mul", half, g.op("Add", g.op("Tanh", inner), g.const([1.0], np.float32)))
 
     def mlp(self, i: int, x: str) -> str:
         g, w = self.g, self.src.weights
@@ -321,7 +355,7 @@ class DecoderBuilder:
         else:
             gate = self.linear(x, f"{p}.gate_proj", w.pop(f"{p}.gate_proj.weight"))
             up = self.linear(x, f"{p}.up_proj", w.pop(f"{p}.up_proj.weight"))
-        act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
+        act = g.op("Mul", self.activation(gate), up)
         return self.linear(act, f"{p}.down_proj", w.pop(f"{p}.down_proj.weight"))
 
     def embed(self) -> str:
@@ -333,13 +367,17 @@ class DecoderBuilder:
         if not self.int8_embedding:
             self.float_tensors.append(name)
             self.count(gather_row_bytes=embed.shape[1] * embed.itemsize)
-            return g.op("Gather", g.weight(name, embed), "input_ids")  # [1,S,D]
+            return self.scaled(g.op("Gather", g.weight(name, embed), "input_ids"))  # [1,S,D]
         rows = quantize_per_channel(embed.T)  # a row of the table is a channel of its transpose
         del embed
         self.count(gather_row_bytes=rows.weight.shape[0] + 4)
         codes = g.op("Gather", g.weight(name, rows.weight.T), "input_ids")  # int8 [1,S,D]
         scales = g.op("Gather", g.weight("model.embed_tokens.scales", rows.scales[:, None]), "input_ids")  # [1,S,1]
-        return g.op("Mul", g.op("Cast", codes, to=F32), scales)
+        return self.scaled(g.op("Mul", g.op("Cast", codes, to=F32), scales))
+
+    def scaled(self, h: str) -> str:
+        """The embedding times Gemma's sqrt(hidden) (as transformers, in float32); others as they are."""
+        return self.g.op("Mul", h, self.g.const([self.cfg.embed_scale], np.float32)) if self.cfg.embed_scale else h
 
     def head_weight(self) -> np.ndarray:
         """The output head's weight, read when the head is built: the embedding again when tied (or
@@ -351,7 +389,7 @@ class DecoderBuilder:
 
     def head(self, h: str) -> None:
         last = self.g.op("Gather", h, "logits_index", axis=1)  # [1,R,D]
-        last = self.rms_norm(last, "model.norm", self.src.weights.pop("model.norm.weight"))
+        last = self.rms_norm(last, "model.norm", self.norm_weight("model.norm"))
         self.linear(last, "lm_head", self.head_weight()[:self.logits_vocab], out="logits")
         if self.next_ids:  # ties to the lowest id, as numpy's argmax
             self.g.op("ArgMax", "logits", axis=-1, keepdims=0, select_last_index=0, out="next_ids")  # [1,R]
@@ -381,11 +419,11 @@ class DecoderBuilder:
         total_length = g.input("total_sequence_length", TensorProto.INT32, [])
         g.input("logits_index", I64, ["R"])
         self.declare_cache_io(("present", "T"))
-        rope = self.rope_caches()
-        self.fused_layers(lambda i, x: self.attention_fused(i, x, rope, seqlens_k, total_length), on_layer)
+        ropes = self.layer_ropes(self.rope_caches)
+        self.fused_layers(lambda i, x: self.attention_fused(i, x, ropes[i], seqlens_k, total_length), on_layer)
 
     def build_exact(self, on_layer: Callable[[int], object] | None = None) -> None:
-        cfg, g, w = self.cfg, self.g, self.src.weights
+        cfg, g = self.cfg, self.g
         g.input("input_ids", I64, [1, "S"])
         position_ids = g.input("position_ids", I64, [1, "S"])
         attention_bias = g.input("attention_bias", F32, [1, "S", "T"])
@@ -397,19 +435,39 @@ class DecoderBuilder:
         bias = g.op("Unsqueeze", g.op("Tile", attention_bias, g.const([1, group, 1])), g.const([1]))
         scatter_idx = g.op("Expand", g.op("Reshape", position_ids, g.const([1, 1, -1, 1])),
                            g.const([1, cfg.num_kv_heads, 1, cfg.head_dim]))  # [1,KV,S,d]
-        rope = self.rope_caches() if self.fused else self.rope_tables(position_ids)
+        ropes = self.layer_ropes(self.rope_caches if self.fused else
+                                 lambda theta: self.rope_tables(position_ids, theta))
+        local = self.window_bias(attention_bias, position_ids, group) if any(cfg.sliding_layers) else bias
 
         h = self.embed()
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}"
-            x = self.rms_norm(h, f"{p}.input_layernorm", w.pop(f"{p}.input_layernorm.weight"))
-            h = g.op("Add", h, self.attention(i, x, rope, position_ids, scatter_idx, bias))
-            x = self.rms_norm(h, f"{p}.post_attention_layernorm",
-                              w.pop(f"{p}.post_attention_layernorm.weight"))
-            h = g.op("Add", h, self.mlp(i, x))
+            x = self.rms_norm(h, f"{p}.input_layernorm", self.norm_weight(f"{p}.input_layernorm"))
+            attn = self.attention(i, x, ropes[i], position_ids, scatter_idx, local if self.sliding(i) else bias)
+            h = g.op("Add", h, self.after_norm(attn, f"{p}.post_attention_layernorm"))
+            pre = f"{p}.pre_feedforward_layernorm" if cfg.sandwich_norms else f"{p}.post_attention_layernorm"
+            x = self.rms_norm(h, pre, self.norm_weight(pre))
+            h = g.op("Add", h, self.after_norm(self.mlp(i, x), f"{p}.post_feedforward_layernorm"))
             if on_layer is not None:
                 on_layer(i)
         self.head(h)
+
+    def after_norm(self, x: str, name: str) -> str:
+        """Gemma's norm of a block's output before the residual add; others' output as it is."""
+        return self.rms_norm(x, name, self.norm_weight(name)) if self.cfg.sandwich_norms else x
+
+    def window_bias(self, attention_bias: str, position_ids: str, group: int) -> str:
+        """The exact attention's mask for a sliding layer: the causal mask, and slots more than
+        sliding_window - 1 positions back masked too (a slot holds its own position)."""
+        g, cfg = self.g, self.cfg
+        slots = g.op("Slice", g.const(np.arange(self.context, dtype=np.int64)), g.const([0]),
+                     g.op("Slice", g.op("Shape", attention_bias), g.const([2]), g.const([3])))  # [T]
+        back = g.op("Sub", g.op("Unsqueeze", position_ids, g.const([2])),
+                    g.op("Unsqueeze", slots, g.const([0, 1])))  # [1,S,T]: query position - slot
+        near = g.op("Less", back, g.const([cfg.sliding_window], np.int64))
+        window = g.op("Where", near, g.const([0.0], np.float32), g.const([MASK_VALUE], np.float32))
+        both = g.op("Add", attention_bias, window)
+        return g.op("Unsqueeze", g.op("Tile", both, g.const([1, group, 1])), g.const([1]))
 
     def attention_rows(self, i: int, x: str, rope: tuple[str, str], position_ids: str) -> str:
         """The native attention: rope, the cache write and causal attention in one op over the
@@ -419,7 +477,7 @@ class DecoderBuilder:
         attn, _, _ = self.g.ops(ATTENTION_OP, self.qkv_packed(i, x), position_ids, rope[0], rope[1], f"past_key.{i}",
                                 f"past_value.{i}", outs=[None, f"present_key.{i}", f"present_value.{i}"],
                                 domain=ROWS_DOMAIN, num_heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
-                                head_dim=cfg.head_dim, scale=float(1.0 / np.sqrt(cfg.head_dim)))
+                                head_dim=cfg.head_dim, scale=float(cfg.score_scale))
         return self.linear(attn, f"{p}.o_proj", self.src.weights.pop(f"{p}.o_proj.weight"))
 
     def build_rows(self, on_layer: Callable[[int], object] | None = None) -> None:
@@ -430,23 +488,29 @@ class DecoderBuilder:
         position_ids = g.input("position_ids", I64, [1, "S"])
         g.input("logits_index", I64, ["R"])
         self.declare_cache_io(("present", "T"), kv_type=TensorProto.FLOAT16)
-        rope = self.rope_caches()
-        self.fused_layers(lambda i, x: self.attention_rows(i, x, rope, position_ids), on_layer)
+        cfg = self.cfg
+        if any(cfg.sliding_layers) and self.context > cfg.sliding_window:
+            raise SpecEdgeError(f"--attention rows attends to the whole context, and this model's sliding layers "
+                                f"see only the last {cfg.sliding_window} positions",
+                                f"export with --attention exact or fused, or --context {cfg.sliding_window} or less")
+        ropes = self.layer_ropes(self.rope_caches)
+        self.fused_layers(lambda i, x: self.attention_rows(i, x, ropes[i], position_ids), on_layer)
 
     def fused_layers(self, attention: Callable[[int, str], str], on_layer: Callable[[int], object] | None) -> None:
         """The decoder from embedding to head, each layer's norms fused with its residual adds and
         its attention given (`attention(layer, normed_input)`: the attention block's output)."""
-        cfg, g, w = self.cfg, self.g, self.src.weights
+        cfg, g = self.cfg, self.g
         h = self.embed()
-        x = self.rms_norm(h, "model.layers.0.input_layernorm", w.pop("model.layers.0.input_layernorm.weight"))
+        x = self.rms_norm(h, "model.layers.0.input_layernorm", self.norm_weight("model.layers.0.input_layernorm"))
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}"
-            x, h = self.skip_norm(attention(i, x), h, f"{p}.post_attention_layernorm",
-                                  w.pop(f"{p}.post_attention_layernorm.weight"))
-            mlp = self.mlp(i, x)
+            attn = self.after_norm(attention(i, x), f"{p}.post_attention_layernorm")
+            pre = f"{p}.pre_feedforward_layernorm" if cfg.sandwich_norms else f"{p}.post_attention_layernorm"
+            x, h = self.skip_norm(attn, h, pre, self.norm_weight(pre))
+            mlp = self.after_norm(self.mlp(i, x), f"{p}.post_feedforward_layernorm")
             if i + 1 < cfg.num_layers:
                 nxt = f"model.layers.{i + 1}.input_layernorm"
-                x, h = self.skip_norm(mlp, h, nxt, w.pop(f"{nxt}.weight"))
+                x, h = self.skip_norm(mlp, h, nxt, self.norm_weight(nxt))
             else:
                 h = g.op("Add", h, mlp)
             if on_layer is not None:

@@ -27,6 +27,9 @@ CLASS_DEFAULTS = {
               "num_key_value_heads": None, "eos_token_id": None},
     "qwen3": {"hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32, "num_attention_heads": 32,
               "num_key_value_heads": 32, "head_dim": 128, "eos_token_id": None},
+    "gemma3": {"hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8,
+               "num_key_value_heads": 4, "head_dim": 256, "eos_token_id": 1, "sliding_window": 4096,
+               "rope_theta": 1000000.0, "tie_word_embeddings": True},
 }
 DEFAULT_RMS_EPS = 1e-6
 DEFAULT_ROPE_THETA = 10000.0
@@ -54,6 +57,9 @@ LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name>
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+# gemma3: a norm after attention and after the MLP, and ffn_norm the one before the MLP
+GEMMA_LAYER_NAMES = {**LAYER_NAMES, "ffn_norm": "pre_feedforward_layernorm",
+                     "post_attention_norm": "post_attention_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}
 TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 ROWS_PER_READ = 8192  # rows read and dequantized at once: bounds the temporaries of gguf's numpy code
 
@@ -71,8 +77,10 @@ def config_values(g: GgufFile) -> dict[str, object]:
                                 if f"{arch}.{key}" in g.fields}
     if kind in ("llama", "mistral") and f"{arch}.rope.dimension_count" in g.fields:
         found["head_dim"] = g.fields[f"{arch}.rope.dimension_count"]
-    if kind == "qwen3" and f"{arch}.attention.key_length" in g.fields:
+    if kind in ("qwen3", "gemma3") and f"{arch}.attention.key_length" in g.fields:
         found["head_dim"] = g.fields[f"{arch}.attention.key_length"]
+    if kind == "gemma3" and f"{arch}.attention.sliding_window" in g.fields:
+        found["sliding_window"] = g.fields[f"{arch}.attention.sliding_window"]
     if "vocab_size" not in found and "tokenizer.ggml.tokens" in g.fields:
         found["vocab_size"] = len(g.fields["tokenizer.ggml.tokens"])  # type: ignore[arg-type]
     if "tokenizer.ggml.eos_token_id" in g.fields:
@@ -103,7 +111,7 @@ def field_names(g: GgufFile) -> dict[str, str]:
     """Config name -> the GGUF key it was read from (for messages that name the file's own field)."""
     arch = str(g.fields["general.architecture"])
     names = {name: f"{arch}.{key}" for key, name in KEYS.items()}
-    head_dim = f"{arch}.attention.key_length" if arch == "qwen3" else f"{arch}.rope.dimension_count"
+    head_dim = f"{arch}.attention.key_length" if arch in ("qwen3", "gemma3") else f"{arch}.rope.dimension_count"
     return {**names, "head_dim": head_dim, "eos_token_id": "tokenizer.ggml.eos_token_id",
             "rope_freq_factors": ROPE_FREQS}
 
@@ -121,16 +129,18 @@ def check_vocabulary_fields(g: GgufFile) -> None:
                                 CRAFTED)
 
 
-def hf_name(gguf_name: str) -> str | None:
-    """Hugging Face name of a GGUF tensor of a llama / qwen2 / mistral file, None for others (rope_freqs...)."""
+def hf_name(gguf_name: str, arch: str = "llama") -> str | None:
+    """Hugging Face name of a GGUF tensor of a llama / qwen2 / qwen3 / mistral / gemma3 file, None
+    for others (rope_freqs...)."""
     base, _, suffix = gguf_name.rpartition(".")
     if suffix not in ("weight", "bias"):
         return None
     if base in TOP_NAMES:
         return f"{TOP_NAMES[base]}.{suffix}"
+    names = GEMMA_LAYER_NAMES if arch == "gemma3" else LAYER_NAMES
     parts = base.split(".")
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in LAYER_NAMES:
-        return f"model.layers.{parts[1]}.{LAYER_NAMES[parts[2]]}.{suffix}"
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in names:
+        return f"model.layers.{parts[1]}.{names[parts[2]]}.{suffix}"
     return None
 
 
@@ -164,7 +174,7 @@ class GgufWeights:
         self.g = g
         self.by_hf = {}
         for name in g.tensors:
-            hf = hf_name(name)
+            hf = hf_name(name, model_type(g))
             if hf is not None:
                 self.by_hf[hf] = name
         self.permute = bool(values["permute"])
@@ -185,7 +195,7 @@ def check_tensors(g: GgufFile) -> None:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
     from gguf.quants import dequantize as gguf_dequantize
 
-    for qtype in sorted({t.qtype for t in g.tensors.values() if hf_name(t.name) is not None}):
+    for qtype in sorted({t.qtype for t in g.tensors.values() if hf_name(t.name, model_type(g)) is not None}):
         kind = GGMLQuantizationType(qtype)
         type_size = GGML_QUANT_SIZES[kind][1]
         try:

@@ -27,6 +27,10 @@ CLASS_DEFAULTS = {
               "num_attention_heads": 32, "num_key_value_heads": None, "eos_token_id": None},
     "qwen3": {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
               "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "eos_token_id": None},
+    "gemma3_text": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "eos_token_id": 1,
+                    "query_pre_attn_scalar": 256, "sliding_window": 4096, "rope_theta": 1000000.0,
+                    "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh"},
 }
 
 

@@ -27,7 +27,7 @@ from specedge.export.source_config import (
 )
 from specedge.export.source_tokenizer import SourceTokenizer, gguf_tokenizer, hf_tokenizer
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "gemma3_text")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt")
 DEFAULT_RMS_EPS = 1e-6  # transformers' config classes' defaults for llama, qwen2 and mistral
 DEFAULT_ROPE_THETA = 10000.0
@@ -101,9 +101,43 @@ def checked_config(values: dict, where: Path, names: dict[str, str] | None = Non
         raise SpecEdgeError("sliding-window attention (use_sliding_window) is not supported yet",
                             "export a model whose every layer attends to the whole context")
     params = values.get("rope_parameters") if isinstance(values.get("rope_parameters"), dict) else {}
+    if arch in ("gemma3", "gemma3_text"):  # a GGUF's norms hold 1 + w already (llama.cpp's converter adds it)
+        values, params = gemma_values(values, params, gguf=Path(where).suffix.lower() == ".gguf")  # type: ignore[arg-type]
+        arch = "gemma3"
     theta = params.get("rope_theta", values.get("rope_theta", DEFAULT_ROPE_THETA))  # type: ignore[union-attr]
     f = Fields({"rms_norm_eps": DEFAULT_RMS_EPS, **values, "rope_theta": theta}, where, names or {})
     return decoder_config(f, str(arch)), f
+
+
+GEMMA_LOCAL_THETA = 10000.0  # Gemma 3's sliding layers' rope base (rope_local_base_freq; llama.cpp's fixed value)
+
+
+def gemma_values(values: dict, params: dict, gguf: bool) -> tuple[dict, dict]:
+    """Gemma 3's config read as transformers' Gemma3TextConfig: each kind of layer's rope base
+    (sliding and full attention), the kinds of layers (every sixth full), its norms scaling by 1 + w
+    (a GGUF's hold 1 + w already), gelu (tanh); what it does not take is refused in one line."""
+    if isinstance(values.get("text_config"), dict):
+        raise SpecEdgeError("a multimodal Gemma 3 checkpoint (text_config) is not supported",
+                            "export a text-only Gemma 3 (Gemma3ForCausalLM, model_type gemma3_text) or its GGUF")
+    for name in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if values.get(name) is not None:
+            raise SpecEdgeError(f"Gemma's {name} is not supported", "export a Gemma 3 model (it sets neither)")
+    if values.get("hidden_activation", "gelu_pytorch_tanh") != "gelu_pytorch_tanh":
+        raise SpecEdgeError(f"hidden_activation {str(values.get('hidden_activation'))[:40]} is not supported",
+                            "Gemma 3 uses gelu_pytorch_tanh")
+    full, local = params.get("full_attention"), params.get("sliding_attention")
+    for kind in (full, local):
+        if isinstance(kind, dict) and kind.get("rope_type", "default") != "default":
+            raise SpecEdgeError(f"rope scaling {str(kind)[:120]} of a Gemma 3 layer is not supported yet",
+                                "export a Gemma 3 model with plain rotary embeddings (270M, 1B)")
+    out = dict(values)
+    if isinstance(full, dict) and "rope_theta" in full:
+        out["rope_theta"] = full["rope_theta"]
+    out["local_rope_theta"] = (local.get("rope_theta") if isinstance(local, dict) else None) or values.get(
+        "rope_local_base_freq", GEMMA_LOCAL_THETA)
+    out["norm_offset"] = 0.0 if gguf else 1.0
+    out["activation"] = "gelu_tanh"
+    return out, {}
 
 
 def eos_ids(tokenizer_eos: int | None, generation_eos: tuple[int, ...]) -> tuple[int, ...]:

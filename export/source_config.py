@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from specedge.core.errors import SpecEdgeError
 from specedge.core.manifest import (
     MAX_HEAD_DIM,
@@ -88,6 +90,21 @@ class DecoderConfig:
     # per rotary frequency, what it is divided by (Llama 3's rope scaling; a GGUF's rope_freqs); (): none
     rope_freq_factors: tuple[float, ...] = ()
     qk_norm: bool = False  # each head of q and k RMS-normalized (its own weight [head_dim]) before rope (qwen3)
+    # gemma3: norms scale by (norm_offset + w); the embedding times embed_scale; a norm after attention and
+    # after the MLP too; gelu (tanh); scores scaled by attn_scale; the layers marked in sliding_layers attend
+    # to the last sliding_window positions only, rotated with local_rope_theta
+    norm_offset: float = 0.0
+    embed_scale: float = 0.0  # 0: none
+    sandwich_norms: bool = False
+    activation: str = "silu"  # or "gelu_tanh"
+    attn_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
+    sliding_window: int = 0
+    sliding_layers: tuple[bool, ...] = ()
+    local_rope_theta: float = 0.0
+
+    @property
+    def score_scale(self) -> float:
+        return self.attn_scale or 1.0 / math.sqrt(self.head_dim)
 
 
 def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
@@ -123,8 +140,34 @@ def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
         trained_context=f.integer("max_position_embeddings", 1, 1 << 24) if f.values.get("max_position_embeddings")
         else 0,
         rope_freq_factors=rope_freq_factors(f, head_dim),
-        qk_norm=architecture == "qwen3",
+        qk_norm=architecture in ("qwen3", "gemma3"),
+        **(gemma_fields(f, hidden, heads, head_dim) if architecture == "gemma3" else {}),
     )
+
+
+MAX_WINDOW = 1 << 20
+
+
+def gemma_fields(f: Fields, hidden: int, heads: int, head_dim: int) -> dict[str, object]:
+    """Gemma 3's own config (f.values as source.gemma_values left them)."""
+    layers = f.integer("num_hidden_layers", 1, MAX_LAYERS)
+    kinds = f.values.get("layer_types")
+    if kinds is not None:
+        if not isinstance(kinds, list) or len(kinds) != layers or not set(kinds) <= {"sliding_attention",
+                                                                                    "full_attention"}:
+            raise f.bad("layer_types", f"must list sliding_attention or full_attention for each of {layers} layers")
+        sliding = tuple(k == "sliding_attention" for k in kinds)
+    else:
+        pattern = f.integer("sliding_window_pattern", 1, MAX_LAYERS) if f.values.get("sliding_window_pattern") else 6
+        sliding = tuple((i + 1) % pattern != 0 for i in range(layers))
+    if f.values.get("query_pre_attn_scalar"):
+        scalar = f.real("query_pre_attn_scalar", 0.0, 1e9)
+    else:  # a GGUF: llama.cpp's rule (the 27B, of 62 layers, scales by hidden / heads)
+        scalar = hidden / heads if layers == 62 else head_dim
+    return {"norm_offset": float(f.values["norm_offset"]), "embed_scale": float(np.float32(math.sqrt(hidden))),
+            "sandwich_norms": True, "activation": "gelu_tanh", "attn_scale": scalar ** -0.5,
+            "sliding_window": f.integer("sliding_window", 1, MAX_WINDOW), "sliding_layers": sliding,
+            "local_rope_theta": f.real("local_rope_theta", 0.0, MAX_ROPE_THETA)}
 
 
 def rope_freq_factors(f: Fields, head_dim: int) -> tuple[float, ...]:
@@ -216,6 +259,9 @@ def expected_shapes(cfg: DecoderConfig) -> dict[str, tuple[int, ...]]:
                 shapes[f"{p}.self_attn.{n}_proj.bias"] = (rows,)
         if cfg.qk_norm:
             shapes |= {f"{p}.self_attn.q_norm.weight": (cfg.head_dim,), f"{p}.self_attn.k_norm.weight": (cfg.head_dim,)}
+        if cfg.sandwich_norms:  # after the attention's o_proj and after the MLP's down_proj; before the MLP
+            shapes |= {f"{p}.pre_feedforward_layernorm.weight": (hidden,),
+                       f"{p}.post_feedforward_layernorm.weight": (hidden,)}
         shapes |= {f"{p}.self_attn.o_proj.weight": (hidden, q), f"{p}.post_attention_layernorm.weight": (hidden,),
                    f"{p}.mlp.gate_proj.weight": (inter, hidden), f"{p}.mlp.up_proj.weight": (inter, hidden),
                    f"{p}.mlp.down_proj.weight": (hidden, inter)}

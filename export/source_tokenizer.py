@@ -124,6 +124,24 @@ def _sentencepiece(fields: dict, merges: list[tuple[str, str]] | None):
     return tok, ("<unk>", "<s>", "</s>")  # LlamaTokenizer's unk, bos and eos
 
 
+def _gemma(fields: dict, merges: list[tuple[str, str]] | None):
+    """transformers' gemma_tokenizer: a token of spaces respelled with "▁", merges rebuilt best-first
+    in the order the tokens are listed (Gemma's scores do not follow it), then GemmaTokenizer's
+    pipeline: spaces to "▁" by a normalizer, split after each, BPE with byte fallback."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    tokens = ["▁" * len(t) if " " in t and not t.strip() else t for t in fields["tokenizer.ggml.tokens"]]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    if merges is None:
+        merges = generate_merges(vocab, {t: -i for i, t in enumerate(tokens)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=True, unk_token="<unk>", dropout=None,
+                               byte_fallback=True))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous", invert=False)
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    return tok, ("<unk>", "<bos>", "<eos>", "<pad>", "<mask>")  # GemmaTokenizer's specials
+
+
 def _add_missing_specials(tok, names: list[str | None]) -> None:
     """Named special tokens the tokenizer does not yet hold as added tokens, added as special ones."""
     from tokenizers import AddedToken
@@ -162,6 +180,8 @@ def gguf_tokenizer(fields: dict, path: Path) -> SourceTokenizer:
         tok, defaults = _byte_level(fields, merges or [])
     elif kind == "llama" and arch not in ("gemma", "gemma2", "gemma3", "phi3"):
         tok, defaults = _sentencepiece(fields, merges)
+    elif kind == "llama" and arch in ("gemma", "gemma2", "gemma3"):
+        tok, defaults = _gemma(fields, merges)
     else:
         raise SpecEdgeError(f"{path} has a tokenizer of kind {kind!r} for {arch}",
                             "specedge builds byte-level BPE (gpt2) and sentencepiece (llama) GGUF tokenizers")

@@ -26,32 +26,54 @@ def rotate(x: np.ndarray, theta: float) -> np.ndarray:
     return x * cos + halves * sin
 
 
+def is_gemma(config: dict) -> bool:
+    return config["model_type"] == "gemma3_text"
+
+
+def norm_weight(w: dict[str, np.ndarray], name: str, config: dict) -> np.ndarray:
+    """Gemma scales by 1 + w; the others by w."""
+    return w[name] + 1.0 if is_gemma(config) else w[name]
+
+
 def attention(h: np.ndarray, w: dict[str, np.ndarray], p: str, config: dict) -> np.ndarray:
-    """Causal grouped-query attention of one layer over [S, hidden]."""
+    """Causal grouped-query attention of one layer over [S, hidden] (Gemma: its sliding layers see
+    the last sliding_window positions, with their own rope base; scores scaled by query_pre_attn_scalar)."""
     heads, kv_heads = int(config["num_attention_heads"]), int(config["num_key_value_heads"])
     dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
     theta = float(config.get("rope_theta", 10000.0))
+    sliding = False
+    if is_gemma(config):
+        kind = config["layer_types"][int(p.rsplit(".", 1)[1])]
+        theta, sliding = float(config["rope_parameters"][kind]["rope_theta"]), kind == "sliding_attention"
 
     def project(name: str, count: int) -> np.ndarray:
         out = h @ w[f"{p}.self_attn.{name}_proj.weight"].T + w.get(f"{p}.self_attn.{name}_proj.bias", 0.0)
         out = out.reshape(len(h), count, dim).transpose(1, 0, 2)  # [heads, S, D]
-        if f"{p}.self_attn.{name}_norm.weight" in w:  # qwen3: each head normalized before rope
-            out = rms_norm(out, w[f"{p}.self_attn.{name}_norm.weight"], float(config["rms_norm_eps"]))
+        if f"{p}.self_attn.{name}_norm.weight" in w:  # qwen3, gemma: each head normalized before rope
+            out = rms_norm(out, norm_weight(w, f"{p}.self_attn.{name}_norm.weight", config),
+                           float(config["rms_norm_eps"]))
         return out
 
     q, k, v = rotate(project("q", heads), theta), rotate(project("k", kv_heads), theta), project("v", kv_heads)
     k, v = (np.repeat(t, heads // kv_heads, axis=0) for t in (k, v))
-    scores = q @ k.transpose(0, 2, 1) / np.sqrt(dim)
+    scale = float(config["query_pre_attn_scalar"]) ** -0.5 if is_gemma(config) else 1 / np.sqrt(dim)
+    scores = q @ k.transpose(0, 2, 1) * scale
     scores = scores + np.triu(np.full((len(h), len(h)), -np.inf), 1)
+    if sliding:  # positions sliding_window or more back are out of sight
+        scores = scores + np.tril(np.full((len(h), len(h)), -np.inf), -int(config["sliding_window"]))
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     out = (probs @ v).transpose(1, 0, 2).reshape(len(h), heads * dim)
     return out @ w[f"{p}.self_attn.o_proj.weight"].T
 
 
-def mlp(h: np.ndarray, w: dict[str, np.ndarray], p: str) -> np.ndarray:
+def mlp(h: np.ndarray, w: dict[str, np.ndarray], p: str, gelu: bool = False) -> np.ndarray:
     gate, up = h @ w[f"{p}.mlp.gate_proj.weight"].T, h @ w[f"{p}.mlp.up_proj.weight"].T
-    return (gate / (1.0 + np.exp(-gate)) * up) @ w[f"{p}.mlp.down_proj.weight"].T
+    if gelu:  # tanh's approximation (gelu_pytorch_tanh)
+        act = 0.5 * gate * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (gate + 0.044715 * gate**3)))
+    else:
+        act = gate / (1.0 + np.exp(-gate))
+    return (act * up) @ w[f"{p}.mlp.down_proj.weight"].T
 
 
 def reference_logits(src: Path, ids: list[int]) -> np.ndarray:
@@ -60,9 +82,18 @@ def reference_logits(src: Path, ids: list[int]) -> np.ndarray:
     w = {name: t.astype(np.float64) for name, t in read_safetensors(src / "model.safetensors").items()}
     eps = float(config["rms_norm_eps"])
     x = w["model.embed_tokens.weight"][ids]
+    gemma = is_gemma(config)
+    if gemma:
+        x = x * float(np.float32(np.sqrt(int(config["hidden_size"]))))
+
+    def norm(v: np.ndarray, name: str) -> np.ndarray:
+        return rms_norm(v, norm_weight(w, f"{name}.weight", config), eps)
+
     for i in range(int(config["num_hidden_layers"])):
         p = f"model.layers.{i}"
-        x = x + attention(rms_norm(x, w[f"{p}.input_layernorm.weight"], eps), w, p, config)
-        x = x + mlp(rms_norm(x, w[f"{p}.post_attention_layernorm.weight"], eps), w, p)
+        a = attention(norm(x, f"{p}.input_layernorm"), w, p, config)
+        x = x + (norm(a, f"{p}.post_attention_layernorm") if gemma else a)
+        m = mlp(norm(x, f"{p}.pre_feedforward_layernorm" if gemma else f"{p}.post_attention_layernorm"), w, p, gemma)
+        x = x + (norm(m, f"{p}.post_feedforward_layernorm") if gemma else m)
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    return (rms_norm(x, w["model.norm.weight"], eps) @ head.T).astype(np.float32)
+    return (norm(x, "model.norm") @ head.T).astype(np.float32)

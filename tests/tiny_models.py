@@ -45,7 +45,8 @@ def write_tokenizer(folder: Path, tok: Tokenizer | None = None) -> None:
 def tiny_config(arch: str, **overrides: object) -> dict[str, object]:
     """config.json of a tiny model, as transformers' LlamaConfig / Qwen2Config / Qwen3Config would
     save it (qwen3: heads of 32 values, twice hidden / heads, as Qwen3's own head_dim is explicit)."""
-    classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+    classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+               "gemma3_text": "Gemma3ForCausalLM"}
     config: dict[str, object] = dict(
         architectures=[classes[arch]], model_type=arch,
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -59,6 +60,14 @@ def tiny_config(arch: str, **overrides: object) -> dict[str, object]:
         config.update(use_sliding_window=False, sliding_window=None)
     if arch == "qwen3":
         config.update(head_dim=32, attention_bias=False)
+    if arch == "gemma3_text":  # a sliding layer (a window of 8) and a full one, each with its rope base
+        config.update(head_dim=32, attention_bias=False, tie_word_embeddings=True, query_pre_attn_scalar=24,
+                      hidden_activation="gelu_pytorch_tanh", sliding_window=8, final_logit_softcapping=None,
+                      attn_logit_softcapping=None, layer_types=["sliding_attention", "full_attention"],
+                      rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                       "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}})
+        for key in ("rope_theta", "use_sliding_window"):
+            config.pop(key, None)
     config.update(overrides)
     return config
 
@@ -78,8 +87,11 @@ def weight_shapes(config: dict) -> dict[str, tuple[int, ...]]:
                    f"{p}.mlp.down_proj.weight": (hidden, inter)}
         if config["model_type"] == "qwen2" or config.get("attention_bias"):
             shapes |= {f"{p}.self_attn.{n}_proj.bias": (size,) for n, size in (("q", q), ("k", kv), ("v", kv))}
-        if config["model_type"] == "qwen3":  # RMSNorm over each head of q and of k
+        if config["model_type"] in ("qwen3", "gemma3_text"):  # RMSNorm over each head of q and of k
             shapes |= {f"{p}.self_attn.q_norm.weight": (head_dim,), f"{p}.self_attn.k_norm.weight": (head_dim,)}
+        if config["model_type"] == "gemma3_text":  # norms after attention and the MLP, and before the MLP
+            shapes |= {f"{p}.{n}.weight": (hidden,) for n in ("pre_feedforward_layernorm",
+                                                             "post_feedforward_layernorm")}
     shapes["model.norm.weight"] = (hidden,)
     if not config.get("tie_word_embeddings"):
         shapes["lm_head.weight"] = (vocab, hidden)
