@@ -460,8 +460,10 @@ class DecoderBuilder:
         """The exact attention's mask for a sliding layer: the causal mask, and slots more than
         sliding_window - 1 positions back masked too (a slot holds its own position)."""
         g, cfg = self.g, self.cfg
-        slots = g.op("Slice", g.const(np.arange(self.context, dtype=np.int64)), g.const([0]),
-                     g.op("Slice", g.op("Shape", attention_bias), g.const([2]), g.const([3])))  # [T]
+        slots = g.const(np.arange(self.context, dtype=np.int64))  # a static graph's T: the context
+        if self.fused:  # the CPU graph's cache buffer grows: its first T slots
+            slots = g.op("Slice", slots, g.const([0]), g.op("Slice", g.op("Shape", attention_bias), g.const([2]),
+                                                            g.const([3])))  # [T]
         back = g.op("Sub", g.op("Unsqueeze", position_ids, g.const([2])),
                     g.op("Unsqueeze", slots, g.const([0, 1])))  # [1,S,T]: query position - slot
         near = g.op("Less", back, g.const([cfg.sliding_window], np.int64))

@@ -66,7 +66,7 @@ def test_a_graph_that_would_fall_back_names_its_nodes(htp: None, tmp_path: Path)
     assert "\n" not in str(err.value) and not list((tmp_path / "qnn_ctx" / "soc60").glob("*"))
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])  # qwen3: its per-head q/k norms on the HTP too
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text"])  # q/k norms, Gemma's window and gelu too
 def test_export_compiles_contexts_for_a_soc_and_the_runtime_loads_them(htp: None, tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture[str],
                                                                        arch: str) -> None:
@@ -88,7 +88,9 @@ def test_export_compiles_contexts_for_a_soc_and_the_runtime_loads_them(htp: None
     assert "loading the compiled context qnn_ctx/soc60/model_s2_ctx.onnx" in err and "compiling" not in err
     assert "shared-weights context in qnn_ctx/soc60/shared does not load on x86_64" in err
     cpu = OnnxModel(out).forward([1, 2], OnnxModel(out).new_cache()).logits
-    assert np.abs(logits - cpu).max() < 0.2  # logits of ±3, fp16 activations and int4 blocks on the HTP
+    # fp16 activations and int4 blocks on the HTP: measured 0.16 of logits up to 3.5 (qwen2), 0.06 of 4.3
+    # (qwen3), 0.29 of 7.0 (gemma3)
+    assert np.abs(logits - cpu).max() < 0.06 * np.abs(cpu).max()
 
 
 def test_soc_and_contexts_are_for_qnn_exports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
