@@ -16,6 +16,7 @@ import json
 import statistics
 import subprocess
 import time
+from pathlib import Path
 
 WORKER = r'''
 import json, sys, time
@@ -76,7 +77,7 @@ def main() -> None:
     plain = Generator.load(target, single_steps=True, config=SpecConfig(gamma=0, max_new_tokens=128, ignore_eos=True))
     lookup = Generator.load(target, ngram=True,
                             config=SpecConfig(gamma=4, auto_gamma=True, max_new_tokens=128, ignore_eos=True))
-    rows = [json.loads(line) for line in open(args.prompts) if line.strip()]
+    rows = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]
     rates: dict[str, dict[str, list[float]]] = {}
     for _ in range(args.rounds):
         for row in rows:
