@@ -204,9 +204,9 @@ class DecoderBuilder:
         """cos, sin [C, d/2] for ONNX Runtime's RotaryEmbedding kernel."""
         freqs = self.rope_angles(theta)
         self.count(gather_row_bytes=freqs.shape[1] * 2 * 4)  # one row of cos and of sin per position
-        tag = "_local" if theta else ""
-        return (self.g.weight(f"rope.cos_cache{tag}", np.cos(freqs).astype(np.float32)),
-                self.g.weight(f"rope.sin_cache{tag}", np.sin(freqs).astype(np.float32)))
+        tag, scale = "_local" if theta else "", self.cfg.rope_attention_factor  # Phi-3's longrope scales both
+        return (self.g.weight(f"rope.cos_cache{tag}", (np.cos(freqs) * scale).astype(np.float32)),
+                self.g.weight(f"rope.sin_cache{tag}", (np.sin(freqs) * scale).astype(np.float32)))
 
     def layer_ropes(self, make: Callable[[float], tuple[str, str]]) -> list[tuple[str, str]]:
         """Each layer's rope tables: the model's, or its sliding layers' own base where it has one."""
@@ -229,8 +229,8 @@ class DecoderBuilder:
         angles = np.concatenate([freqs, freqs], axis=-1)  # [C, d]
         out = []
         self.count(gather_row_bytes=2 * d * 4)  # one row of cos and of sin per position
-        tag = "_local" if theta else ""
-        for name, table in ((f"rope.cos{tag}", np.cos(angles)), (f"rope.sin{tag}", np.sin(angles))):
+        tag, scale = "_local" if theta else "", self.cfg.rope_attention_factor
+        for name, table in ((f"rope.cos{tag}", np.cos(angles) * scale), (f"rope.sin{tag}", np.sin(angles) * scale)):
             gathered = self.g.op("Gather", self.g.weight(name, table.astype(np.float32)), position_ids)
             out.append(self.g.op("Unsqueeze", gathered, self.g.const([1])))  # [1,1,S,d]
         return out[0], out[1]
@@ -410,6 +410,11 @@ class DecoderBuilder:
                 g.output(f"{prefix}_value.{i}", kv_type, [1, cfg.num_kv_heads, length, cfg.head_dim])
 
     def build(self, on_layer: Callable[[int], object] | None = None) -> None:
+        limit = self.cfg.rope_context_limit
+        if limit and self.context > limit:
+            raise SpecEdgeError(f"this model's rotary embeddings (longrope) change past {limit} positions, and an "
+                                f"export holds one set: a context of {self.context} is more than it can",
+                                f"export with --context {limit} or less")
         {"fused": self.build_fused, "rows": self.build_rows}.get(self.attention_kind, self.build_exact)(on_layer)
 
     def build_fused(self, on_layer: Callable[[int], object] | None = None) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from specedge.core.errors import SpecEdgeError
 from specedge.export.source_check import SafetensorsEntry, safetensors_entries
+from specedge.export.source_config import DecoderConfig
 
 DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 # what transformers' config classes default to when config.json does not say
@@ -53,6 +54,20 @@ def config_values(folder: Path) -> dict[str, object]:
 def tensor_index(folder: Path) -> dict[str, SafetensorsEntry]:
     """Every tensor of the folder's *.safetensors files, from headers checked field by field."""
     return {e.name: e for path in sorted(folder.glob("*.safetensors")) for e in safetensors_entries(path)}
+
+
+def fused_parts(config: DecoderConfig) -> dict[str, tuple[str, int, int]]:
+    """Phi-3's fused projections as the names the graph builder reads: q/k/v_proj are rows of
+    qkv_proj, gate/up_proj the halves of gate_up_proj (name -> (stored name, first row, end row))."""
+    q, kv, inter = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim, config.intermediate_size
+    parts: dict[str, tuple[str, int, int]] = {}
+    for i in range(config.num_layers):
+        a, m = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        for name, start, end in (("q", 0, q), ("k", q, q + kv), ("v", q + kv, q + 2 * kv)):
+            parts[f"{a}.{name}_proj.weight"] = (f"{a}.qkv_proj.weight", start, end)
+        parts[f"{m}.gate_proj.weight"] = (f"{m}.gate_up_proj.weight", 0, inter)
+        parts[f"{m}.up_proj.weight"] = (f"{m}.gate_up_proj.weight", inter, 2 * inter)
+    return parts
 
 
 def check_dtypes(index: dict[str, SafetensorsEntry], needed: Iterable[str]) -> None:

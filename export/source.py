@@ -27,7 +27,7 @@ from specedge.export.source_config import (
 )
 from specedge.export.source_tokenizer import SourceTokenizer, gguf_tokenizer, hf_tokenizer
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "gemma3_text")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral", "gemma3", "gemma3_text", "phi3")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt")
 DEFAULT_RMS_EPS = 1e-6  # transformers' config classes' defaults for llama, qwen2 and mistral
 DEFAULT_ROPE_THETA = 10000.0
@@ -92,11 +92,19 @@ def checked_config(values: dict, where: Path, names: dict[str, str] | None = Non
         raise SpecEdgeError(f"architecture '{str(arch)[:80]}' is not supported",
                             f"specedge exports {', '.join(SUPPORTED_ARCHITECTURES)} models")
     scaling = _rope_type(values)
+    rope_params = values.get("rope_parameters") if isinstance(values.get("rope_parameters"), dict) else {}
+    partial = values.get("partial_rotary_factor") or rope_params.get("partial_rotary_factor")  # type: ignore[union-attr]
+    if partial not in (None, 1, 1.0):
+        raise SpecEdgeError(f"partial rotary embeddings (partial_rotary_factor {str(partial)[:20]}) are not "
+                            "supported yet", "export a model that rotates whole heads (Phi-3 and Phi-3.5 mini do; "
+                                             "Phi-4-mini does not)")
     if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
         values = {**values, "llama3_rope_scaling": scaling}
+    elif scaling and scaling.get("rope_type", scaling.get("type")) == "longrope":
+        values = {**values, "longrope_scaling": scaling}
     elif scaling:
         raise SpecEdgeError(f"rope scaling {str(scaling)[:200]} is not supported yet",
-                            "export a model with plain rotary embeddings or Llama 3's (rope_type llama3)")
+                            "export a model with plain rotary embeddings, Llama 3's (llama3) or Phi-3's (longrope)")
     if values.get("use_sliding_window") is True:
         raise SpecEdgeError("sliding-window attention (use_sliding_window) is not supported yet",
                             "export a model whose every layer attends to the whole context")
@@ -216,6 +224,9 @@ def _open_gguf(path: Path) -> _Opened:
 
     g = read_header(path)
     kind = gguf_source.model_type(g)
+    if kind == "phi3":  # llama.cpp fuses its matrices and rope factors differently from transformers
+        raise SpecEdgeError(f"{path}: a Phi-3 GGUF is not supported yet", "export the Hugging Face checkpoint "
+                                                                        "(a folder of config.json and safetensors)")
     if kind not in SUPPORTED_ARCHITECTURES:
         raise SpecEdgeError(f"architecture '{kind[:80]}' is not supported",
                             f"specedge exports {', '.join(SUPPORTED_ARCHITECTURES)} models")
@@ -239,8 +250,20 @@ def _open_hf(folder: Path) -> _Opened:
     config, fields = checked_config(values, folder / "config.json")
     shapes = expected_shapes(config)
     index = hf_source.tensor_index(folder)
-    check_tensor_table(shapes, {name: (name, t.shape) for name, t in index.items()}, folder)
-    hf_source.check_dtypes(index, shapes)
+    table = {name: (name, t.shape) for name, t in index.items()}
+    parts = hf_source.fused_parts(config) if config.architecture == "phi3" else {}
+    rows = {fused: end for fused, _, end in parts.values()}  # the rows a fused tensor must have (its last part's end)
+    for name, (fused, start, end) in parts.items():  # a part of a fused tensor, as it would be stored alone
+        if fused in index and len(index[fused].shape) == 2 and index[fused].shape[0] == rows[fused]:
+            table[name] = (fused, (end - start, index[fused].shape[1]))
+    check_tensor_table(shapes, table, folder)
+    hf_source.check_dtypes(index, [parts[n][0] if n in parts else n for n in shapes])
     tokenizer = hf_tokenizer(folder)
-    return _Opened(config, fields, shapes, tokenizer, list(index),
-                   lambda name: hf_source.read_tensor(index[name], name))
+
+    def load(name: str) -> np.ndarray:
+        if name in parts:
+            fused, start, end = parts[name]
+            return np.ascontiguousarray(hf_source.read_tensor(index[fused], fused)[start:end])
+        return hf_source.read_tensor(index[name], name)
+
+    return _Opened(config, fields, shapes, tokenizer, [*index, *parts], load)

@@ -90,6 +90,10 @@ class DecoderConfig:
     # per rotary frequency, what it is divided by (Llama 3's rope scaling; a GGUF's rope_freqs); (): none
     rope_freq_factors: tuple[float, ...] = ()
     qk_norm: bool = False  # each head of q and k RMS-normalized (its own weight [head_dim]) before rope (qwen3)
+    # Phi-3's longrope: cos and sin scaled by this, and its short factors good only up to rope_context_limit
+    # positions (past it transformers switches to the long ones): an export's context must stay within
+    rope_attention_factor: float = 1.0
+    rope_context_limit: int = 0  # 0: none
     # gemma3: norms scale by (norm_offset + w); the embedding times embed_scale; a norm after attention and
     # after the MLP too; gelu (tanh); scores scaled by attn_scale; the layers marked in sliding_layers attend
     # to the last sliding_window positions only, rotated with local_rope_theta
@@ -142,7 +146,33 @@ def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
         rope_freq_factors=rope_freq_factors(f, head_dim),
         qk_norm=architecture in ("qwen3", "gemma3"),
         **(gemma_fields(f, hidden, heads, head_dim) if architecture == "gemma3" else {}),
+        **(longrope_fields(f) if isinstance(f.values.get("longrope_scaling"), dict) else {}),
+        **(phi3_window(f) if architecture == "phi3" else {}),
     )
+
+
+def phi3_window(f: Fields) -> dict[str, object]:
+    """Phi-3's sliding window (every layer), where its config sets one."""
+    if not f.values.get("sliding_window"):
+        return {}
+    layers = f.integer("num_hidden_layers", 1, MAX_LAYERS)
+    return {"sliding_window": f.integer("sliding_window", 1, MAX_WINDOW), "sliding_layers": (True,) * layers}
+
+
+def longrope_fields(f: Fields) -> dict[str, object]:
+    """transformers' longrope as an export can hold it: the attention factor (given, or from
+    max / original positions) and the limit the short factors hold for (rope_freq_factors reads them)."""
+    s = f.values["longrope_scaling"]
+    original = s.get("original_max_position_embeddings", f.values.get("original_max_position_embeddings"))
+    if not isinstance(original, int) or isinstance(original, bool) or not 1 <= original <= 1 << 24:
+        raise f.bad("rope_scaling", "needs original_max_position_embeddings, a positive integer")
+    factor = s.get("factor") or f.real("max_position_embeddings", 0.0, 1 << 24) / original
+    given = s.get("attention_factor")
+    if given is not None and (not isinstance(given, int | float) or not math.isfinite(given) or given <= 0):
+        raise f.bad("rope_scaling", "needs a positive attention_factor")
+    attention = float(given) if given is not None else (
+        1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original)))
+    return {"rope_attention_factor": attention, "rope_context_limit": original}
 
 
 MAX_WINDOW = 1 << 20
@@ -181,7 +211,16 @@ def rope_freq_factors(f: Fields, head_dim: int) -> tuple[float, ...]:
             raise f.bad("rope_freq_factors", "must be positive finite numbers")
         return tuple(float(v) for v in given)
     scaling = f.values.get("llama3_rope_scaling")
-    return llama3_factors(f, scaling, head_dim) if isinstance(scaling, dict) else ()
+    if isinstance(scaling, dict):
+        return llama3_factors(f, scaling, head_dim)
+    longrope = f.values.get("longrope_scaling")
+    if isinstance(longrope, dict):  # the short factors: an export holds at most the positions they serve
+        short = longrope.get("short_factor")
+        if not isinstance(short, list) or len(short) != head_dim // 2 or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in short):
+            raise f.bad("rope_scaling", f"needs short_factor: {head_dim // 2} positive numbers")
+        return tuple(float(v) for v in short)
+    return ()
 
 
 def llama3_factors(f: Fields, scaling: dict, head_dim: int) -> tuple[float, ...]:

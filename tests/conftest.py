@@ -149,6 +149,11 @@ def tiny_gemma3(tiny_root: Path) -> tuple[Path, Path, Path]:
     return _tiny_pair(tiny_root, "gemma3_text")
 
 
+@pytest.fixture(scope="session")
+def tiny_phi3(tiny_root: Path) -> tuple[Path, Path, Path]:
+    return _tiny_pair(tiny_root, "phi3")
+
+
 @pytest.fixture(scope="session", params=["llama", "qwen2", "qwen3"])
 def tiny_pair(request: pytest.FixtureRequest) -> tuple[Path, Path, Path]:
     return request.getfixturevalue(f"tiny_{request.param}")

@@ -41,7 +41,7 @@ def attention(h: np.ndarray, w: dict[str, np.ndarray], p: str, config: dict) -> 
     heads, kv_heads = int(config["num_attention_heads"]), int(config["num_key_value_heads"])
     dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
     theta = float(config.get("rope_theta", 10000.0))
-    sliding = False
+    sliding = config["model_type"] == "phi3" and bool(config.get("sliding_window"))
     if is_gemma(config):
         kind = config["layer_types"][int(p.rsplit(".", 1)[1])]
         theta, sliding = float(config["rope_parameters"][kind]["rope_theta"]), kind == "sliding_attention"
@@ -76,10 +76,30 @@ def mlp(h: np.ndarray, w: dict[str, np.ndarray], p: str, gelu: bool = False) -> 
     return (act * up) @ w[f"{p}.mlp.down_proj.weight"].T
 
 
+def unfused(w: dict[str, np.ndarray], config: dict) -> dict[str, np.ndarray]:
+    """Phi-3's qkv_proj and gate_up_proj cut into the separate matrices they stack (q, k, v; gate, up)."""
+    heads, kv_heads = int(config["num_attention_heads"]), int(config["num_key_value_heads"])
+    dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+    out = dict(w)
+    for name in [n for n in w if n.endswith(("qkv_proj.weight", "gate_up_proj.weight"))]:
+        fused = out.pop(name)
+        if name.endswith("qkv_proj.weight"):
+            q, kv = heads * dim, kv_heads * dim
+            for part, rows in (("q", slice(0, q)), ("k", slice(q, q + kv)), ("v", slice(q + kv, q + 2 * kv))):
+                out[name.replace("qkv_proj", f"{part}_proj")] = fused[rows]
+        else:
+            half = fused.shape[0] // 2
+            out[name.replace("gate_up_proj", "gate_proj")] = fused[:half]
+            out[name.replace("gate_up_proj", "up_proj")] = fused[half:]
+    return out
+
+
 def reference_logits(src: Path, ids: list[int]) -> np.ndarray:
     """[S, V] logits of a tiny float32 checkpoint folder (tests/tiny_models.py) for a prompt."""
     config = json.loads((src / "config.json").read_text())
     w = {name: t.astype(np.float64) for name, t in read_safetensors(src / "model.safetensors").items()}
+    if config["model_type"] == "phi3":
+        w = unfused(w, config)
     eps = float(config["rms_norm_eps"])
     x = w["model.embed_tokens.weight"][ids]
     gemma = is_gemma(config)

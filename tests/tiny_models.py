@@ -46,7 +46,7 @@ def tiny_config(arch: str, **overrides: object) -> dict[str, object]:
     """config.json of a tiny model, as transformers' LlamaConfig / Qwen2Config / Qwen3Config would
     save it (qwen3: heads of 32 values, twice hidden / heads, as Qwen3's own head_dim is explicit)."""
     classes = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-               "gemma3_text": "Gemma3ForCausalLM"}
+               "gemma3_text": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM"}
     config: dict[str, object] = dict(
         architectures=[classes[arch]], model_type=arch,
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -68,6 +68,11 @@ def tiny_config(arch: str, **overrides: object) -> dict[str, object]:
                                        "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}})
         for key in ("rope_theta", "use_sliding_window"):
             config.pop(key, None)
+    if arch == "phi3":  # fused qkv_proj and gate_up_proj; every layer sees the last 12 positions
+        config.update(attention_bias=False, sliding_window=12, original_max_position_embeddings=4096,
+                      pad_token_id=1 + 256,
+                      rope_parameters={"rope_theta": ROPE_THETA, "rope_type": "default", "partial_rotary_factor": 1.0})
+        config.pop("use_sliding_window", None)
     config.update(overrides)
     return config
 
@@ -85,6 +90,12 @@ def weight_shapes(config: dict) -> dict[str, tuple[int, ...]]:
                    f"{p}.self_attn.v_proj.weight": (kv, hidden), f"{p}.self_attn.o_proj.weight": (hidden, q),
                    f"{p}.mlp.gate_proj.weight": (inter, hidden), f"{p}.mlp.up_proj.weight": (inter, hidden),
                    f"{p}.mlp.down_proj.weight": (hidden, inter)}
+        if config["model_type"] == "phi3":  # q, k and v in one matrix, gate and up in another
+            for n in ("q", "k", "v"):
+                del shapes[f"{p}.self_attn.{n}_proj.weight"]
+            del shapes[f"{p}.mlp.gate_proj.weight"], shapes[f"{p}.mlp.up_proj.weight"]
+            shapes |= {f"{p}.self_attn.qkv_proj.weight": (q + 2 * kv, hidden), f"{p}.mlp.gate_up_proj.weight":
+                       (2 * inter, hidden)}
         if config["model_type"] == "qwen2" or config.get("attention_bias"):
             shapes |= {f"{p}.self_attn.{n}_proj.bias": (size,) for n, size in (("q", q), ("k", kv), ("v", kv))}
         if config["model_type"] in ("qwen3", "gemma3_text"):  # RMSNorm over each head of q and of k

@@ -66,7 +66,7 @@ def test_a_graph_that_would_fall_back_names_its_nodes(htp: None, tmp_path: Path)
     assert "\n" not in str(err.value) and not list((tmp_path / "qnn_ctx" / "soc60").glob("*"))
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text"])  # q/k norms, Gemma's window and gelu too
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3", "gemma3_text", "phi3"])  # q/k norms, windows, gelu too
 def test_export_compiles_contexts_for_a_soc_and_the_runtime_loads_them(htp: None, tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture[str],
                                                                        arch: str) -> None:

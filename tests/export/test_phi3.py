@@ -1,0 +1,116 @@
+"""Phi-3: q, k and v in one matrix and gate and up in another (read as the parts they stack), a
+sliding window on every layer (12 positions in the tiny model), and longrope (its short factors and
+attention factor, within the positions they serve). Partial rotary embeddings (Phi-4-mini) are
+refused in one line. Against the numpy model here, against transformers in the reference set."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specedge.core.errors import SpecEdgeError
+from specedge.export.artifact import export_model
+from specedge.export.settings import ExportSettings
+from specedge.export.source import checked_config, load_source
+from specedge.runtime import Generator, OnnxModel, SpecConfig
+from tests.numpy_forward import reference_logits
+from tests.tiny_models import tiny_config
+
+IDS = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 35, 32, 97, 98, 99, 100]
+SETTINGS = ExportSettings(quant="fp32", context=64, widths=(1, 5))
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 64,
+            "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.6, 3.3, 4.0], "long_factor": [1.0] * 4 + [8.0] * 4}
+
+
+def logits_of(folder: Path, ids: list[int]) -> np.ndarray:
+    model = OnnxModel(folder)
+    return model.forward(ids, model.new_cache()).logits
+
+
+def test_the_source_reads_the_fused_matrices_and_the_window(tiny_phi3: tuple[Path, Path, Path]) -> None:
+    source = load_source(tiny_phi3[0])
+    c = source.config
+    assert (c.architecture, c.sliding_window, c.sliding_layers) == ("phi3", 12, (True, True))
+    assert source.weights.read("model.layers.0.self_attn.k_proj.weight").shape == (32, 64)
+    assert source.weights.read("model.layers.1.mlp.up_proj.weight").shape == (128, 64)
+
+
+@pytest.mark.parametrize("attention", ["exact", "fused"])
+def test_each_attention_kind_equals_the_numpy_model(tiny_phi3: tuple[Path, Path, Path], tmp_path: Path,
+                                                     attention: str) -> None:
+    out = export_model(tiny_phi3[0], tmp_path / attention, dataclasses.replace(SETTINGS, attention=attention)).path
+    ref = reference_logits(tiny_phi3[0], IDS)
+    assert np.abs(logits_of(out, IDS) - ref).max() < 1e-4 * np.abs(ref).max()
+
+
+def test_speculation_equals_plain_decoding_across_the_window(tiny_phi3: tuple[Path, Path, Path]) -> None:
+    config = SpecConfig(gamma=4, max_new_tokens=40, ignore_eos=True)
+    plain = Generator.load(tiny_phi3[1], single_steps=True, config=dataclasses.replace(config, gamma=0))
+    tokens = plain.generate(IDS).token_ids
+    assert Generator.load(tiny_phi3[1], draft=tiny_phi3[2], config=config).generate(IDS).token_ids == tokens
+    assert reference_logits(tiny_phi3[0], IDS + tokens)[len(IDS) - 1:-1].argmax(-1).tolist() == tokens
+
+
+def test_what_an_export_cannot_hold_is_one_line(tiny_phi3: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    with pytest.raises(SpecEdgeError, match=r"partial rotary embeddings .* not supported yet"):
+        checked_config({**tiny_config("phi3"), "partial_rotary_factor": 0.75}, Path("config.json"))
+    values = {**tiny_config("phi3"), "rope_parameters": LONGROPE, "max_position_embeddings": 256}
+    config, _ = checked_config(values, Path("config.json"))
+    assert config.rope_freq_factors == tuple(LONGROPE["short_factor"]) and config.rope_context_limit == 64
+    assert config.rope_attention_factor == pytest.approx(np.sqrt(1 + np.log(4) / np.log(64)))
+    from specedge.kernels import native
+
+    if native.available():
+        with pytest.raises(SpecEdgeError, match="sliding layers see only the last 12 positions"):
+            export_model(tiny_phi3[0], tmp_path / "rows", dataclasses.replace(SETTINGS, attention="rows"))
+
+
+@pytest.mark.reference
+def test_the_numpy_model_is_transformers_phi3(tiny_phi3: tuple[Path, Path, Path]) -> None:
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_phi3[0], dtype=torch.float32)
+    with torch.no_grad():
+        ref = model(torch.tensor([IDS])).logits[0].numpy()
+    assert np.abs(reference_logits(tiny_phi3[0], IDS) - ref).max() < 1e-4 * np.abs(ref).max()
+
+
+@pytest.mark.reference
+def test_a_longrope_phi3_saved_by_transformers_decodes_as_transformers(tmp_path: Path) -> None:
+    """Phi-3 with longrope (as Phi-3-mini-128k and Phi-3.5-mini), saved by transformers: within the
+    positions its short factors serve, the export's logits and greedy tokens are transformers'; a
+    context past them is refused in one line."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from tests.tiny_models import write_tokenizer
+
+    values = {k: v for k, v in tiny_config("phi3", rope_parameters=LONGROPE, max_position_embeddings=256,
+                                           original_max_position_embeddings=64, sliding_window=None).items()
+              if k not in ("architectures", "model_type", "dtype")}
+    config = transformers.Phi3Config(**values)
+    torch.manual_seed(0)
+    model = transformers.Phi3ForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.2) if p.dim() > 1 else p.normal_(1.0, 0.3)
+    src = tmp_path / "src"
+    model.save_pretrained(src, safe_serialization=True)
+    write_tokenizer(src)
+    out = export_model(src, tmp_path / "fp32", SETTINGS).path
+    ids = [int(i) for i in np.random.default_rng(2).integers(0, 256, 48)]
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].numpy()
+    assert np.abs(logits_of(out, ids) - ref).max() < 1e-3 * np.abs(ref).max()
+    prompt = ids[:24]
+    with torch.no_grad():
+        expected = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 24, dtype=torch.long),
+                                  max_new_tokens=24, do_sample=False, eos_token_id=None,
+                                  pad_token_id=config.eos_token_id)[0, 24:].tolist()
+    gen = Generator.load(out, single_steps=True, config=SpecConfig(gamma=0, max_new_tokens=24, ignore_eos=True))
+    assert gen.generate(prompt).token_ids == expected
+    with pytest.raises(SpecEdgeError, match=r"longrope.* change past 64 positions"):
+        export_model(src, tmp_path / "long", dataclasses.replace(SETTINGS, context=128))
