@@ -179,13 +179,19 @@ class DecoderBuilder:
         return g.op("Mul", g.op("Div", x, rms), g.weight(f"{name}.weight", weight))
 
     def rope(self, x: str, cos: str, sin: str, out: str | None = None) -> str:
-        """x*cos + rotate_half(x)*sin on [1,heads,S,d], rotate_half(x) = [-x2, x1]."""
-        g = self.g
-        half = self.cfg.head_dim // 2
-        x1 = g.op("Slice", x, g.const([0]), g.const([half]), g.const([-1]))
-        x2 = g.op("Slice", x, g.const([half]), g.const([self.cfg.head_dim]), g.const([-1]))
+        """x*cos + rotate_half(x)*sin on [1,heads,S,d], rotate_half(x) = [-x2, x1]; with partial
+        rotary embeddings (Phi-4-mini) on the first rotary_dim values of each head, the rest as they are."""
+        g, dim = self.g, self.cfg.rotary_size
+        whole = dim == self.cfg.head_dim
+        part = x if whole else g.op("Slice", x, g.const([0]), g.const([dim]), g.const([-1]))
+        x1 = g.op("Slice", part, g.const([0]), g.const([dim // 2]), g.const([-1]))
+        x2 = g.op("Slice", part, g.const([dim // 2]), g.const([dim]), g.const([-1]))
         rotated = g.op("Concat", g.op("Neg", x2), x1, axis=-1)
-        return g.op("Add", g.op("Mul", x, cos), g.op("Mul", rotated, sin), out=out)
+        if whole:
+            return g.op("Add", g.op("Mul", x, cos), g.op("Mul", rotated, sin), out=out)
+        turned = g.op("Add", g.op("Mul", part, cos), g.op("Mul", rotated, sin))
+        rest = g.op("Slice", x, g.const([dim]), g.const([self.cfg.head_dim]), g.const([-1]))
+        return g.op("Concat", turned, rest, axis=-1, out=out)
 
     def heads(self, x: str, n: int, out: str | None = None) -> str:
         """[1,S,n*d] -> [1,n,S,d]"""
@@ -193,8 +199,9 @@ class DecoderBuilder:
         return self.g.op("Transpose", shaped, perm=[0, 2, 1, 3], out=out)
 
     def rope_angles(self, theta: float = 0.0) -> np.ndarray:
-        """[C, d/2] angles at rope base `theta` (default: the model's; Gemma's sliding layers have their own)."""
-        d = self.cfg.head_dim
+        """[C, r/2] angles at rope base `theta` (default: the model's; Gemma's sliding layers have their
+        own), r the rotary size (the head's, or its first part with partial rotary embeddings)."""
+        d = self.cfg.rotary_size
         inv_freq = 1.0 / ((theta or self.cfg.rope_theta) ** (np.arange(0, d, 2, dtype=np.float64) / d))
         if self.cfg.rope_freq_factors:  # Llama 3's rope scaling, a GGUF's rope_freqs
             inv_freq = inv_freq / np.asarray(self.cfg.rope_freq_factors, dtype=np.float64)
@@ -218,13 +225,17 @@ class DecoderBuilder:
     def sliding(self, i: int) -> bool:
         return bool(self.cfg.sliding_layers) and self.cfg.sliding_layers[i]
 
-    def rope_fused(self, x: str, position_ids: str, caches: tuple[str, str], out: str | None = None) -> str:
+    def rope_fused(self, x: str, position_ids: str, caches: tuple[str, str], heads: int,
+                   out: str | None = None) -> str:
+        cfg = self.cfg
+        partial = {} if cfg.rotary_size == cfg.head_dim else {"rotary_embedding_dim": cfg.rotary_size,
+                                                                "num_heads": heads}
         return self.g.op("RotaryEmbedding", x, position_ids, caches[0], caches[1], domain="com.microsoft",
-                         interleaved=0, out=out)
+                         interleaved=0, out=out, **partial)
 
     def rope_tables(self, position_ids: str, theta: float = 0.0) -> tuple[str, str]:
-        """cos, sin [1,1,S,d] gathered from tables over the context's positions."""
-        d = self.cfg.head_dim
+        """cos, sin [1,1,S,r] gathered from tables over the context's positions."""
+        d = self.cfg.rotary_size
         freqs = self.rope_angles(theta)
         angles = np.concatenate([freqs, freqs], axis=-1)  # [C, d]
         out = []
@@ -274,6 +285,9 @@ class DecoderBuilder:
     def attention_fused(self, i: int, x: str, rope: tuple[str, str], seqlens_k: str, total_length: str) -> str:
         cfg = self.cfg
         p = f"model.layers.{i}.self_attn"
+        if cfg.rotary_size != cfg.head_dim and (cfg.rotary_size // 2) % 8:
+            raise SpecEdgeError(f"--attention fused rotates a head's first values in groups of 16, and this model "
+                                f"rotates {cfg.rotary_size} of {cfg.head_dim}", "export with --attention exact")
         packed = self.qkv_packed(i, x)
         qkv = (packed, "", "") if not cfg.qk_norm else self.split_qkv(packed)  # normalized: q, k, v apart
         attn, _, _ = self.g.ops("GroupQueryAttention", *qkv, f"past_key.{i}",
@@ -314,8 +328,8 @@ class DecoderBuilder:
         proj = self.projections(i, x)
         q, k = self.heads(proj["q"], cfg.num_heads), self.heads(proj["k"], cfg.num_kv_heads)
         if self.fused:
-            q = self.rope_fused(q, position_ids, rope)  # [1,H,S,d]
-            k = self.rope_fused(k, position_ids, rope, out=f"new_key.{i}")  # [1,KV,S,d]
+            q = self.rope_fused(q, position_ids, rope, cfg.num_heads)  # [1,H,S,d]
+            k = self.rope_fused(k, position_ids, rope, cfg.num_kv_heads, out=f"new_key.{i}")  # [1,KV,S,d]
         else:
             q = self.rope(q, *rope)
             k = self.rope(k, *rope, out=f"new_key.{i}")
@@ -496,6 +510,10 @@ class DecoderBuilder:
         g.input("logits_index", I64, ["R"])
         self.declare_cache_io(("present", "T"), kv_type=TensorProto.FLOAT16)
         cfg = self.cfg
+        if cfg.rotary_size != cfg.head_dim:
+            raise SpecEdgeError("--attention rows rotates whole heads, and this model rotates the first "
+                                f"{cfg.rotary_size} of each head's {cfg.head_dim} values",
+                                "export with --attention exact or fused")
         if any(cfg.sliding_layers) and self.context > cfg.sliding_window:
             raise SpecEdgeError(f"--attention rows attends to the whole context, and this model's sliding layers "
                                 f"see only the last {cfg.sliding_window} positions",

@@ -92,12 +92,6 @@ def checked_config(values: dict, where: Path, names: dict[str, str] | None = Non
         raise SpecEdgeError(f"architecture '{str(arch)[:80]}' is not supported",
                             f"specedge exports {', '.join(SUPPORTED_ARCHITECTURES)} models")
     scaling = _rope_type(values)
-    rope_params = values.get("rope_parameters") if isinstance(values.get("rope_parameters"), dict) else {}
-    partial = values.get("partial_rotary_factor") or rope_params.get("partial_rotary_factor")  # type: ignore[union-attr]
-    if partial not in (None, 1, 1.0):
-        raise SpecEdgeError(f"partial rotary embeddings (partial_rotary_factor {str(partial)[:20]}) are not "
-                            "supported yet", "export a model that rotates whole heads (Phi-3 and Phi-3.5 mini do; "
-                                             "Phi-4-mini does not)")
     if scaling and scaling.get("rope_type", scaling.get("type")) == "llama3":
         values = {**values, "llama3_rope_scaling": scaling}
     elif scaling and scaling.get("rope_type", scaling.get("type")) == "longrope":

@@ -94,6 +94,11 @@ class DecoderConfig:
     # positions (past it transformers switches to the long ones): an export's context must stay within
     rope_attention_factor: float = 1.0
     rope_context_limit: int = 0  # 0: none
+    rotary_dim: int = 0  # partial rotary embeddings (Phi-4-mini): the first rotary_dim values of a head; 0: all
+
+    @property
+    def rotary_size(self) -> int:
+        return self.rotary_dim or self.head_dim
     # gemma3: norms scale by (norm_offset + w); the embedding times embed_scale; a norm after attention and
     # after the MLP too; gelu (tanh); scores scaled by attn_scale; the layers marked in sliding_layers attend
     # to the last sliding_window positions only, rotated with local_rope_theta
@@ -143,12 +148,28 @@ def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
         tie_word_embeddings=bool(f.values.get("tie_word_embeddings", False)),
         trained_context=f.integer("max_position_embeddings", 1, 1 << 24) if f.values.get("max_position_embeddings")
         else 0,
-        rope_freq_factors=rope_freq_factors(f, head_dim),
+        rope_freq_factors=rope_freq_factors(f, rotary_dim(f, head_dim) or head_dim),
+        rotary_dim=rotary_dim(f, head_dim),
         qk_norm=architecture in ("qwen3", "gemma3"),
         **(gemma_fields(f, hidden, heads, head_dim) if architecture == "gemma3" else {}),
         **(longrope_fields(f) if isinstance(f.values.get("longrope_scaling"), dict) else {}),
         **(phi3_window(f) if architecture == "phi3" else {}),
     )
+
+
+def rotary_dim(f: Fields, head_dim: int) -> int:
+    """The rotary part of a head with partial rotary embeddings (partial_rotary_factor < 1, as
+    transformers: int(head_dim * factor)); 0: the whole head."""
+    params = f.values.get("rope_parameters") if isinstance(f.values.get("rope_parameters"), dict) else {}
+    factor = f.values.get("partial_rotary_factor") or params.get("partial_rotary_factor")  # type: ignore[union-attr]
+    if factor in (None, 1, 1.0):
+        return 0
+    if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor < 1:
+        raise f.bad("partial_rotary_factor", f"must be a number in (0, 1], not {_shown(factor)}")
+    dim = int(head_dim * factor)
+    if dim < 2 or dim % 2:
+        raise f.bad("partial_rotary_factor", f"gives a rotary part of {dim} values, not an even number")
+    return dim
 
 
 def phi3_window(f: Fields) -> dict[str, object]:

@@ -16,8 +16,11 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
 
-def rotate(x: np.ndarray, theta: float) -> np.ndarray:
-    """Rotary embedding over [heads, S, D] at positions 0..S-1, halves rotated (transformers' rotate_half)."""
+def rotate(x: np.ndarray, theta: float, part: int = 0) -> np.ndarray:
+    """Rotary embedding over [heads, S, D] at positions 0..S-1, halves rotated (transformers' rotate_half);
+    part: only the first `part` values of each head (partial rotary embeddings), the rest as they are."""
+    if part and part < x.shape[-1]:
+        return np.concatenate([rotate(x[..., :part], theta), x[..., part:]], axis=-1)
     dim = x.shape[-1]
     inv_freq = 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
     angles = np.arange(x.shape[1], dtype=np.float64)[:, None] * inv_freq[None, :]
@@ -54,7 +57,10 @@ def attention(h: np.ndarray, w: dict[str, np.ndarray], p: str, config: dict) -> 
                            float(config["rms_norm_eps"]))
         return out
 
-    q, k, v = rotate(project("q", heads), theta), rotate(project("k", kv_heads), theta), project("v", kv_heads)
+    params = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
+    part = int(dim * float(config.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0))
+    q, k = rotate(project("q", heads), theta, part), rotate(project("k", kv_heads), theta, part)
+    v = project("v", kv_heads)
     k, v = (np.repeat(t, heads // kv_heads, axis=0) for t in (k, v))
     scale = float(config["query_pre_attn_scalar"]) ** -0.5 if is_gemma(config) else 1 / np.sqrt(dim)
     scores = q @ k.transpose(0, 2, 1) * scale

@@ -55,8 +55,8 @@ def test_speculation_equals_plain_decoding_across_the_window(tiny_phi3: tuple[Pa
 
 
 def test_what_an_export_cannot_hold_is_one_line(tiny_phi3: tuple[Path, Path, Path], tmp_path: Path) -> None:
-    with pytest.raises(SpecEdgeError, match=r"partial rotary embeddings .* not supported yet"):
-        checked_config({**tiny_config("phi3"), "partial_rotary_factor": 0.75}, Path("config.json"))
+    with pytest.raises(SpecEdgeError, match=r"partial_rotary_factor gives a rotary part of 3 values"):
+        checked_config({**tiny_config("phi3"), "partial_rotary_factor": 0.2}, Path("config.json"))
     values = {**tiny_config("phi3"), "rope_parameters": LONGROPE, "max_position_embeddings": 256}
     config, _ = checked_config(values, Path("config.json"))
     assert config.rope_freq_factors == tuple(LONGROPE["short_factor"]) and config.rope_context_limit == 64
@@ -68,15 +68,33 @@ def test_what_an_export_cannot_hold_is_one_line(tiny_phi3: tuple[Path, Path, Pat
             export_model(tiny_phi3[0], tmp_path / "rows", dataclasses.replace(SETTINGS, attention="rows"))
 
 
+@pytest.mark.parametrize("attention", ["exact", "fused"])
+def test_partial_rotary_embeddings_equal_the_numpy_model(tmp_path: Path, attention: str) -> None:
+    """Phi-4-mini rotates the first 3/4 of each head (96 of 128): here half of 32, both attention kinds."""
+    from tests.tiny_models import make_tiny_model
+
+    params = {"rope_theta": 10000.0, "rope_type": "default", "partial_rotary_factor": 0.5}
+    src = make_tiny_model(tmp_path / "src", "phi3", seed=4, rope_parameters=params, head_dim=32)
+    assert load_source(src).config.rotary_size == 16
+    out = export_model(src, tmp_path / attention, dataclasses.replace(SETTINGS, attention=attention)).path
+    ref = reference_logits(src, IDS)
+    assert np.abs(logits_of(out, IDS) - ref).max() < 1e-4 * np.abs(ref).max()
+
+
 @pytest.mark.reference
 def test_the_numpy_model_is_transformers_phi3(tiny_phi3: tuple[Path, Path, Path]) -> None:
     torch = pytest.importorskip("torch")
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(tiny_phi3[0], dtype=torch.float32)
-    with torch.no_grad():
-        ref = model(torch.tensor([IDS])).logits[0].numpy()
-    assert np.abs(reference_logits(tiny_phi3[0], IDS) - ref).max() < 1e-4 * np.abs(ref).max()
+    from tests.tiny_models import make_tiny_model
+
+    partial = make_tiny_model(tiny_phi3[0].parent / "phi3-partial-src", "phi3", seed=4, head_dim=32, rope_parameters={
+        "rope_theta": 10000.0, "rope_type": "default", "partial_rotary_factor": 0.5})
+    for src in (tiny_phi3[0], partial):
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+        with torch.no_grad():
+            ref = model(torch.tensor([IDS])).logits[0].numpy()
+        assert np.abs(reference_logits(src, IDS) - ref).max() < 1e-4 * np.abs(ref).max()
 
 
 @pytest.mark.reference
