@@ -95,10 +95,6 @@ class DecoderConfig:
     rope_attention_factor: float = 1.0
     rope_context_limit: int = 0  # 0: none
     rotary_dim: int = 0  # partial rotary embeddings (Phi-4-mini): the first rotary_dim values of a head; 0: all
-
-    @property
-    def rotary_size(self) -> int:
-        return self.rotary_dim or self.head_dim
     # gemma3: norms scale by (norm_offset + w); the embedding times embed_scale; a norm after attention and
     # after the MLP too; gelu (tanh); scores scaled by attn_scale; the layers marked in sliding_layers attend
     # to the last sliding_window positions only, rotated with local_rope_theta
@@ -110,6 +106,10 @@ class DecoderConfig:
     sliding_window: int = 0
     sliding_layers: tuple[bool, ...] = ()
     local_rope_theta: float = 0.0
+
+    @property
+    def rotary_size(self) -> int:
+        return self.rotary_dim or self.head_dim
 
     @property
     def score_scale(self) -> float:
@@ -187,7 +187,11 @@ def longrope_fields(f: Fields) -> dict[str, object]:
     original = s.get("original_max_position_embeddings", f.values.get("original_max_position_embeddings"))
     if not isinstance(original, int) or isinstance(original, bool) or not 1 <= original <= 1 << 24:
         raise f.bad("rope_scaling", "needs original_max_position_embeddings, a positive integer")
-    factor = s.get("factor") or f.real("max_position_embeddings", 0.0, 1 << 24) / original
+    factor = s.get("factor")
+    if factor is None:
+        factor = f.real("max_position_embeddings", 0.0, 1 << 24) / original
+    elif not isinstance(factor, int | float) or isinstance(factor, bool) or not math.isfinite(factor) or factor <= 0:
+        raise f.bad("rope_scaling", "needs a positive factor")
     given = s.get("attention_factor")
     if given is not None and (not isinstance(given, int | float) or not math.isfinite(given) or given <= 0):
         raise f.bad("rope_scaling", "needs a positive attention_factor")
