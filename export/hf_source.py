@@ -32,6 +32,9 @@ CLASS_DEFAULTS = {
                     "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "eos_token_id": 1,
                     "query_pre_attn_scalar": 256, "sliding_window": 4096, "rope_theta": 1000000.0,
                     "tie_word_embeddings": True, "hidden_activation": "gelu_pytorch_tanh"},
+    "phi3": {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "num_key_value_heads": None, "eos_token_id": 32000, "rms_norm_eps": 1e-5,
+             "original_max_position_embeddings": 4096},
 }
 
 
