@@ -185,6 +185,8 @@ HUB_PAIRS: dict[str, PairEntry] = {p.name: p for p in (
               description="Qwen3 4B with the 0.6B draft (thinking; Hugging Face)"),
     PairEntry(name="qwen3-8b", target="hf:Qwen/Qwen3-8B-GGUF", draft="hf:Qwen/Qwen3-0.6B-GGUF",
               description="Qwen3 8B with the 0.6B draft (thinking; Hugging Face)"),
+    PairEntry(name="gemma3", target="hf:ggml-org/gemma-3-1b-it-GGUF", draft="hf:ggml-org/gemma-3-270m-it-GGUF",
+              description="Gemma 3 1B it with the 270M it draft (Hugging Face; Gemma Terms of Use)"),
     PairEntry(name="llama3.2", target="hf:bartowski/Llama-3.2-3B-Instruct-GGUF",
               draft="hf:bartowski/Llama-3.2-1B-Instruct-GGUF",
               description="Llama 3.2 3B Instruct with the 1B draft (Hugging Face; Meta's Llama 3.2 license)"),

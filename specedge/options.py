@@ -98,7 +98,7 @@ def parse_widths(text: str) -> tuple[int, ...]:
 def add_pair_flags(p: argparse.ArgumentParser) -> None:
     """--pair, or --target and --draft (read by `pair_paths` and `default_pair`)."""
     p.add_argument("--pair", default=DEFAULT_PAIR, help=f"a registry pair (default {DEFAULT_PAIR}), or one on the "
-                   "Hugging Face Hub: qwen3, qwen3-4b, qwen3-8b, llama3.2 (`specedge models` lists them)")
+                   "Hugging Face Hub: qwen3, qwen3-4b, qwen3-8b, gemma3, llama3.2 (`specedge models` lists them)")
     p.add_argument("-m", "--target", help="target artifact folder or registry model (instead of --pair)")
     p.add_argument("--draft", help="draft artifact folder or registry model (with --target)")
 
