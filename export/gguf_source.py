@@ -60,6 +60,8 @@ LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name>
 # gemma3: a norm after attention and after the MLP, and ffn_norm the one before the MLP
 GEMMA_LAYER_NAMES = {**LAYER_NAMES, "ffn_norm": "pre_feedforward_layernorm",
                      "post_attention_norm": "post_attention_layernorm", "post_ffw_norm": "post_feedforward_layernorm"}
+# phi3: q, k and v in one tensor, and ffn_up holding gate and up (read as their parts, hf_source.fused_parts)
+PHI3_LAYER_NAMES = {**LAYER_NAMES, "attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}
 TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 ROWS_PER_READ = 8192  # rows read and dequantized at once: bounds the temporaries of gguf's numpy code
 
@@ -79,6 +81,8 @@ def config_values(g: GgufFile) -> dict[str, object]:
         found["head_dim"] = g.fields[f"{arch}.rope.dimension_count"]
     if kind in ("qwen3", "gemma3") and f"{arch}.attention.key_length" in g.fields:
         found["head_dim"] = g.fields[f"{arch}.attention.key_length"]
+    if kind == "phi3":
+        found.update(phi3_values(g, found))
     if kind == "gemma3" and f"{arch}.attention.sliding_window" in g.fields:
         found["sliding_window"] = g.fields[f"{arch}.attention.sliding_window"]
     if "vocab_size" not in found and "tokenizer.ggml.tokens" in g.fields:
@@ -89,6 +93,30 @@ def config_values(g: GgufFile) -> dict[str, object]:
     values["permute"] = arch == "llama" and "num_attention_heads" in found and "num_key_value_heads" in found
     values["tie_word_embeddings"] = "output.weight" not in g.tensors
     return values
+
+
+def phi3_values(g: GgufFile, found: dict[str, object]) -> dict[str, object]:
+    """A Phi-3 file as llama.cpp reads it: the rotary part of a head (rope.dimension_count, Phi-4-mini's
+    3/4), the sliding window, and longrope from the rope_factors_short tensor with the original context
+    and attention factor the header gives."""
+    out: dict[str, object] = {}
+    heads, hidden = found.get("num_attention_heads"), found.get("hidden_size")
+    rotary = g.fields.get("phi3.rope.dimension_count")
+    if (isinstance(heads, int) and isinstance(hidden, int) and heads > 0 and isinstance(rotary, int)
+            and rotary != hidden // heads):
+        out["partial_rotary_factor"] = rotary / (hidden // heads)
+    if isinstance(g.fields.get("phi3.attention.sliding_window"), int):
+        out["sliding_window"] = g.fields["phi3.attention.sliding_window"]
+    short = g.tensors.get("rope_factors_short.weight")
+    if short is not None:
+        if len(short.shape) != 1 or not 1 <= short.shape[0] <= MAX_ROPE_FREQS:
+            raise SpecEdgeError(f"{g.path}: rope_factors_short.weight has shape {list(short.shape)[:4]}, not a short "
+                                "list of factors", CRAFTED)
+        out["rope_scaling"] = {"rope_type": "longrope", "short_factor": [float(v) for v in read_tensor(g, short)],
+                               "original_max_position_embeddings": g.fields.get(
+                                   "phi3.rope.scaling.original_context_length"),
+                               "attention_factor": g.fields.get("phi3.rope.scaling.attn_factor")}
+    return out
 
 
 ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's Llama 3 rope scaling: a divisor per rotary frequency
@@ -137,7 +165,7 @@ def hf_name(gguf_name: str, arch: str = "llama") -> str | None:
         return None
     if base in TOP_NAMES:
         return f"{TOP_NAMES[base]}.{suffix}"
-    names = GEMMA_LAYER_NAMES if arch == "gemma3" else LAYER_NAMES
+    names = GEMMA_LAYER_NAMES if arch == "gemma3" else PHI3_LAYER_NAMES if arch == "phi3" else LAYER_NAMES
     parts = base.split(".")
     if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in names:
         return f"model.layers.{parts[1]}.{names[parts[2]]}.{suffix}"

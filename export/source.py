@@ -218,9 +218,6 @@ def _open_gguf(path: Path) -> _Opened:
 
     g = read_header(path)
     kind = gguf_source.model_type(g)
-    if kind == "phi3":  # llama.cpp fuses its matrices and rope factors differently from transformers
-        raise SpecEdgeError(f"{path}: a Phi-3 GGUF is not supported yet", "export the Hugging Face checkpoint "
-                                                                        "(a folder of config.json and safetensors)")
     if kind not in SUPPORTED_ARCHITECTURES:
         raise SpecEdgeError(f"architecture '{kind[:80]}' is not supported",
                             f"specedge exports {', '.join(SUPPORTED_ARCHITECTURES)} models")
@@ -231,10 +228,34 @@ def _open_gguf(path: Path) -> _Opened:
     config, fields = checked_config(values, path, gguf_source.field_names(g))
     shapes = expected_shapes(config)
     weights = gguf_source.GgufWeights(g, values)
-    check_tensor_table(shapes, {hf: (name, g.tensors[name].shape) for hf, name in weights.by_hf.items()}, path)
+    table = {hf: (name, g.tensors[name].shape) for hf, name in weights.by_hf.items()}
+    names, load = with_fused_parts(config, table, weights.load)
+    check_tensor_table(shapes, table, path)
     gguf_source.check_tensors(g)
     tokenizer = gguf_tokenizer(g.fields, path)
-    return _Opened(config, fields, shapes, tokenizer, list(weights.by_hf), weights.load)
+    return _Opened(config, fields, shapes, tokenizer, names, load)
+
+
+def with_fused_parts(config: DecoderConfig, table: dict[str, tuple[str, tuple[int, ...]]],
+                     load: Callable[[str], np.ndarray]) -> tuple[list[str], Callable[[str], np.ndarray]]:
+    """Phi-3's fused matrices as the parts the graph builder reads (hf_source.fused_parts): each part
+    added to `table` (name -> the file's name, the part's shape) where its fused tensor has the rows
+    the config implies, and a loader that slices it; other models as they are."""
+    from specedge.export import hf_source
+
+    parts = hf_source.fused_parts(config) if config.architecture == "phi3" else {}
+    rows = {fused: end for fused, _, end in parts.values()}  # the rows a fused tensor must have (its last part's end)
+    for name, (fused, start, end) in parts.items():
+        if fused in table and len(table[fused][1]) == 2 and table[fused][1][0] == rows[fused]:
+            table[name] = (table[fused][0], (end - start, table[fused][1][1]))
+
+    def load_part(name: str) -> np.ndarray:
+        if name in parts:
+            fused, start, end = parts[name]
+            return np.ascontiguousarray(load(fused)[start:end])
+        return load(name)
+
+    return [n for n in table if n not in rows], load_part
 
 
 def _open_hf(folder: Path) -> _Opened:
@@ -245,19 +266,8 @@ def _open_hf(folder: Path) -> _Opened:
     shapes = expected_shapes(config)
     index = hf_source.tensor_index(folder)
     table = {name: (name, t.shape) for name, t in index.items()}
-    parts = hf_source.fused_parts(config) if config.architecture == "phi3" else {}
-    rows = {fused: end for fused, _, end in parts.values()}  # the rows a fused tensor must have (its last part's end)
-    for name, (fused, start, end) in parts.items():  # a part of a fused tensor, as it would be stored alone
-        if fused in index and len(index[fused].shape) == 2 and index[fused].shape[0] == rows[fused]:
-            table[name] = (fused, (end - start, index[fused].shape[1]))
+    names, load = with_fused_parts(config, table, lambda name: hf_source.read_tensor(index[name], name))
     check_tensor_table(shapes, table, folder)
-    hf_source.check_dtypes(index, [parts[n][0] if n in parts else n for n in shapes])
+    hf_source.check_dtypes(index, [table[n][0] for n in shapes if n in table])
     tokenizer = hf_tokenizer(folder)
-
-    def load(name: str) -> np.ndarray:
-        if name in parts:
-            fused, start, end = parts[name]
-            return np.ascontiguousarray(hf_source.read_tensor(index[fused], fused)[start:end])
-        return hf_source.read_tensor(index[name], name)
-
-    return _Opened(config, fields, shapes, tokenizer, [*index, *parts], load)
+    return _Opened(config, fields, shapes, tokenizer, names, load)

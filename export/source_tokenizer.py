@@ -182,6 +182,12 @@ def gguf_tokenizer(fields: dict, path: Path) -> SourceTokenizer:
         tok, defaults = _sentencepiece(fields, merges)
     elif kind == "llama" and arch in ("gemma", "gemma2", "gemma3"):
         tok, defaults = _gemma(fields, merges)
+    elif kind == "llama" and arch == "phi3":  # transformers' phi3_tokenizer: the prefix space from a normalizer
+        from tokenizers import normalizers
+
+        tok, defaults = _sentencepiece(fields, merges)
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend(prepend="▁"), normalizers.Replace(" ", "▁")])
+        tok.pre_tokenizer = None
     else:
         raise SpecEdgeError(f"{path} has a tokenizer of kind {kind!r} for {arch}",
                             "specedge builds byte-level BPE (gpt2) and sentencepiece (llama) GGUF tokenizers")

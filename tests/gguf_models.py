@@ -46,9 +46,13 @@ def _tensor(writer, name: str, value: np.ndarray, qtype) -> None:
 
 
 def make_tiny_gguf(path: Path, arch: str = "llama", tokenizer: str = "gpt2", name: str = "tiny",
-                   tied: bool = False, seed: int = 0, rope_freqs: np.ndarray | None = None) -> Path:
+                   tied: bool = False, seed: int = 0, rope_freqs: np.ndarray | None = None,
+                   phi3: dict[str, object] | None = None) -> Path:
     """A random 2-layer model as a GGUF file: Q8_0, Q5_0, BF16 and F16 matrices, F32 norms (and biases);
-    rope_freqs: llama.cpp's rope_freqs tensor (Llama 3's rope scaling), written as it is."""
+    rope_freqs: llama.cpp's rope_freqs tensor (Llama 3's rope scaling), written as it is. arch phi3:
+    q, k and v fused in attn_qkv, gate and up in ffn_up, as llama.cpp writes them; `phi3` may give
+    rotary (rope.dimension_count), window, and short (rope_factors_short, with original and attn)."""
+    phi3 = phi3 or {}
     from gguf import GGMLQuantizationType as T
     from gguf import GGUFWriter
 
@@ -83,6 +87,13 @@ def make_tiny_gguf(path: Path, arch: str = "llama", tokenizer: str = "gpt2", nam
     if arch == "qwen3":  # its head size is said, not implied
         writer.add_key_length(HEAD_DIM)
         writer.add_value_length(HEAD_DIM)
+    if arch == "phi3":
+        writer.add_rope_dimension_count(int(phi3.get("rotary", HEAD_DIM)))
+        if phi3.get("window"):
+            writer.add_sliding_window(int(phi3["window"]))
+        if phi3.get("short") is not None:
+            writer.add_rope_scaling_orig_ctx_len(int(phi3["original"]))
+            writer.add_rope_scaling_attn_factors(float(phi3["attn"]))
     writer.add_tokenizer_model(tokenizer)
     writer.add_tokenizer_pre("qwen2" if arch == "qwen2" else "default")
     writer.add_token_list(tokens)
@@ -104,6 +115,9 @@ def make_tiny_gguf(path: Path, arch: str = "llama", tokenizer: str = "gpt2", nam
     if not tied:
         _tensor(writer, "output.weight", w(vocab, HIDDEN), T.F16)
     _tensor(writer, "output_norm.weight", 1 + w(HIDDEN), T.F32)
+    if phi3.get("short") is not None:
+        writer.add_tensor("rope_factors_short.weight", np.asarray(phi3["short"], np.float32))
+        writer.add_tensor("rope_factors_long.weight", np.asarray(phi3["short"], np.float32) * 4)
     if rope_freqs is not None:
         writer.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, np.float32))
     kinds = {"attn_q": T.Q8_0, "attn_k": T.Q5_0, "attn_v": T.BF16, "attn_output": T.Q8_0,
@@ -114,6 +128,14 @@ def make_tiny_gguf(path: Path, arch: str = "llama", tokenizer: str = "gpt2", nam
     for i in range(LAYERS):
         _tensor(writer, f"blk.{i}.attn_norm.weight", 1 + w(HIDDEN), T.F32)
         _tensor(writer, f"blk.{i}.ffn_norm.weight", 1 + w(HIDDEN), T.F32)
+        if arch == "phi3":  # llama.cpp's fused tensors: q, k, v in attn_qkv; gate, up in ffn_up
+            layer = {kind: w(*shapes[kind]) for kind in kinds}
+            _tensor(writer, f"blk.{i}.attn_qkv.weight",
+                    np.concatenate([layer["attn_q"], layer["attn_k"], layer["attn_v"]]), T.Q8_0)
+            _tensor(writer, f"blk.{i}.ffn_up.weight", np.concatenate([layer["ffn_gate"], layer["ffn_up"]]), T.Q8_0)
+            for kind in ("attn_output", "ffn_down"):
+                _tensor(writer, f"blk.{i}.{kind}.weight", layer[kind], kinds[kind])
+            continue
         for kind, qtype in kinds.items():
             _tensor(writer, f"blk.{i}.{kind}.weight", w(*shapes[kind]), qtype)
         if arch == "qwen2":

@@ -16,15 +16,20 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
 
-def rotate(x: np.ndarray, theta: float, part: int = 0) -> np.ndarray:
+def rotate(x: np.ndarray, theta: float, part: int = 0, factors: list[float] | None = None,
+           scale: float = 1.0) -> np.ndarray:
     """Rotary embedding over [heads, S, D] at positions 0..S-1, halves rotated (transformers' rotate_half);
-    part: only the first `part` values of each head (partial rotary embeddings), the rest as they are."""
+    part: only the first `part` values of each head (partial rotary embeddings), the rest as they are;
+    factors, scale: longrope's (each frequency divided by its factor, cos and sin times scale)."""
     if part and part < x.shape[-1]:
-        return np.concatenate([rotate(x[..., :part], theta), x[..., part:]], axis=-1)
+        return np.concatenate([rotate(x[..., :part], theta, 0, factors, scale), x[..., part:]], axis=-1)
     dim = x.shape[-1]
     inv_freq = 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    if factors is not None:
+        inv_freq = inv_freq / np.asarray(factors, dtype=np.float64)
     angles = np.arange(x.shape[1], dtype=np.float64)[:, None] * inv_freq[None, :]
     cos, sin = np.cos(np.concatenate([angles, angles], -1)), np.sin(np.concatenate([angles, angles], -1))
+    cos, sin = cos * scale, sin * scale
     halves = np.concatenate([-x[..., dim // 2:], x[..., :dim // 2]], -1)
     return x * cos + halves * sin
 
@@ -59,7 +64,11 @@ def attention(h: np.ndarray, w: dict[str, np.ndarray], p: str, config: dict) -> 
 
     params = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
     part = int(dim * float(config.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0))
-    q, k = rotate(project("q", heads), theta, part), rotate(project("k", kv_heads), theta, part)
+    longrope = params.get("rope_type") == "longrope"  # given its attention factor, as the tests write it
+    factors = params.get("short_factor") if longrope else None
+    scale = float(params.get("attention_factor", 1.0)) if longrope else 1.0
+    q = rotate(project("q", heads), theta, part, factors, scale)
+    k = rotate(project("k", kv_heads), theta, part, factors, scale)
     v = project("v", kv_heads)
     k, v = (np.repeat(t, heads // kv_heads, axis=0) for t in (k, v))
     scale = float(config["query_pre_attn_scalar"]) ** -0.5 if is_gemma(config) else 1 / np.sqrt(dim)

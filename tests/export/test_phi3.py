@@ -144,3 +144,61 @@ def test_a_longrope_phi3_saved_by_transformers_decodes_as_transformers(tmp_path:
     assert agree > 0.2  # 0.40 measured: 4-bit blocks of a tiny random model's narrow rows; chance is 1/260
     with pytest.raises(SpecEdgeError, match=r"longrope.* change past 64 positions"):
         export_model(src, tmp_path / "long", dataclasses.replace(SETTINGS, context=128))
+
+
+@pytest.mark.parametrize("variant", ["plain", "llama.cpp's longrope, window and partial rotary"])
+def test_a_phi3_gguf_decodes_as_the_numpy_model_of_its_weights(tmp_path: Path, variant: str) -> None:
+    """llama.cpp's Phi-3 file: attn_qkv and ffn_up (gate and up) read as their parts; with
+    rope.dimension_count short of the head (Phi-4-mini), a sliding window and rope_factors_short, as
+    llama.cpp applies them. Its tensors, dequantized into a checkpoint of the same config, give the
+    numpy model's logits, and the export of the file gives the same; speculation equals plain."""
+    import json
+
+    from tests.gguf_models import HEAD_DIM, make_tiny_gguf
+    from tests.tiny_models import write_safetensors
+
+    short = [1.0, 1.5, 2.0, 3.0]  # the 4 frequencies of an 8-value rotary part
+    spec = {} if variant == "plain" else {"rotary": 8, "window": 12, "short": short, "original": 64, "attn": 1.2}
+    path = make_tiny_gguf(tmp_path / "phi3.gguf", arch="phi3", phi3=spec)
+    source = load_source(path)
+    c = source.config
+    assert (c.architecture, c.rotary_size) == ("phi3", 8 if spec else HEAD_DIM)
+    folder = tmp_path / "as-hf"
+    folder.mkdir()
+    extra = {"sliding_window": None} if not spec else {
+        "sliding_window": 12, "original_max_position_embeddings": 64,
+        "rope_parameters": {"rope_type": "longrope", "rope_theta": c.rope_theta, "partial_rotary_factor": 0.5,
+                            "short_factor": short, "long_factor": short, "attention_factor": 1.2,
+                            "original_max_position_embeddings": 64}}
+    config = tiny_config("phi3", vocab_size=c.vocab_size, rms_norm_eps=c.rms_norm_eps, rope_theta=c.rope_theta,
+                         tie_word_embeddings=c.tie_word_embeddings, **extra)
+    (folder / "config.json").write_text(json.dumps(config))
+    weights = {n: source.weights.read(n) for n in sorted(source.weights.keys())}
+    fused = {}
+    for i in range(c.num_layers):
+        a, m = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        fused[f"{a}.qkv_proj.weight"] = np.concatenate([weights.pop(f"{a}.{n}_proj.weight") for n in "qkv"])
+        fused[f"{m}.gate_up_proj.weight"] = np.concatenate([weights.pop(f"{m}.{n}_proj.weight")
+                                                            for n in ("gate", "up")])
+    write_safetensors(folder / "model.safetensors", {**weights, **fused})
+    out = export_model(path, tmp_path / "out", SETTINGS).path
+    ref = reference_logits(folder, IDS)
+    assert np.abs(logits_of(out, IDS) - ref).max() < 1e-4 * np.abs(ref).max()
+    config = SpecConfig(gamma=4, max_new_tokens=24, ignore_eos=True)
+    plain = Generator.load(out, single_steps=True, config=dataclasses.replace(config, gamma=0))
+    assert Generator.load(out, ngram=True, config=config).generate(IDS * 2).token_ids == \
+        plain.generate(IDS * 2).token_ids
+
+
+@pytest.mark.reference
+def test_a_phi3_gguf_tokenizes_as_transformers(tmp_path: Path) -> None:
+    """A sentencepiece Phi-3 GGUF: the prefix space from a normalizer, as transformers builds it."""
+    from tokenizers import Tokenizer
+
+    from tests.export.reference_source import reference_tokenizer
+    from tests.gguf_models import make_tiny_gguf
+
+    path = make_tiny_gguf(tmp_path / "phi3-spm.gguf", arch="phi3", tokenizer="llama")
+    ours, ref = Tokenizer.from_str(load_source(path).tokenizer_json), reference_tokenizer(path)
+    for text in ["the cat", "  two  spaces", "\\ttab and newline\\n", "ünïcode 🙂", ""]:
+        assert ours.encode(text).ids == ref(text)["input_ids"], text
