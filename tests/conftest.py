@@ -129,29 +129,20 @@ def _tiny_pair(root: Path, arch: str, **overrides: object) -> tuple[Path, Path, 
     return src, target, draft
 
 
-@pytest.fixture(scope="session")
-def tiny_llama(tiny_root: Path) -> tuple[Path, Path, Path]:
-    return _tiny_pair(tiny_root, "llama")
+def _family(arch: str):  # type: ignore[no-untyped-def]
+    """A session fixture: the tiny pair of one architecture (its source, target and draft)."""
+    @pytest.fixture(scope="session")
+    def pair(tiny_root: Path) -> tuple[Path, Path, Path]:
+        return _tiny_pair(tiny_root, arch)
+
+    return pair
 
 
-@pytest.fixture(scope="session")
-def tiny_qwen2(tiny_root: Path) -> tuple[Path, Path, Path]:
-    return _tiny_pair(tiny_root, "qwen2")
-
-
-@pytest.fixture(scope="session")
-def tiny_qwen3(tiny_root: Path) -> tuple[Path, Path, Path]:
-    return _tiny_pair(tiny_root, "qwen3")
-
-
-@pytest.fixture(scope="session")
-def tiny_gemma3(tiny_root: Path) -> tuple[Path, Path, Path]:
-    return _tiny_pair(tiny_root, "gemma3_text")
-
-
-@pytest.fixture(scope="session")
-def tiny_phi3(tiny_root: Path) -> tuple[Path, Path, Path]:
-    return _tiny_pair(tiny_root, "phi3")
+tiny_llama = _family("llama")
+tiny_qwen2 = _family("qwen2")
+tiny_qwen3 = _family("qwen3")
+tiny_gemma3 = _family("gemma3_text")
+tiny_phi3 = _family("phi3")
 
 
 @pytest.fixture(scope="session", params=["llama", "qwen2", "qwen3"])

@@ -90,30 +90,14 @@ def test_a_gemma3_saved_by_transformers_decodes_as_transformers(tmp_path: Path,
     """A tiny random Gemma 3 that transformers itself saves (a window of 8, a sliding and a full
     layer): the fp32 export's greedy tokens 32 past a 20-token prompt are transformers' `generate`;
     the int4 export's top-1 agreement with it is reported."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from tests.tiny_models import tiny_config, write_tokenizer
+    from tests.export.saved_by_transformers import int4_agreement, our_greedy, save_tiny, transformers_greedy
 
-    values = {k: v for k, v in tiny_config("gemma3_text").items() if k not in ("architectures", "model_type", "dtype")}
-    config = transformers.Gemma3TextConfig(**values)
-    torch.manual_seed(0)
-    model = transformers.Gemma3ForCausalLM(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.2) if p.dim() > 1 else p.normal_(0.0, 0.3)  # norms are 1 + w: w random around 0
-    src = tmp_path / "src"
-    model.save_pretrained(src, safe_serialization=True)
-    write_tokenizer(src)
-    fp32 = export_model(src, tmp_path / "fp32", SETTINGS).path
-    with torch.no_grad():
-        expected = model.generate(torch.tensor([IDS]), attention_mask=torch.ones(1, len(IDS), dtype=torch.long),
-                                  max_new_tokens=32, do_sample=False, eos_token_id=None,
-                                  pad_token_id=config.eos_token_id)[0, len(IDS):].tolist()
-    gen = Generator.load(fp32, single_steps=True, config=SpecConfig(gamma=0, max_new_tokens=32, ignore_eos=True))
-    assert gen.generate(IDS).token_ids == expected
-    int4 = export_model(src, tmp_path / "int4", dataclasses.replace(SETTINGS, quant="int4")).path
-    ids = IDS + expected
-    agree = float(np.mean(logits_of(int4, ids).argmax(-1) == logits_of(fp32, ids).argmax(-1)))
-    with capsys.disabled():
-        print(f"\ngemma3 (tiny, saved by transformers): int4 top-1 agreement with fp32 {agree:.3f} over {len(ids)}")
-    assert agree > 0.5
+    model, config = save_tiny("gemma3_text", transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM,
+                              tmp_path / "src", norm_mean=0.0)  # norms are 1 + w: w random around 0
+    fp32 = export_model(tmp_path / "src", tmp_path / "fp32", SETTINGS).path
+    expected = transformers_greedy(model, config, IDS, 32)
+    assert our_greedy(fp32, IDS, 32) == expected
+    int4 = export_model(tmp_path / "src", tmp_path / "int4", dataclasses.replace(SETTINGS, quant="int4")).path
+    assert int4_agreement(int4, fp32, IDS + expected, "gemma3", capsys) > 0.5

@@ -110,38 +110,23 @@ def test_a_longrope_phi3_saved_by_transformers_decodes_as_transformers(tmp_path:
     int4 export's top-1 agreement reported); a context past them is refused in one line."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from tests.tiny_models import write_tokenizer
+    from tests.export.saved_by_transformers import int4_agreement, our_greedy, save_tiny, transformers_greedy
 
-    values = {k: v for k, v in tiny_config("phi3", rope_parameters=LONGROPE, max_position_embeddings=256,
-                                           original_max_position_embeddings=64, sliding_window=None).items()
-              if k not in ("architectures", "model_type", "dtype")}
-    config = transformers.Phi3Config(**values)
-    torch.manual_seed(0)
-    model = transformers.Phi3ForCausalLM(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.2) if p.dim() > 1 else p.normal_(1.0, 0.3)
+    model, config = save_tiny("phi3", transformers.Phi3Config, transformers.Phi3ForCausalLM, tmp_path / "src",
+                              rope_parameters=LONGROPE, max_position_embeddings=256,
+                              original_max_position_embeddings=64, sliding_window=None)
     src = tmp_path / "src"
-    model.save_pretrained(src, safe_serialization=True)
-    write_tokenizer(src)
     out = export_model(src, tmp_path / "fp32", SETTINGS).path
     ids = [int(i) for i in np.random.default_rng(2).integers(0, 256, 48)]
     with torch.no_grad():
         ref = model(torch.tensor([ids])).logits[0].numpy()
     assert np.abs(logits_of(out, ids) - ref).max() < 1e-3 * np.abs(ref).max()
     prompt = ids[:24]
-    with torch.no_grad():
-        expected = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, 24, dtype=torch.long),
-                                  max_new_tokens=24, do_sample=False, eos_token_id=None,
-                                  pad_token_id=config.eos_token_id)[0, 24:].tolist()
-    gen = Generator.load(out, single_steps=True, config=SpecConfig(gamma=0, max_new_tokens=24, ignore_eos=True))
-    assert gen.generate(prompt).token_ids == expected
+    expected = transformers_greedy(model, config, prompt, 24)
+    assert our_greedy(out, prompt, 24) == expected
     int4 = export_model(src, tmp_path / "int4", dataclasses.replace(SETTINGS, quant="int4")).path
-    both = prompt + expected
-    agree = float(np.mean(logits_of(int4, both).argmax(-1) == logits_of(out, both).argmax(-1)))
-    with capsys.disabled():
-        print(f"\nphi3 longrope (tiny, saved by transformers): int4 top-1 agreement with fp32 {agree:.3f} over 48")
-    assert agree > 0.2  # 0.40 measured: 4-bit blocks of a tiny random model's narrow rows; chance is 1/260
+    # 0.40 measured: 4-bit blocks of a tiny random model's narrow rows; chance is 1/260
+    assert int4_agreement(int4, out, prompt + expected, "phi3 longrope", capsys) > 0.2
     with pytest.raises(SpecEdgeError, match=r"longrope.* change past 64 positions"):
         export_model(src, tmp_path / "long", dataclasses.replace(SETTINGS, context=128))
 

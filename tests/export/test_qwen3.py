@@ -91,34 +91,14 @@ def test_a_qwen3_saved_by_transformers_decodes_as_transformers(tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     """A tiny random Qwen3 that transformers itself saves: the fp32 export's greedy tokens are
     transformers' `generate`; the int4 export's top-1 agreement with it is reported."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from tests.tiny_models import tiny_config, write_tokenizer
+    from tests.export.saved_by_transformers import int4_agreement, our_greedy, save_tiny, transformers_greedy
 
-    values = {k: v for k, v in tiny_config("qwen3", tie_word_embeddings=True).items()
-              if k not in ("architectures", "model_type", "dtype")}
-    config = transformers.Qwen3Config(**values)
-    torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.2) if p.dim() > 1 else p.normal_(1.0, 0.3)  # norms random too
-    src = tmp_path / "src"
-    model.save_pretrained(src, safe_serialization=True)
-    write_tokenizer(src)
-
-    fp32 = export_model(src, tmp_path / "fp32", SETTINGS).path
-    prompt = IDS
-    with torch.no_grad():
-        expected = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                  max_new_tokens=32, do_sample=False, eos_token_id=None,
-                                  pad_token_id=config.eos_token_id)[0, len(prompt):].tolist()
-    gen = Generator.load(fp32, single_steps=True, config=SpecConfig(gamma=0, max_new_tokens=32, ignore_eos=True))
-    assert gen.generate(prompt).token_ids == expected
-
-    int4 = export_model(src, tmp_path / "int4", dataclasses.replace(SETTINGS, quant="int4")).path
-    ids = prompt + expected
-    agree = float(np.mean(logits_of(int4, ids).argmax(-1) == logits_of(fp32, ids).argmax(-1)))
-    with capsys.disabled():
-        print(f"\nqwen3 (tiny, saved by transformers): int4 top-1 agreement with fp32 {agree:.3f} over {len(ids)}")
-    assert agree > 0.5
+    model, config = save_tiny("qwen3", transformers.Qwen3Config, transformers.Qwen3ForCausalLM, tmp_path / "src",
+                              tie_word_embeddings=True)
+    fp32 = export_model(tmp_path / "src", tmp_path / "fp32", SETTINGS).path
+    expected = transformers_greedy(model, config, IDS, 32)
+    assert our_greedy(fp32, IDS, 32) == expected
+    int4 = export_model(tmp_path / "src", tmp_path / "int4", dataclasses.replace(SETTINGS, quant="int4")).path
+    assert int4_agreement(int4, fp32, IDS + expected, "qwen3", capsys) > 0.5
