@@ -36,6 +36,10 @@ class SourceSummary:
     weights: int  # number of weight values
     embedding: int  # of which in the token embedding
     trained_context: int = 0  # the positions it was trained for, as its header or config says (0: not said)
+    # what the native rows attention cannot hold: layers that see only the last sliding_window
+    # positions (Gemma 3, Phi-3), and rotary embeddings over part of each head (Phi-4-mini)
+    sliding_window: int = 0
+    partial_rotary: bool = False
 
 
 class _Reader:
@@ -103,12 +107,15 @@ def check_gguf(path: Path) -> SourceSummary:
         if tensors > MAX_ITEMS or kvs > MAX_ITEMS:
             raise r.bad(f"the header claims {tensors} tensors and {kvs} key/value pairs")
         trained = 0
+        sizes: dict[str, int] = {}  # the header's integers the summary reads
         for _ in range(kvs):
             key, kind = r.string(), r.u32()
-            if key.endswith(".context_length") and kind in (GGUF_U32, GGUF_U64):
-                trained = r.u32() if kind == GGUF_U32 else r.u64()
+            suffix = next((s for s in SUMMARY_KEYS if key.endswith(s)), None)
+            if suffix is not None and kind in (GGUF_U32, GGUF_U64):
+                sizes[suffix] = r.u32() if kind == GGUF_U32 else r.u64()
             else:
                 r.skip_value(kind)
+        trained = sizes.get(".context_length", 0)
         total = embedding = 0
         for _ in range(tensors):
             name = r.string()
@@ -123,7 +130,19 @@ def check_gguf(path: Path) -> SourceSummary:
                 raise r.bad(f"tensor {name[:80]} claims {count} values in a {size}-byte file")
             total += count
             embedding += count if name in EMBEDDING_NAMES else 0
-    return SourceSummary(total, embedding, trained)
+    return SourceSummary(total, embedding, trained, sizes.get(".attention.sliding_window", 0), partial_in(sizes))
+
+
+SUMMARY_KEYS = (".context_length", ".attention.sliding_window", ".rope.dimension_count", ".attention.key_length",
+                ".embedding_length", ".attention.head_count")
+
+
+def partial_in(sizes: dict[str, int]) -> bool:
+    """Does a GGUF header's rope.dimension_count cover less than a head (llama.cpp's Phi-4-mini)?"""
+    heads, hidden = sizes.get(".attention.head_count", 0), sizes.get(".embedding_length", 0)
+    head = sizes.get(".attention.key_length") or (hidden // heads if heads else 0)
+    rotary = sizes.get(".rope.dimension_count", 0)
+    return bool(rotary and head and rotary < head)
 
 
 def check_hf_folder(folder: Path) -> SourceSummary:
@@ -150,7 +169,12 @@ def check_hf_folder(folder: Path) -> SourceSummary:
             total += e.count
             embedding += e.count if e.name in EMBEDDING_NAMES else 0
     trained = config.get("max_position_embeddings")
-    return SourceSummary(total, embedding, trained if isinstance(trained, int) and trained > 0 else 0)
+    window = config.get("sliding_window") if config.get("model_type") in ("gemma3_text", "phi3") else 0
+    params = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
+    partial = config.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0  # type: ignore[union-attr]
+    return SourceSummary(total, embedding, trained if isinstance(trained, int) and trained > 0 else 0,
+                         window if isinstance(window, int) and window > 0 else 0,
+                         isinstance(partial, int | float) and partial < 1)
 
 
 def _read_json(path: Path, required: bool = True) -> object:

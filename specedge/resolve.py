@@ -100,13 +100,18 @@ def source_artifact(src: Path, label: str | None = None, context: int | None = N
     largest that fits). label: the name its folder starts with (default: the file's or folder's)."""
     from specedge.export.source import inspect_source, source_digest
 
+    summary = inspect_source(src)
     if context is None:  # the default, or fewer where the model was trained for fewer positions
-        trained = inspect_source(src).trained_context
+        trained = summary.trained_context
         context = min(SOURCE_EXPORT.context, trained - trained % SOURCE_CONTEXT_STEP) if trained else None
+    context = context or SOURCE_EXPORT.context
     kernel = int4_kernel_here(SOURCE_EXPORT.quant)
-    settings = ExportSettings(quant=SOURCE_EXPORT.quant, context=context or SOURCE_EXPORT.context, block_size=0,
-                              int4_kernel=kernel,
-                              attention=SOURCE_EXPORT.rows_attention if kernel == "rows" else SOURCE_EXPORT.attention)
+    # the native rows attention sees whole heads over the whole context: exact attention (also row-exact)
+    # for a model whose sliding layers see less, or that rotates part of each head
+    whole = not summary.partial_rotary and not (summary.sliding_window and context > summary.sliding_window)
+    attention = (SOURCE_EXPORT.rows_attention if whole else "exact") if kernel == "rows" else SOURCE_EXPORT.attention
+    settings = ExportSettings(quant=SOURCE_EXPORT.quant, context=context, block_size=0, int4_kernel=kernel,
+                              attention=attention)
     out = artifact_path(label or (src.stem if src.is_file() else src.name), source_digest(src), settings)
     if is_exported(out):
         return mark_used(out)

@@ -101,3 +101,24 @@ def test_a_gemma3_saved_by_transformers_decodes_as_transformers(tmp_path: Path,
     assert our_greedy(fp32, IDS, 32) == expected
     int4 = export_model(tmp_path / "src", tmp_path / "int4", dataclasses.replace(SETTINGS, quant="int4")).path
     assert int4_agreement(int4, fp32, IDS + expected, "gemma3", capsys) > 0.5
+
+
+def test_a_gemma_source_is_exported_with_attention_that_sees_its_window(tiny_gemma3: tuple[Path, Path, Path],
+                                                                        tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint or GGUF named on the command line (or in specedge.load) is exported as the
+    registry's int4 target is: where that is the native rows attention, a model whose sliding
+    layers see fewer positions than the context gets exact attention instead (also row-exact)."""
+    from specedge.core.manifest import load_manifest
+    from specedge.export.source import inspect_source
+    from specedge.resolve import source_artifact
+
+    monkeypatch.setenv("SPECEDGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPECEDGE_INT4_KERNEL", "rows")
+    assert inspect_source(tiny_gemma3[0]).sliding_window == 8
+    out = source_artifact(tiny_gemma3[0], context=128)
+    assert load_manifest(out).attention == "exact"
+    config = SpecConfig(gamma=4, max_new_tokens=24, ignore_eos=True)
+    plain = Generator.load(out, single_steps=True, config=dataclasses.replace(config, gamma=0))
+    assert Generator.load(out, ngram=True, config=config).generate(IDS * 2).token_ids == \
+        plain.generate(IDS * 2).token_ids

@@ -187,3 +187,15 @@ def test_a_phi3_gguf_tokenizes_as_transformers(tmp_path: Path) -> None:
     ours, ref = Tokenizer.from_str(load_source(path).tokenizer_json), reference_tokenizer(path)
     for text in ["the cat", "  two  spaces", "\\ttab and newline\\n", "ünïcode 🙂", ""]:
         assert ours.encode(text).ids == ref(text)["input_ids"], text
+
+
+def test_the_summary_sees_a_gguf_rotating_part_of_each_head(tmp_path: Path) -> None:
+    """What a first use reads before choosing the attention (resolve.source_artifact): the window and
+    a rotary part short of the head, from a GGUF's header alone."""
+    from specedge.export.source import inspect_source
+    from tests.gguf_models import make_tiny_gguf
+
+    partial = inspect_source(make_tiny_gguf(tmp_path / "p.gguf", arch="phi3", phi3={"rotary": 8, "window": 12}))
+    whole = inspect_source(make_tiny_gguf(tmp_path / "w.gguf", arch="phi3"))
+    assert (partial.partial_rotary, partial.sliding_window) == (True, 12)
+    assert (whole.partial_rotary, whole.sliding_window) == (False, 0)
