@@ -247,19 +247,23 @@ class DecoderBuilder:
         return out[0], out[1]
 
     # -- the layers ---------------------------------------------------------------------------
-    def qkv_packed(self, i: int, x: str) -> str:
-        """[1,S,(H+2*KV)*d]: q, k and v from one MatMul, unsplit (q and k normalized per head where
-        the model does: split, normalized and packed again)."""
+    def qkv_matmul(self, i: int, x: str) -> str:
+        """[1,S,(H+2*KV)*d]: q, k and v from one MatMul, unsplit and as projected."""
         cfg, w = self.cfg, self.src.weights
         p = f"model.layers.{i}.self_attn"
         names = ("q", "k", "v")
         weight = np.concatenate([w.pop(f"{p}.{n}_proj.weight") for n in names])
         bias = np.concatenate([w.pop(f"{p}.{n}_proj.bias") for n in names]) if cfg.attention_bias else None
-        packed = self.linear(x, f"{p}.qkv_proj", weight, bias)
-        if not cfg.qk_norm:
-            return packed
-        q, k, v = self.qk_normed(i, self.split_qkv(packed))
-        return self.g.op("Concat", q, k, v, axis=-1)
+        return self.linear(x, f"{p}.qkv_proj", weight, bias)
+
+    def qkv_parts(self, i: int, x: str) -> tuple[str, str, str]:
+        """q, k and v from one MatMul, apart (q and k normalized per head where the model does)."""
+        return self.qk_normed(i, self.split_qkv(self.qkv_matmul(i, x)))
+
+    def qkv_packed(self, i: int, x: str) -> str:
+        """[1,S,(H+2*KV)*d] for the native attention: the MatMul's output, or with q/k norms the
+        normalized parts packed again."""
+        return self.g.op("Concat", *self.qkv_parts(i, x), axis=-1) if self.cfg.qk_norm else self.qkv_matmul(i, x)
 
     def split_qkv(self, packed: str) -> tuple[str, str, str]:
         cfg = self.cfg
@@ -285,11 +289,7 @@ class DecoderBuilder:
     def attention_fused(self, i: int, x: str, rope: tuple[str, str], seqlens_k: str, total_length: str) -> str:
         cfg = self.cfg
         p = f"model.layers.{i}.self_attn"
-        if cfg.rotary_size != cfg.head_dim and (cfg.rotary_size // 2) % 8:
-            raise SpecEdgeError(f"--attention fused rotates a head's first values in groups of 16, and this model "
-                                f"rotates {cfg.rotary_size} of {cfg.head_dim}", "export with --attention exact")
-        packed = self.qkv_packed(i, x)
-        qkv = (packed, "", "") if not cfg.qk_norm else self.split_qkv(packed)  # normalized: q, k, v apart
+        qkv = self.qkv_parts(i, x) if cfg.qk_norm else (self.qkv_matmul(i, x), "", "")  # normalized: apart
         attn, _, _ = self.g.ops("GroupQueryAttention", *qkv, f"past_key.{i}",
                                 f"past_value.{i}", seqlens_k, total_length, rope[0], rope[1],
                                 outs=[None, f"present_key.{i}", f"present_value.{i}"], domain="com.microsoft",
@@ -311,7 +311,7 @@ class DecoderBuilder:
         """q [1,S,H*d], k, v [1,S,KV*d]: one fused MatMul (then Split) or three."""
         cfg, w = self.cfg, self.src.weights
         if self.fused:
-            q, k, v = self.split_qkv(self.qkv_packed(i, x))
+            q, k, v = self.qkv_parts(i, x)
             return {"q": q, "k": k, "v": v}
         p = f"model.layers.{i}.self_attn"
         proj = {n: self.linear(x, f"{p}.{n}_proj", w.pop(f"{p}.{n}_proj.weight"),
@@ -432,7 +432,10 @@ class DecoderBuilder:
         {"fused": self.build_fused, "rows": self.build_rows}.get(self.attention_kind, self.build_exact)(on_layer)
 
     def build_fused(self, on_layer: Callable[[int], object] | None = None) -> None:
-        g = self.g
+        g, cfg = self.g, self.cfg
+        if cfg.rotary_size != cfg.head_dim and (cfg.rotary_size // 2) % 8:
+            raise SpecEdgeError(f"--attention fused rotates a head's first values in groups of 16, and this model "
+                                f"rotates {cfg.rotary_size} of {cfg.head_dim}", "export with --attention exact")
         g.input("input_ids", I64, [1, "S"])
         seqlens_k = g.input("seqlens_k", TensorProto.INT32, [1])
         total_length = g.input("total_sequence_length", TensorProto.INT32, [])

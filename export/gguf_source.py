@@ -107,12 +107,9 @@ def phi3_values(g: GgufFile, found: dict[str, object]) -> dict[str, object]:
         out["partial_rotary_factor"] = rotary / (hidden // heads)
     if isinstance(g.fields.get("phi3.attention.sliding_window"), int):
         out["sliding_window"] = g.fields["phi3.attention.sliding_window"]
-    short = g.tensors.get("rope_factors_short.weight")
+    short = factor_list(g, "rope_factors_short.weight")
     if short is not None:
-        if len(short.shape) != 1 or not 1 <= short.shape[0] <= MAX_ROPE_FREQS:
-            raise SpecEdgeError(f"{g.path}: rope_factors_short.weight has shape {list(short.shape)[:4]}, not a short "
-                                "list of factors", CRAFTED)
-        out["rope_scaling"] = {"rope_type": "longrope", "short_factor": [float(v) for v in read_tensor(g, short)],
+        out["rope_scaling"] = {"rope_type": "longrope", "short_factor": short,
                                "original_max_position_embeddings": g.fields.get(
                                    "phi3.rope.scaling.original_context_length"),
                                "attention_factor": g.fields.get("phi3.rope.scaling.attn_factor")}
@@ -124,13 +121,18 @@ MAX_ROPE_FREQS = 4096
 
 
 def rope_freq_factors(g: GgufFile) -> list[float] | None:
-    """The file's rope_freqs tensor (what llama.cpp divides each rotary frequency by), None if it
-    has none; a tensor that is not a short 1-D list of numbers is refused before it is read."""
-    info = g.tensors.get(ROPE_FREQS)
+    """The file's rope_freqs tensor (what llama.cpp divides each rotary frequency by), None if it has none."""
+    return factor_list(g, ROPE_FREQS)
+
+
+def factor_list(g: GgufFile, name: str) -> list[float] | None:
+    """A tensor of per-frequency rope factors (rope_freqs, rope_factors_short) as numbers, None if
+    the file has none; one that is not a short 1-D list is refused before it is read."""
+    info = g.tensors.get(name)
     if info is None:
         return None
     if len(info.shape) != 1 or not 1 <= info.shape[0] <= MAX_ROPE_FREQS:
-        raise SpecEdgeError(f"{g.path}: {ROPE_FREQS} has shape {list(info.shape)[:4]}, not a list of at most "
+        raise SpecEdgeError(f"{g.path}: {name} has shape {list(info.shape)[:4]}, not a list of at most "
                             f"{MAX_ROPE_FREQS} factors", CRAFTED)
     return [float(v) for v in read_tensor(g, info)]
 
@@ -201,8 +203,9 @@ class GgufWeights:
     def __init__(self, g: GgufFile, values: dict[str, object]) -> None:
         self.g = g
         self.by_hf = {}
+        kind = model_type(g)
         for name in g.tensors:
-            hf = hf_name(name, model_type(g))
+            hf = hf_name(name, kind)
             if hf is not None:
                 self.by_hf[hf] = name
         self.permute = bool(values["permute"])
@@ -223,7 +226,8 @@ def check_tensors(g: GgufFile) -> None:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
     from gguf.quants import dequantize as gguf_dequantize
 
-    for qtype in sorted({t.qtype for t in g.tensors.values() if hf_name(t.name, model_type(g)) is not None}):
+    kind_of_file = model_type(g)
+    for qtype in sorted({t.qtype for t in g.tensors.values() if hf_name(t.name, kind_of_file) is not None}):
         kind = GGMLQuantizationType(qtype)
         type_size = GGML_QUANT_SIZES[kind][1]
         try:

@@ -106,7 +106,6 @@ def check_gguf(path: Path) -> SourceSummary:
         tensors, kvs = r.u64(), r.u64()
         if tensors > MAX_ITEMS or kvs > MAX_ITEMS:
             raise r.bad(f"the header claims {tensors} tensors and {kvs} key/value pairs")
-        trained = 0
         sizes: dict[str, int] = {}  # the header's integers the summary reads
         for _ in range(kvs):
             key, kind = r.string(), r.u32()
@@ -170,11 +169,17 @@ def check_hf_folder(folder: Path) -> SourceSummary:
             embedding += e.count if e.name in EMBEDDING_NAMES else 0
     trained = config.get("max_position_embeddings")
     window = config.get("sliding_window") if config.get("model_type") in ("gemma3_text", "phi3") else 0
-    params = config.get("rope_parameters") if isinstance(config.get("rope_parameters"), dict) else {}
-    partial = config.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0  # type: ignore[union-attr]
+    partial = partial_rotary_factor(config) or 1.0
     return SourceSummary(total, embedding, trained if isinstance(trained, int) and trained > 0 else 0,
                          window if isinstance(window, int) and window > 0 else 0,
                          isinstance(partial, int | float) and partial < 1)
+
+
+def partial_rotary_factor(config: dict) -> object:
+    """A config's partial_rotary_factor, at its top level or in rope_parameters (None: not said)."""
+    params = config.get("rope_parameters")
+    return config.get("partial_rotary_factor") or (params.get("partial_rotary_factor") if isinstance(params, dict)
+                                                   else None)
 
 
 def _read_json(path: Path, required: bool = True) -> object:

@@ -28,6 +28,7 @@ from specedge.core.manifest import (
     MAX_TEMPLATE_CHARS,
     MAX_VOCAB,
 )
+from specedge.export.source_check import partial_rotary_factor
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -160,8 +161,7 @@ def decoder_config(f: Fields, architecture: str) -> DecoderConfig:
 def rotary_dim(f: Fields, head_dim: int) -> int:
     """The rotary part of a head with partial rotary embeddings (partial_rotary_factor < 1, as
     transformers: int(head_dim * factor)); 0: the whole head."""
-    params = f.values.get("rope_parameters") if isinstance(f.values.get("rope_parameters"), dict) else {}
-    factor = f.values.get("partial_rotary_factor") or params.get("partial_rotary_factor")  # type: ignore[union-attr]
+    factor = partial_rotary_factor(f.values)
     if factor in (None, 1, 1.0):
         return 0
     if not isinstance(factor, int | float) or isinstance(factor, bool) or not 0 < factor < 1:
@@ -230,22 +230,23 @@ def rope_freq_factors(f: Fields, head_dim: int) -> tuple[float, ...]:
     scaling (`rope_scaling` {"rope_type": "llama3", ...}) computed as transformers computes it; ()."""
     given = f.values.get("rope_freq_factors")
     if given is not None:
-        if not isinstance(given, list | tuple) or len(given) != head_dim // 2:
-            raise f.bad("rope_freq_factors", f"must hold {head_dim // 2} factors, one per rotary frequency")
-        if not all(isinstance(v, float | int) and math.isfinite(v) and v > 0 for v in given):
-            raise f.bad("rope_freq_factors", "must be positive finite numbers")
-        return tuple(float(v) for v in given)
+        return positive_factors(f, "rope_freq_factors", given, head_dim // 2)
     scaling = f.values.get("llama3_rope_scaling")
     if isinstance(scaling, dict):
         return llama3_factors(f, scaling, head_dim)
     longrope = f.values.get("longrope_scaling")
     if isinstance(longrope, dict):  # the short factors: an export holds at most the positions they serve
-        short = longrope.get("short_factor")
-        if not isinstance(short, list) or len(short) != head_dim // 2 or not all(
-                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in short):
-            raise f.bad("rope_scaling", f"needs short_factor: {head_dim // 2} positive numbers")
-        return tuple(float(v) for v in short)
+        return positive_factors(f, "rope_scaling", longrope.get("short_factor"), head_dim // 2, "short_factor")
     return ()
+
+
+def positive_factors(f: Fields, key: str, value: object, count: int, what: str = "") -> tuple[float, ...]:
+    """`count` positive finite numbers, one per rotary frequency (one line naming `key` otherwise)."""
+    if not isinstance(value, list | tuple) or len(value) != count:
+        raise f.bad(key, f"must hold {count} factors{' in ' + what if what else ''}, one per rotary frequency")
+    if not all(isinstance(v, float | int) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in value):
+        raise f.bad(key, f"must be positive finite numbers{' in ' + what if what else ''}")
+    return tuple(float(v) for v in value)
 
 
 def llama3_factors(f: Fields, scaling: dict, head_dim: int) -> tuple[float, ...]:
