@@ -53,12 +53,12 @@ from specedge.serve.protocol import (
     GenerationRequest,
     body_too_large,
     error_for,
+    error_response,
     invalid,
     one_line,
     parse_chat,
     parse_completion,
     parse_json,
-    parse_messages,
 )
 from specedge.serve.responses import DONE, Shaper, finish_reason, specedge_stats, sse, usage
 from specedge.serve.structured import FREE_TEXT, Structure, ToolCallFilter, api_calls, parse_structure
@@ -119,10 +119,6 @@ class CountRequests:
             await send(message)
 
         await self.app(scope, receive, counted)
-
-
-def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
 def api(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Any]]:
@@ -194,11 +190,10 @@ class EventStream:
     past PING_S: then pings keep the stream alive, and an error is an event)."""
 
     def __init__(self, job: Job, shaper: Shaper, include_usage: bool, call_names: frozenset[str] = frozenset(),
-                 show_draft: bool = False, reasoning: bool = False) -> None:
+                 reasoning: bool = False) -> None:
         self.job = job
         self.shaper = shaper
         self.include_usage = include_usage
-        self.show_draft = show_draft  # each text chunk says where its tokens came from
         # a thinking model's <think> block, sent as reasoning_content
         self.reasoning = ReasoningFilter() if reasoning else None
         # the model's calls to these tools, taken out of its text
@@ -255,7 +250,7 @@ class EventStream:
             if isinstance(event, Piece | Finished):
                 text = event.text if isinstance(event, Piece) else None
                 held += event.logprobs if isinstance(event, Piece) else ()
-                origin = event.origin if self.show_draft and isinstance(event, Piece) else None
+                origin = event.origin if isinstance(event, Piece) else None  # set where the request asked
                 for kind, part in self.parts(text):  # the piece's origin goes with its first chunk only
                     if kind == REASONING:
                         yield shaper.reasoning_chunk(part, first, held, origin)
@@ -360,17 +355,16 @@ class Server:
         return JSONResponse({"content": await run_in_threadpool(self.text_of, ids)})
 
     def text_of(self, ids: list[int]) -> str:
-        codec = self.side_codec()
         with self._side_lock:
-            return codec.decode(ids)
+            return self.side_codec().decode(ids)
 
     def tokens_of(self, body: dict[str, Any]) -> list[int]:
         """The ids of a /tokenize body, on a codec of its own (the worker's tokenizer is the worker's)."""
-        codec = self.side_codec()
         with self._side_lock:
+            codec = self.side_codec()
             if "messages" in body:
-                messages = [dict(m) for m in parse_messages(body["messages"])]
-                return codec.encode_chat(messages, template_kwargs=parse_chat(body).template_kwargs)
+                req = parse_chat(body)
+                return codec.encode_chat([dict(m) for m in req.messages], template_kwargs=req.template_kwargs)
             text = body.get("content", body.get("prompt"))
             if not isinstance(text, str):
                 raise invalid("content", "must be a string (or send 'messages')")
@@ -380,14 +374,14 @@ class Server:
             return codec.encode(text, add_special_tokens=special, what="the content")
 
     def side_codec(self) -> TextCodec:
-        """A second codec of the target's tokenizer and chat template, made on first use."""
-        with self._side_lock:
-            if self._side_codec is None:
-                main = self.generator.codec
-                codec = TextCodec(main.folder, main.manifest)
-                codec.template_source, codec.template_kwargs = main.template_source, dict(main.template_kwargs)
-                self._side_codec = codec
-            return self._side_codec
+        """A second codec of the target's tokenizer and chat template, made on first use (the caller
+        holds _side_lock, as it does while it uses the codec)."""
+        if self._side_codec is None:
+            main = self.generator.codec
+            codec = TextCodec(main.folder, main.manifest)
+            codec.template_source, codec.template_kwargs = main.template_source, dict(main.template_kwargs)
+            self._side_codec = codec
+        return self._side_codec
 
     def check_model(self, model: str | None) -> None:
         names = (self.settings.model_id, *self.settings.aliases)
@@ -486,7 +480,7 @@ class Server:
             self.grammar_state, structure, int(overrides["max_new_tokens"]))  # type: ignore[call-overload]
         job = Job(shaper.id, functools.partial(self.encode, req, structure.tools), overrides,
                   asyncio.get_running_loop(), stream=req.stream, constraint=constraint,
-                  prediction=structure.prediction)
+                  prediction=structure.prediction, show_draft=req.show_draft)
         try:
             self.worker.submit(job)
         except QueueFull as e:
@@ -495,7 +489,7 @@ class Server:
                            headers={"Retry-After": str(e.retry_after)}) from None
         thinking = req.kind == "chat" and req.split_reasoning and self.thinks
         if req.stream:
-            return EventStream(job, shaper, req.include_usage, structure.call_names, req.show_draft, thinking)
+            return EventStream(job, shaper, req.include_usage, structure.call_names, thinking)
         finished = await until_first(job.events.get(), request.receive, job)
         if finished is None:
             return Response(status_code=204)  # the client is gone; nobody reads this

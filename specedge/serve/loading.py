@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from specedge.serve.page import page_response
-from specedge.serve.protocol import APIError
+from specedge.serve.protocol import APIError, error_response
 
 LOADING = APIError(503, "the model is loading; retry in a moment", kind="server_error", code="model_loading",
                    headers={"Retry-After": "5"})
@@ -39,11 +39,15 @@ class LoadingGate:
 
     def end_all(self, error: APIError) -> None:
         """Stopping: no application from now on; the running and queued requests end with `error`."""
-        with self._lock:
-            self._closed = True
-            app = self.app
+        app = self.close()
         if app is not None:
             app.state.server.worker.end_all(error)
+
+    def close(self) -> Any:
+        """No application is opened from now on; the one that was, if any."""
+        with self._lock:
+            self._closed = True
+            return self.app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -59,9 +63,7 @@ class LoadingGate:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                with self._lock:
-                    self._closed = True
-                    app = self.app
+                app = self.close()
                 if app is not None:
                     await run_in_threadpool(app.state.server.worker.stop)
                 await send({"type": "lifespan.shutdown.complete"})
@@ -75,5 +77,5 @@ async def loading_response(scope: Scope, receive: Receive, send: Send) -> None:
     elif scope["path"] == "/health":
         response = JSONResponse({"status": "loading"}, status_code=503, headers=LOADING.headers)
     else:
-        response = JSONResponse(LOADING.body(), status_code=LOADING.status, headers=LOADING.headers)
+        response = error_response(LOADING)
     await response(scope, receive, send)

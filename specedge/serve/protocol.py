@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from starlette.responses import JSONResponse
+
 from specedge.core.errors import SpecEdgeError
 from specedge.runtime.grammar import GrammarFault
 from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
@@ -49,6 +51,11 @@ class APIError(Exception):
 
     def body(self) -> dict[str, object]:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def error_response(err: APIError) -> JSONResponse:
+    """The OpenAI error object of `err`, with its status and headers."""
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
 # what a request gets when the server stops with it queued or decoding (retry elsewhere or later)

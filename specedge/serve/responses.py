@@ -142,8 +142,8 @@ class Shaper:
     def reasoning_chunk(self, text: str, first: bool = False, logprobs: Sequence[TokenLogprob] = (),
                         origin: dict[str, object] | None = None) -> bytes:
         """A chunk of a thinking model's reasoning (`delta.reasoning_content`, as vLLM sends it)."""
-        choice = self._choice(None, None, True, first, self._logprobs(logprobs or None), reasoning=text)
-        return sse({**self._head(True), "choices": [choice], **({"specedge": origin} if origin is not None else {})})
+        return self._text_chunk(self._choice(None, None, True, first, self._logprobs(logprobs or None),
+                                             reasoning=text), origin)
 
     def calls_chunk(self, tool_calls: list[dict[str, object]], first: bool = False) -> bytes:
         """A chunk carrying whole tool calls (each with its index, id, name and all its arguments)."""
@@ -153,7 +153,9 @@ class Shaper:
               origin: dict[str, object] | None = None) -> bytes:
         """A chunk of text; with `origin` (a request's show_draft), its `specedge` field says where
         the text's tokens came from."""
-        choice = self._choice(text, None, True, first, self._logprobs(logprobs or None))
+        return self._text_chunk(self._choice(text, None, True, first, self._logprobs(logprobs or None)), origin)
+
+    def _text_chunk(self, choice: dict[str, object], origin: dict[str, object] | None) -> bytes:
         return sse({**self._head(True), "choices": [choice], **({"specedge": origin} if origin is not None else {})})
 
     def final_chunk(self, finish: str | None, stats: dict[str, object], logprobs: Sequence[TokenLogprob] = ()) -> bytes:

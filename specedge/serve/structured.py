@@ -107,18 +107,18 @@ def parse_response_format(value: object) -> Grammar | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        return checked(Grammar("json_object"), "response_format")
+        return checked(Grammar("json_object"), response_format_param(value))
     if kind == "json_schema":
         spec = value.get("json_schema")
         if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
             raise invalid("response_format.json_schema", 'must be an object with a "schema" object')
-        return checked(Grammar("json_schema", spec.get("schema", {})), "response_format.json_schema.schema")
+        return checked(Grammar("json_schema", spec.get("schema", {})), response_format_param(value))
     if kind in ("regex", "grammar"):  # beyond the API, as other local servers take them
         text, syntax = value.get(kind), value.get("syntax", "lark") if kind == "grammar" else "regex"
         if not isinstance(text, str) or syntax not in ("lark", "gbnf", "regex"):
             what = "a string (syntax lark or gbnf)" if kind == "grammar" else "a string"
             raise invalid(f"response_format.{kind}", f"must be {what}")
-        return checked(Grammar(syntax, text), f"response_format.{kind}")
+        return checked(Grammar(syntax, text), response_format_param(value))
     raise invalid("response_format.type", f"must be text, json_object, json_schema, regex or grammar, not "
                                           f"{json.dumps(kind)[:40]}")
 

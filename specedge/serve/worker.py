@@ -87,6 +87,7 @@ class Job:
     stream: bool  # False: only the Finished (or Failed) event is sent
     constraint: Constraint | None = None  # the state of the grammar every token must follow (checked when made)
     prediction: str | None = None  # the caller's prediction of the output, drafted from
+    show_draft: bool = False  # each streamed piece carries its origin (origin_of)
     arrived: float = field(default_factory=time.perf_counter)
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
@@ -238,8 +239,9 @@ class GenerationWorker:
                 if job.stream:
                     logprobs = piece_logprobs(stream, segment, sent)
                     sent += len(logprobs)
-                    origin = origin_of(segment, stream.stats, counted)
-                    counted += origin["tokens"]  # type: ignore[operator]
+                    origin = origin_of(segment, stream.stats, counted) if job.show_draft else None
+                    if origin is not None:
+                        counted += origin["tokens"]  # type: ignore[operator]
                     job.emit(Piece(segment.text, logprobs, origin))
         finally:
             stream.close()  # at once if cancelled: no further round is decoded
