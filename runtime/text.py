@@ -64,8 +64,8 @@ class TextCodec:
         text is not tokenized whole to be refused). The tokenizer runs without the GIL (its batch
         call), so a server's event loop answers meanwhile."""
         check_text(text, what)
-        parsing = self.tokenizer.encode_special_tokens
-        if parsing == special_text:  # set only when it changes: a setter borrows the tokenizer exclusively
+        switched = self.tokenizer.encode_special_tokens == special_text
+        if switched:  # set only when it changes: a setter borrows the tokenizer exclusively
             self.tokenizer.encode_special_tokens = not special_text
         try:
             if limit is not None and len(text) > limit * PREFIX_CHARS:
@@ -74,8 +74,8 @@ class TextCodec:
                     raise PromptTooLong(head, limit, what)
             ids = self.tokens(text, add_special_tokens)
         finally:
-            if self.tokenizer.encode_special_tokens != parsing:
-                self.tokenizer.encode_special_tokens = parsing
+            if switched:
+                self.tokenizer.encode_special_tokens = special_text
         if limit is not None and len(ids) > limit:
             raise PromptTooLong(len(ids), limit, what)
         check_ids(ids, self.manifest, self.folder)

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from specedge.runtime.reasoning import held_back
+
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
@@ -143,10 +145,8 @@ def open_call_at(text: str) -> int:
     last = text.rfind(OPEN)
     if last >= 0 and text.find(CLOSE, last) < 0:
         return last
-    for n in range(min(len(OPEN) - 1, len(text)), 0, -1):
-        if text.endswith(OPEN[:n]):
-            return len(text) - n
-    return -1
+    tail = held_back(text, OPEN)
+    return len(text) - tail if tail else -1
 
 
 # a call's JSON as templates write the calls they show the model (transformers' tojson: json.dumps'

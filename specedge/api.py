@@ -241,14 +241,9 @@ def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bo
         if speculate else SpecConfig(gamma=0)
     gen = Generator.load(target, draft=draft_path, ngram=use_ngram, provider=provider, threads=threads,
                          config=config, single_steps=single and not speculate)
-    from specedge.profiling import measured_bandwidth
+    from specedge.options import finish_load
 
-    gen.bandwidth_gb_per_s = measured_bandwidth()
-    if context:
-        from specedge.options import say_context
-
-        say_context(gen, context)
-    gen.codec.use_template(chat_template, chat_template_kwargs)
+    finish_load(gen, context, chat_template, chat_template_kwargs)
     return Model(gen, name.partition(":")[0] if name in MODELS or is_pair(name) else Path(name).name, line)
 
 
@@ -259,14 +254,10 @@ def artifact(name_or_path: str | Path, context: int | None = None) -> Path:
     path = Path(text).expanduser()
     if path.is_dir() and (path / MANIFEST_NAME).is_file():
         return path
-    if text.partition(":")[0] in MODELS:
+    if text.partition(":")[0] in MODELS or text.startswith("hf:") or is_source(path):
         from specedge.options import artifact_arg
 
-        return artifact_arg(text, context)
-    if text.startswith("hf:") or is_source(path):
-        from specedge.options import artifact_arg
-
-        return artifact_arg(text, context)
+        return artifact_arg(str(path) if is_source(path) else text, context)
     known = ", ".join(sorted((*PAIRS, *HUB_PAIRS, *MODELS)))
     raise SpecEdgeError(f"{text!r} is neither a registry name ({known}) nor an artifact folder, GGUF file, "
                         "Hugging Face checkpoint folder or hf:OWNER/REPO name",

@@ -18,7 +18,7 @@ from typing import TextIO
 
 from specedge.core.errors import SpecEdgeError
 from specedge.runtime.generator import Generator, Segment, check_gamma
-from specedge.runtime.reasoning import REASONING, ReasoningFilter, thinks
+from specedge.runtime.reasoning import CONTENT, REASONING, ReasoningFilter, thinks
 from specedge.runtime.stats import GenerationStats
 from specedge.runtime.template.sandbox import ChatTemplateError
 from specedge.runtime.text import Message
@@ -87,8 +87,12 @@ def traffic_note(s: GenerationStats) -> str:
 def shown(segment: Segment, thinking: ReasoningFilter | None, show_draft: bool) -> str:
     """A segment as the chat writes it: reasoning dimmed (where `thinking` takes it apart), the
     answer's drafted tokens green with --show-draft."""
-    parts = thinking.push(segment.text) if thinking is not None else [("content", segment.text)]
-    colour = GREEN if show_draft and segment.drafted else ""
+    parts = thinking.push(segment.text) if thinking is not None else [(CONTENT, segment.text)]
+    return painted(parts, GREEN if show_draft and segment.drafted else "")
+
+
+def painted(parts: Iterable[tuple[str, str]], colour: str = "") -> str:
+    """(kind, text) pieces for the terminal: reasoning dimmed, the answer in `colour` (if any)."""
     return "".join(f"{DIM}{t}{RESET}" if kind == REASONING else f"{colour}{t}{RESET}" if colour else t
                    for kind, t in parts)
 
@@ -145,7 +149,7 @@ class ChatSession:
                 self.out.write(shown(segment, thinking, self.show_draft))
                 self.out.flush()
             if thinking is not None:
-                self.out.write("".join(f"{DIM}{t}{RESET}" if kind == REASONING else t for kind, t in thinking.flush()))
+                self.out.write(painted(thinking.flush()))
         except KeyboardInterrupt:
             stream.close()
             self.say("\n[stopped]")

@@ -170,7 +170,8 @@ def pair_decoding(pair_name: str, context: int | None = None) -> Decoding:
                                                      "(a Hugging Face pair: its default way is not measured here)")
     say_first_use(pair.target, pair.draft)
     choice = default_choice(pair.target)
-    target = default_artifact(pair.target, context=context)
+    target = default_artifact(pair.target, choice.quant if choice is not None else get_model(pair.target).export.quant,
+                              context)  # the choice just read, not read again
     if choice is None:
         return Decoding(target, resolve_model(pair.draft, context=context), False, False,
                         f"{pair.target} with its draft, γ auto (one export: nothing to choose)")
@@ -208,8 +209,6 @@ def pair_artifacts(name: str, context: int | None = None) -> tuple[Path, Path]:
 def hub_pair_artifacts(pair: PairEntry, context: int | None = None) -> tuple[Path, Path]:
     """(target, draft) artifacts of a Hugging Face pair: fetched into the Hub's cache and exported
     into specedge's on first use (offline: from the Hub's cache, or one line)."""
-    from specedge.hub import hub_label, hub_source
-    from specedge.resolve import source_artifact
+    from specedge.hub import hub_artifact
 
-    return tuple(source_artifact(hub_source(name), hub_label(name), context)  # type: ignore[return-value]
-                 for name in (pair.target, pair.draft))
+    return hub_artifact(pair.target, context), hub_artifact(pair.draft, context)

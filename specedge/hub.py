@@ -57,6 +57,13 @@ def hub_source(text: str) -> Path:
                         "pick a repository with .gguf files, or config.json and .safetensors")
 
 
+def hub_artifact(text: str, context: int | None = None) -> Path:
+    """The cached export of `hf:OWNER/REPO[:TAG]`, fetched and exported on first use."""
+    from specedge.resolve import source_artifact
+
+    return source_artifact(hub_source(text), hub_label(text), context)
+
+
 def hub_label(text: str) -> str:
     """The name an `hf:` source's export is cached under: OWNER--REPO (and its tag)."""
     repo, _, tag = text[len(PREFIX):].partition(":")

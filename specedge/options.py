@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specedge.core.errors import SpecEdgeError
+from specedge.hub import hub_artifact, is_hub_name
 from specedge.models.registry import DEFAULT_PAIR, MODELS
 
 if TYPE_CHECKING:
-    from specedge.core.manifest import Manifest
     from specedge.defaults import Decoding
     from specedge.runtime.decoding import SpecConfig
     from specedge.runtime.generator import Generator
@@ -182,14 +182,9 @@ def say_context(gen: Generator, context: int) -> None:
     from specedge.runtime.generator import draft_model
 
     draft = draft_model(gen.drafter)
-    kv = sum(kv_bytes(m) for m in (gen.target.manifest, *([draft.manifest] if draft is not None else [])))
+    models = (gen.target.manifest, *([draft.manifest] if draft is not None else []))
+    kv = sum(m.costs.kv_slot_bytes * m.context for m in models)  # keys and values of every layer, every slot
     print(f"specedge: context {context} tokens: the KV cache takes up to {kv / 1e6:.0f} MB", file=sys.stderr)
-
-
-def kv_bytes(m: Manifest) -> int:
-    """Bytes of a model's KV cache at its full context: keys and values of every layer."""
-    item = 2 if m.kv_dtype in ("float16", "fp16") else 4
-    return 2 * m.num_layers * m.num_kv_heads * m.head_dim * m.context * item
 
 
 def add_provider_flags(p: argparse.ArgumentParser) -> None:
@@ -231,12 +226,11 @@ def artifact_arg(value: str, context: int | None = None) -> Path:
 
     path = Path(value)
     name, _, quant = value.partition(":")
-    if value.startswith("hf:") or is_source(path):
-        from specedge.hub import hub_label, hub_source, is_hub_name
+    if is_hub_name(value):
+        return hub_artifact(value, context)
+    if is_source(path):
         from specedge.resolve import source_artifact
 
-        if is_hub_name(value):
-            return source_artifact(hub_source(value), hub_label(value), context)
         return source_artifact(path, context=context)
     if path.exists() or name not in MODELS or (quant and quant not in QUANT_BITS):
         return path
@@ -284,13 +278,21 @@ def load_generator(args: argparse.Namespace, target: Path, draft: Path | None, n
                    single_steps: bool = False) -> Generator:
     """A Generator on the providers the flags of `add_provider_flags` name, with this machine's
     measured bandwidth for the stats."""
-    from specedge.profiling import measured_bandwidth  # the runtime (onnxruntime): loaded when a command runs
     from specedge.runtime.generator import Generator
 
     gen = Generator.load(target, draft=draft, ngram=ngram, provider=args.provider, draft_provider=args.draft_provider,
                          threads=args.threads, config=config, fallback=args.fallback, single_steps=single_steps)
-    gen.bandwidth_gb_per_s = measured_bandwidth()
-    if getattr(args, "context", None):
-        say_context(gen, args.context)
-    gen.codec.use_template(getattr(args, "chat_template", None), getattr(args, "chat_template_kwargs", None))
+    finish_load(gen, getattr(args, "context", None), getattr(args, "chat_template", None),
+                getattr(args, "chat_template_kwargs", None))
     return gen
+
+
+def finish_load(gen: Generator, context: int | None, template: str | None, template_kwargs: object) -> None:
+    """What a loaded Generator gets before it decodes, from the CLI or the Python API: this
+    machine's measured bandwidth for the stats, the context check and its KV cost, the chat template."""
+    from specedge.profiling import measured_bandwidth  # the runtime (onnxruntime): loaded when a command runs
+
+    gen.bandwidth_gb_per_s = measured_bandwidth()
+    if context:
+        say_context(gen, context)
+    gen.codec.use_template(template, template_kwargs)  # type: ignore[arg-type]

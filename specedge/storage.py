@@ -18,12 +18,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from specedge.core.contract import QUANT_BITS
 from specedge.core.errors import SpecEdgeError
+from specedge.models.fetch import STAMP_SUFFIX, stamp_of
 from specedge.models.locks import exclusive
 from specedge.models.paths import artifacts_dir, weights_dir
 from specedge.models.registry import MODELS, PAIRS, get_model
 
-QUANTS = ("int4", "int8", "w8a8", "fp32", "qdq")
+QUANTS = tuple(QUANT_BITS)  # the export formats an artifact folder's name may carry
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def cached_items() -> list[CachedItem]:
     items = []
     weights = {entry.file_name: entry.name for entry in MODELS.values()}
     for path in sorted(visible(weights_dir())):
-        if path.is_file() and not path.name.endswith(".sha256"):
+        if path.is_file() and not path.name.endswith(STAMP_SUFFIX):
             items.append(CachedItem(path, "weights", weights.get(path.name, ""), "", folder_size(path)))
     for path in sorted(visible(artifacts_dir())):
         if path.is_dir():
@@ -177,7 +179,7 @@ def remove(items: Iterable[CachedItem], dry_run: bool = False) -> int:
 def erase(path: Path) -> None:
     if path.is_symlink() or path.is_file():
         path.unlink()
-        stamp = path.with_name(path.name + ".sha256")
+        stamp = stamp_of(path)
         if stamp.is_file():
             stamp.unlink()
     else:

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import MAX_TEMPLATE_CHARS
 
 # what the renderer itself passes, or registers: a keyword may not replace them
 RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token",
                       "raise_exception", "strftime_now"})
-TEMPLATE_CHARS = 1 << 20  # a chat template longer than 1 MiB is not one
+TEMPLATE_CHARS = MAX_TEMPLATE_CHARS  # a chat template longer than 1 MiB is not one (as a manifest's)
 
 
 def check_template_kwargs(kwargs: object, what: str = "chat_template_kwargs") -> dict[str, Any]:
