@@ -22,7 +22,9 @@ Shape = tuple[int | str, ...]  # a dimension's size, or its symbol ("R", "T")
 # field numbers of onnx.proto
 MODEL_GRAPH = 7
 GRAPH_INITIALIZER, GRAPH_INPUT, GRAPH_OUTPUT = 5, 11, 12
-TENSOR_DIMS, TENSOR_NAME = 1, 8
+TENSOR_DIMS, TENSOR_TYPE, TENSOR_NAME, TENSOR_EXTERNAL, TENSOR_LOCATION = 1, 2, 8, 13, 14
+ENTRY_KEY, ENTRY_VALUE = 1, 2
+LOCATION_EXTERNAL = 1
 VALUE_NAME, VALUE_TYPE = 1, 2
 TYPE_TENSOR, TENSOR_TYPE_SHAPE, SHAPE_DIM = 1, 2, 1
 DIM_VALUE, DIM_PARAM = 1, 2
@@ -97,6 +99,47 @@ def _tensor(buf: bytes | mmap.mmap, start: int, end: int) -> tuple[str, tuple[in
                 value, pos = _varint(buf, pos, b)
                 dims.append(_int64(value))
     return name, tuple(dims)
+
+
+@dataclass(frozen=True)
+class ExternalTensor:
+    """An initializer whose bytes lie in a data file beside the graph."""
+    name: str
+    dims: tuple[int, ...]
+    data_type: int  # onnx.proto's TensorProto.DataType
+    location: str
+    offset: int
+    length: int
+
+
+def _external(buf: bytes | mmap.mmap, start: int, end: int) -> ExternalTensor | None:
+    """The initializer in buf[start:end] if its data is external, else None."""
+    name, dims = _tensor(buf, start, end)
+    data_type, external, entries = 0, False, {}
+    for number, wire, a, b in _fields(buf, start, end):
+        if number == TENSOR_TYPE and wire == 0:
+            data_type = a
+        elif number == TENSOR_LOCATION and wire == 0:
+            external = a == LOCATION_EXTERNAL
+        elif number == TENSOR_EXTERNAL and wire == 2:
+            entry = {n: bytes(buf[c:d]).decode("utf-8", "replace") for n, w, c, d in _fields(buf, a, b) if w == 2}
+            entries[entry.get(ENTRY_KEY, "")] = entry.get(ENTRY_VALUE, "")
+    if not external:
+        return None
+    return ExternalTensor(name, dims, data_type, entries.get("location", ""), int(entries.get("offset", 0)),
+                          int(entries.get("length", -1)))
+
+
+def external_tensors(path: Path) -> list[ExternalTensor]:
+    """The initializers of the graph file at `path` whose bytes lie in a data file (GraphReadError,
+    OSError or ValueError where the file cannot be read as a graph)."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        found = []
+        for number, wire, a, b in _fields(buf, 0, len(buf)):
+            if number == MODEL_GRAPH and wire == 2:
+                found += [t for n2, w2, c, d in _fields(buf, a, b)
+                          if n2 == GRAPH_INITIALIZER and w2 == 2 and (t := _external(buf, c, d)) is not None]
+        return found
 
 
 def _value(buf: bytes | mmap.mmap, start: int, end: int) -> tuple[str, Shape]:

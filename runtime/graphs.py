@@ -9,6 +9,7 @@ from specedge.core.contract import logits_rows
 from specedge.core.errors import SpecEdgeError
 from specedge.core.manifest import Manifest
 from specedge.runtime.session import create_session
+from specedge.runtime.weight_pages import resident_weights
 
 
 class DynamicGraph:
@@ -71,5 +72,7 @@ def open_graphs(folder: Path, manifest: Manifest, provider: str, threads: int | 
                 spin: bool, profile_prefix: str | None = None) -> DynamicGraph | StaticGraphs:
     if manifest.static:
         return StaticGraphs(folder, manifest, provider, threads, spin)
+    # specedge's kernel reads its weights as stored: in memory on huge pages, where this OS gives them
+    weights = resident_weights(folder / manifest.graph) if provider == "cpu" and manifest.native_kernel else None
     return DynamicGraph(create_session(folder / manifest.graph, provider, threads, spin=spin,
-                                       profile_prefix=profile_prefix), manifest.prefill_width)
+                                       profile_prefix=profile_prefix, weights=weights), manifest.prefill_width)

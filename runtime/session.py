@@ -29,6 +29,7 @@ from specedge.core.errors import SpecEdgeError
 from specedge.kernels import native
 from specedge.runtime import qnn
 from specedge.runtime.rows import PaddedSession, one_width_graph
+from specedge.runtime.weight_pages import ResidentWeights
 
 PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -157,10 +158,11 @@ def session_options(setup: ProviderSetup, threads: int | None, spin: bool = Fals
 
 
 def create_session(graph: Path, provider: str = "cpu", threads: int | None = None, width: int | None = None,
-                   context: int | None = None, spin: bool = False,
-                   profile_prefix: str | None = None) -> ort.InferenceSession:
+                   context: int | None = None, spin: bool = False, profile_prefix: str | None = None,
+                   weights: ResidentWeights | None = None) -> ort.InferenceSession:
     """spin: keep the threads spinning between passes; only for a session that runs alone.
-    profile_prefix: record ONNX Runtime's profile of every node (the step profiler's, never decoding's)."""
+    profile_prefix: record ONNX Runtime's profile of every node (the step profiler's, never decoding's).
+    weights: the graph's weights already in memory (runtime/weight_pages.py), used instead of its data file."""
     check_provider(provider)
     if provider == "qnn":
         check_built_for_qnn(Path(graph))
@@ -170,10 +172,14 @@ def create_session(graph: Path, provider: str = "cpu", threads: int | None = Non
     if profile_prefix is not None:
         opts.enable_profiling = True
         opts.profile_file_prefix = profile_prefix
+    if weights is not None:
+        weights.add_to(opts)
     try:
-        return ort.InferenceSession(str(setup.graph), opts, providers=[(setup.ort_name, setup.provider_options)])
+        session = ort.InferenceSession(str(setup.graph), opts, providers=[(setup.ort_name, setup.provider_options)])
     except Exception as e:  # onnxruntime raises its own exception types for bad graphs
         raise _load_error(graph, provider, e) from None
+    session.specedge_weights = weights  # the session reads them in place: they live as long as it
+    return session
 
 
 def _load_error(graph: Path, provider: str, e: Exception) -> SpecEdgeError:
