@@ -2,23 +2,29 @@
 greedy, the two ways taking turns prompt by prompt, plain 1-token decoding and the pair's hybrid
 drafting (draft + n-gram, γ auto). Prints per prompt kind the median tokens/s of each and their
 ratio, whether each export's speculative tokens equal its plain ones, and how often A's and B's
-tokens agree (they may differ where B keeps its cache in float16).
+tokens agree (they may differ where B keeps its cache in float16). With --mapped A (or B), that
+way's models leave their weights in ONNX Runtime's map of the data file (SPECEDGE_MAPPED_WEIGHTS=1
+while they load, runtime/weight_pages.py): the same export twice then compares the two.
 
-    python scripts/attention_ab.py --a TARGET_A DRAFT_A --b TARGET_B DRAFT_B [--prompts FILE] [--tokens N]
+    python scripts/attention_ab.py --a TARGET_A DRAFT_A --b TARGET_B DRAFT_B [--mapped A|B] [--prompts FILE]
+        [--tokens N]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
 from specedge.runtime import Generator, SpecConfig
+from specedge.runtime.weight_pages import OPT_OUT_ENV
 
 
-def load(target: Path, draft: Path) -> tuple[Generator, Generator]:
+def load(target: Path, draft: Path, mapped: bool = False) -> tuple[Generator, Generator]:
+    os.environ[OPT_OUT_ENV] = "1" if mapped else "0"  # read as each model loads
     plain = Generator.load(target, config=SpecConfig(gamma=0), single_steps=True)
     spec = Generator.load(target, draft=draft, ngram=True, config=SpecConfig(gamma=4, auto_gamma=True))
     return plain, spec
@@ -30,8 +36,9 @@ def main() -> None:
     ap.add_argument("--b", nargs=2, type=Path, required=True, metavar=("TARGET", "DRAFT"))
     ap.add_argument("--prompts", type=Path, default=Path("bench/prompts.jsonl"))
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--mapped", choices=("A", "B"), default=None, help="this way's weights stay in the mapped file")
     args = ap.parse_args()
-    ways = {"A": load(*args.a), "B": load(*args.b)}
+    ways = {"A": load(*args.a, mapped=args.mapped == "A"), "B": load(*args.b, mapped=args.mapped == "B")}
     rates: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     same_spec = {"A": 0, "B": 0}
     agree = total = 0
