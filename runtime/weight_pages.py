@@ -15,6 +15,9 @@ page cache, the kernel cannot drop these pages under memory pressure.
 Only for graphs whose weight matrices run on specedge's kernel (which reads its weights as
 stored): ONNX Runtime's own kernels (MatMulNBits, MLAS) pack their weights into buffers of their
 own, so for them the file's bytes are read once either way and this would only hold a second copy.
+The embedding table stays mapped: a pass reads only its tokens' rows, so 2 MB pages gain nothing
+there, and in memory the table would hold its whole size (the 1.5B's 222 MiB) where the map holds
+the rows the text has used.
 Elsewhere (no transparent huge pages, macOS, Windows, SPECEDGE_MAPPED_WEIGHTS=1) ONNX Runtime maps
 the file as before.
 """
@@ -30,12 +33,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from specedge.runtime.graph_facts import ExternalTensor, GraphReadError, external_tensors
+from specedge.runtime.graph_facts import EMBEDDING, ExternalTensor, GraphReadError, external_tensors
 
 OPT_OUT_ENV = "SPECEDGE_MAPPED_WEIGHTS"  # "1": leave the data file mapped by ONNX Runtime
 THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 5: np.int16, 6: np.int32, 7: np.int64, 10: np.float16}
 CHUNK = 64 << 20  # bytes read at a time
+GATHERED = EMBEDDING.rsplit(".", 1)[0] + "."  # the embedding's table and scales: rows read by token
 
 
 @dataclass(eq=False)
@@ -44,7 +48,7 @@ class ResidentWeights:
     names: list[str]
     values: list[ort.OrtValue]
     regions: list[mmap.mmap] = field(repr=False)
-    nbytes: int
+    nbytes: int  # the tensors' bytes in memory
 
     def add_to(self, opts: ort.SessionOptions) -> None:
         for name, value in zip(self.names, self.values, strict=True):
@@ -72,7 +76,7 @@ def resident_weights(graph: Path) -> ResidentWeights | None:
     if os.environ.get(OPT_OUT_ENV) == "1" or not huge_pages_offered():
         return None
     try:
-        tensors = external_tensors(graph)
+        tensors = [t for t in external_tensors(graph) if not t.name.startswith(GATHERED)]
         if not tensors or not all(readable(t) for t in tensors):
             return None
         files = sorted({t.location for t in tensors})
@@ -100,36 +104,39 @@ def file_stamp(path: Path) -> tuple[int, int]:
 
 
 def read_weights(folder: Path, tensors: list[ExternalTensor]) -> ResidentWeights:
-    """Each data file read whole into an anonymous region advised MADV_HUGEPAGE (offsets kept, so
-    the exporter's page alignment holds), and each tensor a view of it."""
+    """Each data file's tensors read into an anonymous region of the file's size advised
+    MADV_HUGEPAGE, each at its offset in the file (so the exporter's page alignment holds; the
+    bytes of tensors left out are never touched, so never resident), and each tensor a view of it."""
     regions: dict[str, mmap.mmap] = {}
     for location in dict.fromkeys(t.location for t in tensors):
-        regions[location] = read_region(folder / location)
+        regions[location] = read_region(folder / location, [t for t in tensors if t.location == location])
     names, values = [], []
     for t in tensors:
         region = regions[t.location]
-        if t.offset + t.length > len(region):
-            raise ValueError(f"{t.name} runs past the end of {t.location}")
         dtype = np.dtype(DTYPES[t.data_type])
         array = np.frombuffer(region, dtype=dtype, count=t.length // dtype.itemsize, offset=t.offset)
         names.append(t.name)
         values.append(ort.OrtValue.ortvalue_from_numpy(array.reshape(t.dims)))
-    return ResidentWeights(names, values, list(regions.values()), sum(len(r) for r in regions.values()))
+    return ResidentWeights(names, values, list(regions.values()), sum(t.length for t in tensors))
 
 
-def read_region(path: Path) -> mmap.mmap:
+def read_region(path: Path, tensors: list[ExternalTensor]) -> mmap.mmap:
     size = path.stat().st_size
+    if any(t.offset + t.length > size for t in tensors):
+        raise ValueError(f"{path} is shorter than its graph says")
     region = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     region.madvise(mmap.MADV_HUGEPAGE)
     view = memoryview(region)
     try:
         with open(path, "rb") as f:
-            done = 0
-            while done < size:
-                got = f.readinto(view[done:min(done + CHUNK, size)])
-                if not got:
-                    raise ValueError(f"{path} ended early")
-                done += got
+            for t in sorted(tensors, key=lambda t: t.offset):
+                f.seek(t.offset)
+                done = t.offset
+                while done < t.offset + t.length:
+                    got = f.readinto(view[done:min(done + CHUNK, t.offset + t.length)])
+                    if not got:
+                        raise ValueError(f"{path} ended early")
+                    done += got
     finally:
         view.release()
     return region

@@ -1,5 +1,5 @@
-"""Weights read into huge-page memory (runtime/weight_pages.py): every external initializer read
-as the graph stores it, logits bit for bit those of the mapped data file, one copy per graph in a
+"""Weights read into huge-page memory (runtime/weight_pages.py): every external initializer but
+the embedding's read as the graph stores it, logits bit for bit those of the mapped data file, one copy per graph in a
 process, and the mapped file kept where the kernel offers no huge pages, the user opts out, or
 ONNX Runtime's own kernels hold the weights."""
 
@@ -60,6 +60,8 @@ def test_every_external_initializer_is_read_as_stored(rows_target: Path, offered
     stored = {t.name: numpy_helper.to_array(t, base_dir=str(rows_target))
               for t in onnx.load(str(rows_target / "model.onnx"), load_external_data=False).graph.initializer
               if t.data_location == onnx.TensorProto.EXTERNAL}
+    assert "model.embed_tokens.weight" in stored  # its rows are read by token: it stays mapped
+    stored = {name: value for name, value in stored.items() if not name.startswith("model.embed_tokens.")}
     assert sorted(weights.names) == sorted(stored)
     for name, value in zip(weights.names, weights.values, strict=True):
         got = value.numpy()
