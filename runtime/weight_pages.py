@@ -1,16 +1,16 @@
 """An artifact's weights in process memory on 2 MB pages, where Linux gives them, instead of the
 map of its data file that ONNX Runtime makes by itself.
 
-ONNX Runtime maps page-aligned external initializers on the CPU (export/onnx_writer.py aligns
-them), so the weights a pass streams are the data file's 4 KB pages in the page cache: every 4 KB
-read costs the CPU a TLB entry, and a 1-token step of the 1.5B walks the page tables for ~250,000
-of them. Read into anonymous memory advised MADV_HUGEPAGE (transparent huge pages, 'always' or
-'madvise' in /sys/kernel/mm/transparent_hugepage/enabled), the same bytes sit on 2 MB pages and the
-step reads them sooner (docs/kernel.md has the figures). The bytes are ONNX Runtime's initializers
-by `SessionOptions.add_initializer`, which uses the buffer as given (no copy): a process holds one
-copy of a graph's weights, as the page cache did, and the sessions of one graph in a process share
-it. Resident memory is the same as with the map once a pass has touched every weight; unlike the
-page cache, the kernel cannot drop these pages under memory pressure.
+ONNX Runtime maps page-aligned external initializers on the CPU (export/onnx_writer.py aligns them),
+so the weights a pass streams are the data file's 4 KB pages in the page cache: every 4 KB read
+needs a TLB entry of its own (a page walk once the TLB's reach is passed), and a 1-token step of the
+1.5B touches ~250,000 of them. Read into anonymous memory advised MADV_HUGEPAGE (transparent huge
+pages, 'always' or 'madvise' in /sys/kernel/mm/transparent_hugepage/enabled), the same bytes sit on
+2 MB pages and the step reads them sooner (docs/kernel.md has the figures). The bytes are ONNX
+Runtime's initializers by `SessionOptions.add_initializer`, which uses the buffer as given (no
+copy): a process holds one copy of a graph's weights, as the page cache did, and the sessions of one
+graph in a process share it. Resident memory is the same as with the map once a pass has touched
+every weight; unlike the page cache, the kernel cannot drop these pages under memory pressure.
 
 Only for graphs whose weight matrices run on specedge's kernel (which reads its weights as
 stored): ONNX Runtime's own kernels (MatMulNBits, MLAS) pack their weights into buffers of their
