@@ -70,6 +70,15 @@ def huge_pages_offered(setting: str | None = None) -> bool:
     return "[always]" in setting or "[madvise]" in setting
 
 
+def describe() -> str:
+    """Where the weights of graphs on specedge's kernel are read from in this process (doctor's line)."""
+    if os.environ.get(OPT_OUT_ENV) == "1":
+        return f"mapped from their data files ({OPT_OUT_ENV}=1)"
+    if not huge_pages_offered():
+        return "mapped from their data files (this system offers no transparent huge pages)"
+    return f"read into memory on 2 MB pages ({OPT_OUT_ENV}=1 keeps them mapped)"
+
+
 def resident_weights(graph: Path) -> ResidentWeights | None:
     """The weights of `graph` read into huge-page memory, shared with any other session of it in
     this process; None where they stay mapped (see the module's docstring)."""

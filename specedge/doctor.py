@@ -11,6 +11,7 @@ from specedge.core.manifest import Manifest, load_manifest
 from specedge.models.paths import artifacts_dir
 from specedge.runtime import qnn
 from specedge.runtime.session import PROVIDERS, WHERE_TO_GET, available
+from specedge.runtime.weight_pages import describe as describe_weights
 
 
 def provider_lines() -> list[str]:
@@ -61,4 +62,6 @@ def artifact_lines(root: Path | None = None) -> list[str]:
 
 
 def report() -> str:
-    return "\n".join(["providers:", *provider_lines(), "", f"artifacts ({artifacts_dir()}):", *artifact_lines()])
+    return "\n".join(["providers:", *provider_lines(), "",
+                      f"weights of int4 exports on specedge's kernel: {describe_weights()}", "",
+                      f"artifacts ({artifacts_dir()}):", *artifact_lines()])

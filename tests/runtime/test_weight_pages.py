@@ -51,6 +51,16 @@ def test_the_settings_that_offer_huge_pages() -> None:
     assert not huge_pages_offered("always madvise [never]\n")
 
 
+def test_the_line_that_says_where_weights_come_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(weight_pages, "huge_pages_offered", lambda setting=None: True)
+    monkeypatch.delenv(OPT_OUT_ENV, raising=False)
+    assert weight_pages.describe().startswith("read into memory on 2 MB pages")
+    monkeypatch.setattr(weight_pages, "huge_pages_offered", lambda setting=None: False)
+    assert "no transparent huge pages" in weight_pages.describe()
+    monkeypatch.setenv(OPT_OUT_ENV, "1")
+    assert weight_pages.describe() == f"mapped from their data files ({OPT_OUT_ENV}=1)"
+
+
 def test_every_external_initializer_is_read_as_stored(rows_target: Path, offered: None) -> None:
     import onnx
     from onnx import numpy_helper
