@@ -467,12 +467,16 @@ class DecoderBuilder:
             x = self.rms_norm(h, f"{p}.input_layernorm", self.norm_weight(f"{p}.input_layernorm"))
             attn = self.attention(i, x, ropes[i], position_ids, scatter_idx, local if self.sliding(i) else bias)
             h = g.op("Add", h, self.after_norm(attn, f"{p}.post_attention_layernorm"))
-            pre = f"{p}.pre_feedforward_layernorm" if cfg.sandwich_norms else f"{p}.post_attention_layernorm"
+            pre = self.mlp_norm(p)
             x = self.rms_norm(h, pre, self.norm_weight(pre))
             h = g.op("Add", h, self.after_norm(self.mlp(i, x), f"{p}.post_feedforward_layernorm"))
             if on_layer is not None:
                 on_layer(i)
         self.head(h)
+
+    def mlp_norm(self, layer: str) -> str:
+        """The norm before a layer's MLP: Gemma's pre_feedforward_layernorm, others' post_attention_layernorm."""
+        return f"{layer}.pre_feedforward_layernorm" if self.cfg.sandwich_norms else f"{layer}.post_attention_layernorm"
 
     def after_norm(self, x: str, name: str) -> str:
         """Gemma's norm of a block's output before the residual add; others' output as it is."""
@@ -533,7 +537,7 @@ class DecoderBuilder:
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}"
             attn = self.after_norm(attention(i, x), f"{p}.post_attention_layernorm")
-            pre = f"{p}.pre_feedforward_layernorm" if cfg.sandwich_norms else f"{p}.post_attention_layernorm"
+            pre = self.mlp_norm(p)
             x, h = self.skip_norm(attn, h, pre, self.norm_weight(pre))
             mlp = self.after_norm(self.mlp(i, x), f"{p}.post_feedforward_layernorm")
             if i + 1 < cfg.num_layers:

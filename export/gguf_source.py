@@ -44,6 +44,7 @@ KEYS = {  # {arch}.<key> -> config name (GGUF_CONFIG_MAPPING for llama, mistral 
     "attention.layer_norm_rms_epsilon": "rms_norm_eps",
     "vocab_size": "vocab_size",
 }
+HEAD_DIM_FROM_KEY_LENGTH = ("qwen3", "gemma3")  # their head_dim is not hidden / heads: attention.key_length says it
 LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name>
     "attn_norm": "input_layernorm",
     "attn_q": "self_attn.q_proj",
@@ -79,7 +80,7 @@ def config_values(g: GgufFile) -> dict[str, object]:
                                 if f"{arch}.{key}" in g.fields}
     if kind in ("llama", "mistral") and f"{arch}.rope.dimension_count" in g.fields:
         found["head_dim"] = g.fields[f"{arch}.rope.dimension_count"]
-    if kind in ("qwen3", "gemma3") and f"{arch}.attention.key_length" in g.fields:
+    if kind in HEAD_DIM_FROM_KEY_LENGTH and f"{arch}.attention.key_length" in g.fields:
         found["head_dim"] = g.fields[f"{arch}.attention.key_length"]
     if kind == "phi3":
         found.update(phi3_values(g, found))
@@ -141,7 +142,7 @@ def field_names(g: GgufFile) -> dict[str, str]:
     """Config name -> the GGUF key it was read from (for messages that name the file's own field)."""
     arch = str(g.fields["general.architecture"])
     names = {name: f"{arch}.{key}" for key, name in KEYS.items()}
-    head_dim = f"{arch}.attention.key_length" if arch in ("qwen3", "gemma3") else f"{arch}.rope.dimension_count"
+    head_dim = f"{arch}.attention.key_length" if arch in HEAD_DIM_FROM_KEY_LENGTH else f"{arch}.rope.dimension_count"
     return {**names, "head_dim": head_dim, "eos_token_id": "tokenizer.ggml.eos_token_id",
             "rope_freq_factors": ROPE_FREQS}
 

@@ -117,7 +117,7 @@ GEMMA_LOCAL_THETA = 10000.0  # Gemma 3's sliding layers' rope base (rope_local_b
 def gemma_values(values: dict, params: dict, gguf: bool) -> tuple[dict, dict]:
     """Gemma 3's config read as transformers' Gemma3TextConfig: each kind of layer's rope base
     (sliding and full attention), the kinds of layers (every sixth full), its norms scaling by 1 + w
-    (a GGUF's hold 1 + w already), gelu (tanh); what it does not take is refused in one line."""
+    (a GGUF's hold 1 + w already), gelu with tanh only; what it does not take is refused in one line."""
     if isinstance(values.get("text_config"), dict):
         raise SpecEdgeError("a multimodal Gemma 3 checkpoint (text_config) is not supported",
                             "export a text-only Gemma 3 (Gemma3ForCausalLM, model_type gemma3_text) or its GGUF")
@@ -138,7 +138,6 @@ def gemma_values(values: dict, params: dict, gguf: bool) -> tuple[dict, dict]:
     out["local_rope_theta"] = (local.get("rope_theta") if isinstance(local, dict) else None) or values.get(
         "rope_local_base_freq", GEMMA_LOCAL_THETA)
     out["norm_offset"] = 0.0 if gguf else 1.0
-    out["activation"] = "gelu_tanh"
     return out, {}
 
 
