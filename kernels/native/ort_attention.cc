@@ -2,8 +2,12 @@
 // layer's rope, cache write and causal attention over a float16 KV cache, rows exact at any width.
 //
 // Inputs: qkv float [1, S, (H + 2 KV) d] (the packed projection, biases added), position_ids int64
-// [1, S], cos and sin caches float [C, d/2], past_key float16 [1, KV, T, d] (slots in blocks of 16:
-// attention.h), past_value float16 [1, KV, T, d]. Outputs: attn float [1, S, H d], present_key and
+// [1, S], cos and sin caches float [C, d/2], past_key float16 [N, KV, T, d] (slots in blocks of 16:
+// attention.h), past_value float16 [N, KV, T, d], and optionally stream_ids int64 [1, S]: the cache
+// (of N, one per stream) each row reads and writes. Without stream_ids, N is 1. The rows of one
+// stream are one contiguous run; each run is computed as a pass of its own (attention.h), so a
+// row's result is the same whether its stream shares the pass with others or runs alone, and no
+// row ever reads another stream's cache. Outputs: attn float [1, S, H d], present_key and
 // present_value (the past buffers with the rows' entries written; bound to the same memory as the
 // past ones, the pass writes in place). Attributes: num_heads, kv_heads, head_dim, scale.
 // Threads: the session's intra-op pool, in three steps (scores of slot blocks, each query's softmax,
@@ -122,9 +126,9 @@ OrtStatus* check_inputs(const Kernel& kn, const std::vector<int64_t>* dims, cons
                 " do not match [1, S, " + std::to_string(width) + "] and [1, S]");
   }
   const auto& cache = dims[4];
-  if (cache.size() != 4 || cache[0] != 1 || cache[1] != kn.kv_heads || cache[3] != d || cache[2] % kSlotBlock ||
+  if (cache.size() != 4 || cache[0] < 1 || cache[1] != kn.kv_heads || cache[3] != d || cache[2] % kSlotBlock ||
       dims[5] != cache) {
-    return fail("AttentionRows: cache buffers " + shape_text(cache) + " and " + shape_text(dims[5]) + " must both be [1, " +
+    return fail("AttentionRows: cache buffers " + shape_text(cache) + " and " + shape_text(dims[5]) + " must both be [N, " +
                 std::to_string(kn.kv_heads) + ", T, " + std::to_string(d) + "] with T a multiple of 16");
   }
   if (dims[2].size() != 2 || dims[2][1] != d / 2 || dims[3] != dims[2]) {
@@ -140,42 +144,109 @@ OrtStatus* check_inputs(const Kernel& kn, const std::vector<int64_t>* dims, cons
   return nullptr;
 }
 
-OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
-  const Kernel& kn = *static_cast<const Kernel*>(state);
-  const void* ptr[6];
-  std::vector<int64_t> dims[6];
-  for (size_t i = 0; i < 6; ++i) RETURN_IF(tensor_data(ctx, i, &ptr[i], &dims[i]));
-  const int64_t* pos = static_cast<const int64_t*>(ptr[1]);
-  RETURN_IF(check_inputs(kn, dims, pos));
-  const int64_t rows = dims[0][1], d = kn.head_dim, slots = dims[4][2];
-  void* out[3];
-  RETURN_IF(output(ctx, 0, {1, rows, kn.heads * d}, &out[0]));
-  for (size_t i = 1; i < 3; ++i) {
-    RETURN_IF(output(ctx, i, dims[3 + i], &out[i]));
-    if (out[i] != ptr[3 + i]) {  // not bound in place: the present buffer starts as the past one
-      std::memcpy(out[i], ptr[3 + i], static_cast<size_t>(kn.kv_heads * slots * d) * sizeof(uint16_t));
-    }
+// A run of rows of one stream: rows [first, first + count) read and write cache `stream`.
+struct Run {
+  int64_t stream, first, count;
+};
+
+// The runs of rows by stream (no stream_ids: all rows are stream 0 of a single cache); refuses a
+// stream outside the N caches, and a stream whose rows are not one contiguous run.
+OrtStatus* stream_runs(const int64_t* streams, const std::vector<int64_t>* ids_dims, int64_t rows, int64_t caches,
+                       std::vector<Run>* runs) {
+  runs->clear();
+  if (streams == nullptr) {
+    if (caches != 1) return fail("AttentionRows: " + std::to_string(caches) + " caches need stream_ids [1, S]");
+    runs->push_back({0, 0, rows});
+    return nullptr;
   }
-  if (rows == 0) return nullptr;
-  const AttentionPass pass{static_cast<const float*>(ptr[0]), pos, static_cast<const float*>(ptr[2]),
-                           static_cast<const float*>(ptr[3]), static_cast<uint16_t*>(out[1]),
-                           static_cast<uint16_t*>(out[2]), static_cast<float*>(out[0]), rows, kn.heads,
-                           kn.kv_heads, d, slots, kn.scale};
+  if (*ids_dims != std::vector<int64_t>{1, rows}) {
+    return fail("AttentionRows: stream_ids " + shape_text(*ids_dims) + " must be [1, " + std::to_string(rows) + "]");
+  }
+  std::vector<char> seen(static_cast<size_t>(caches), 0);
+  for (int64_t s = 0; s < rows; ++s) {
+    const int64_t b = streams[s];
+    if (b < 0 || b >= caches) {
+      return fail("AttentionRows: stream " + std::to_string(b) + " is outside the " + std::to_string(caches) + " caches");
+    }
+    if (!runs->empty() && runs->back().stream == b) {
+      ++runs->back().count;
+      continue;
+    }
+    if (seen[static_cast<size_t>(b)]) {
+      return fail("AttentionRows: the rows of stream " + std::to_string(b) + " are not one contiguous run");
+    }
+    seen[static_cast<size_t>(b)] = 1;
+    runs->push_back({b, s, 1});
+  }
+  return nullptr;
+}
+
+// One stream's rows: the cache write, then the three steps of attention.h on the intra-op pool.
+OrtStatus* run_pass(OrtKernelContext* ctx, const Kernel& kn, const AttentionPass& pass) {
   attention_write(pass);  // every row's entries before any row reads them
   thread_local Scratch scratch;
+  const int64_t d = kn.head_dim, slots = pass.slots, rows = pass.rows;
   const int64_t queries = rows * (kn.heads / kn.kv_heads), kv = kn.kv_heads;
   scratch.q.resize(static_cast<size_t>(kv * queries * d));
   scratch.limits.resize(static_cast<size_t>(kv * queries));
   scratch.scores.resize(static_cast<size_t>(kv * queries * slots));
   scratch.sums.resize(static_cast<size_t>(kv * queries));
   for (int64_t g = 0; g < kv; ++g) prepare_queries(pass, g, &scratch.q[g * queries * d], &scratch.limits[g * queries]);
-  const int64_t last = *std::max_element(pos, pos + rows) + 1;
+  const int64_t last = *std::max_element(pass.pos, pass.pos + rows) + 1;
   Job job{pass, kn.isa, queries, (last + kSlotBlock - 1) / kSlotBlock, 0, (d + kn.isa->dims - 1) / kn.isa->dims,
           scratch.q.data(), scratch.limits.data(), scratch.scores.data(), scratch.sums.data()};
   job.chunks = (job.blocks + kBlocksPerTask - 1) / kBlocksPerTask;
   RETURN_IF(g_api->KernelContext_ParallelFor(ctx, score_task, static_cast<size_t>(kv * job.chunks), 0, &job));
   RETURN_IF(g_api->KernelContext_ParallelFor(ctx, softmax_task, static_cast<size_t>(kv * queries), 0, &job));
   return g_api->KernelContext_ParallelFor(ctx, weigh_task, static_cast<size_t>(kv * job.dim_tasks), 0, &job);
+}
+
+// stream_ids (input 6), where the graph gives it: its data and dimensions, else nullptr.
+OrtStatus* stream_ids(OrtKernelContext* ctx, const int64_t** ids, std::vector<int64_t>* dims) {
+  *ids = nullptr;
+  size_t count = 0;
+  RETURN_IF(g_api->KernelContext_GetInputCount(ctx, &count));
+  const OrtValue* value = nullptr;
+  if (count < 7 || g_api->KernelContext_GetInput(ctx, 6, &value) != nullptr || value == nullptr) return nullptr;
+  const void* data = nullptr;
+  RETURN_IF(tensor_data(ctx, 6, &data, dims));
+  *ids = static_cast<const int64_t*>(data);
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
+  const Kernel& kn = *static_cast<const Kernel*>(state);
+  const void* ptr[6];
+  std::vector<int64_t> dims[7];
+  for (size_t i = 0; i < 6; ++i) RETURN_IF(tensor_data(ctx, i, &ptr[i], &dims[i]));
+  const int64_t* pos = static_cast<const int64_t*>(ptr[1]);
+  RETURN_IF(check_inputs(kn, dims, pos));
+  const int64_t* streams = nullptr;
+  RETURN_IF(stream_ids(ctx, &streams, &dims[6]));
+  const int64_t rows = dims[0][1], d = kn.head_dim, caches = dims[4][0], slots = dims[4][2];
+  std::vector<Run> runs;
+  RETURN_IF(stream_runs(streams, &dims[6], rows, caches, &runs));
+  void* out[3];
+  RETURN_IF(output(ctx, 0, {1, rows, kn.heads * d}, &out[0]));
+  const int64_t cache_size = kn.kv_heads * slots * d;  // float16 numbers of one stream's cache
+  for (size_t i = 1; i < 3; ++i) {
+    RETURN_IF(output(ctx, i, dims[3 + i], &out[i]));
+    if (out[i] != ptr[3 + i]) {  // not bound in place: the present buffer starts as the past one
+      std::memcpy(out[i], ptr[3 + i], static_cast<size_t>(caches * cache_size) * sizeof(uint16_t));
+    }
+  }
+  if (rows == 0) return nullptr;
+  const int64_t width = (kn.heads + 2 * kn.kv_heads) * d;
+  for (const Run& run : runs) {
+    const AttentionPass pass{static_cast<const float*>(ptr[0]) + run.first * width, pos + run.first,
+                             static_cast<const float*>(ptr[2]), static_cast<const float*>(ptr[3]),
+                             static_cast<uint16_t*>(out[1]) + run.stream * cache_size,
+                             static_cast<uint16_t*>(out[2]) + run.stream * cache_size,
+                             static_cast<float*>(out[0]) + run.first * kn.heads * d, run.count, kn.heads,
+                             kn.kv_heads, d, slots, kn.scale};
+    RETURN_IF(run_pass(ctx, kn, pass));
+  }
+  return nullptr;
 }
 
 OrtStatus* set_output(OrtShapeInferContext* ctx, size_t index, ONNXTensorElementDataType type,
@@ -230,7 +301,7 @@ OrtStatus* ORT_API_CALL infer_shape(const OrtCustomOp*, OrtShapeInferContext* ct
 }
 
 ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp*, size_t i) {
-  if (i == 1) return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+  if (i == 1 || i == 6) return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
   return i >= 4 ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 : ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 }
 
@@ -242,7 +313,10 @@ OrtCustomOp make_op() {
   OrtCustomOp op = cpu_op();
   op.GetName = [](const OrtCustomOp*) { return kOpName; };
   op.GetInputType = input_type;
-  op.GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return 6; };
+  op.GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return 7; };
+  op.GetInputCharacteristic = [](const OrtCustomOp*, size_t i) {
+    return i == 6 ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;  // stream_ids: graphs of several streams
+  };
   op.GetOutputType = output_type;
   op.GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 3; };
   op.KernelDestroy = [](void* k) { delete static_cast<Kernel*>(k); };

@@ -27,17 +27,21 @@ def isas() -> list[str]:
     return native.attention_isas() if native.available() else []
 
 
-def op_model(heads: int, kv_heads: int, d: int, scale: float) -> bytes:
-    node = helper.make_node("AttentionRows", ["qkv", "pos", "cos", "sin", "past_key", "past_value"],
-                            ["attn", "present_key", "present_value"], domain=native.DOMAIN, num_heads=heads,
-                            kv_heads=kv_heads, head_dim=d, scale=scale)
+def op_model(heads: int, kv_heads: int, d: int, scale: float, streams: bool = False, ids: bool = True) -> bytes:
+    """The op alone; streams: caches [N, KV, T, d], one per stream, and (ids) stream_ids [1, S]."""
+    ids = streams and ids
+    names = ["qkv", "pos", "cos", "sin", "past_key", "past_value"] + (["stream_ids"] if ids else [])
+    node = helper.make_node("AttentionRows", names, ["attn", "present_key", "present_value"], domain=native.DOMAIN,
+                            num_heads=heads, kv_heads=kv_heads, head_dim=d, scale=scale)
     f, h = TensorProto.FLOAT, TensorProto.FLOAT16
     inputs = [helper.make_tensor_value_info("qkv", f, [1, "S", (heads + 2 * kv_heads) * d]),
               helper.make_tensor_value_info("pos", TensorProto.INT64, [1, "S"]),
               helper.make_tensor_value_info("cos", f, ["C", d // 2]),
               helper.make_tensor_value_info("sin", f, ["C", d // 2]),
-              helper.make_tensor_value_info("past_key", h, [1, kv_heads, "T", d]),
-              helper.make_tensor_value_info("past_value", h, [1, kv_heads, "T", d])]
+              helper.make_tensor_value_info("past_key", h, ["N" if streams else 1, kv_heads, "T", d]),
+              helper.make_tensor_value_info("past_value", h, ["N" if streams else 1, kv_heads, "T", d])]
+    if ids:
+        inputs.append(helper.make_tensor_value_info("stream_ids", TensorProto.INT64, [1, "S"]))
     outputs = [helper.make_tensor_value_info("attn", f, None), helper.make_tensor_value_info("present_key", h, None),
                helper.make_tensor_value_info("present_value", h, None)]
     graph = helper.make_graph([node], "attention", inputs, outputs)
@@ -139,6 +143,50 @@ def test_the_cache_is_written_in_place_when_bound_so() -> None:
     want = am.attention(qkv, pos, *tables, keys, values, heads, kv_heads, 0.2)
     assert np.array_equal(key_buf.reshape(keys.shape), want[1]) and np.array_equal(value_buf[0], want[2])
     assert np.array_equal(binding.copy_outputs_to_cpu()[2][0], want[0])  # bound after the two caches
+
+
+def test_streams_in_one_pass_each_equal_their_pass_alone_and_never_read_another_cache() -> None:
+    """Rows of three streams in one pass (runs of 2, 3 and 1 rows, each at its own positions over its
+    own cache): each run's outputs and cache equal that stream's pass alone, bit for bit, on every
+    instruction set; a cache whose stream has no rows in the pass is untouched."""
+    heads, kv_heads, d, slots = 6, 2, 64, 64
+    rng = np.random.default_rng(11)
+    caches = [random_cache(rng, kv_heads, slots, d) for _ in range(4)]
+    runs = [(0, 17, 2), (3, 40, 3), (1, 5, 1)]  # stream, first position, rows; stream 2 sits out
+    qkv = rng.normal(0, 1, (6, (heads + 2 * kv_heads) * d)).astype(np.float32)
+    pos = np.concatenate([np.arange(p, p + n) for _, p, n in runs]).astype(np.int64)
+    ids = np.concatenate([[b] * n for b, _, n in runs]).astype(np.int64)
+    tables = rope_tables(slots, d)
+    keys = np.stack([k.reshape(kv_heads, slots, d) for k, _ in caches])
+    values = np.stack([v for _, v in caches])
+    for isa in isas():
+        sess = session(op_model(heads, kv_heads, d, 0.125, streams=True), isa, threads=2)
+        attn, k_out, v_out = sess.run(None, {"qkv": qkv[None], "pos": pos[None], "cos": tables[0],
+                                             "sin": tables[1], "past_key": keys, "past_value": values,
+                                             "stream_ids": ids[None]})
+        alone = session(op_model(heads, kv_heads, d, 0.125), isa)
+        first = 0
+        for b, _, n in runs:
+            rows = slice(first, first + n)
+            want = run(alone, qkv[rows], pos[rows], tables, *caches[b])
+            assert np.array_equal(attn[0, rows], want[0]), (isa, b)
+            assert np.array_equal(k_out[b].reshape(want[1].shape), want[1]) and np.array_equal(v_out[b], want[2])
+            first += n
+        assert np.array_equal(k_out[2], keys[2]) and np.array_equal(v_out[2], values[2]), isa
+
+
+def test_streams_that_cannot_be_run_are_refused_in_one_line() -> None:
+    sess = session(op_model(2, 1, 16, 1.0, streams=True), "portable")
+    feeds = {"qkv": np.zeros((1, 3, 64), np.float32), "pos": np.array([[1, 2, 1]], np.int64),
+             "cos": np.zeros((16, 8), np.float32), "sin": np.zeros((16, 8), np.float32),
+             "past_key": np.zeros((2, 1, 16, 16), np.float16), "past_value": np.zeros((2, 1, 16, 16), np.float16)}
+    with pytest.raises(Exception, match="the rows of stream 0 are not one contiguous run"):
+        sess.run(None, {**feeds, "stream_ids": np.array([[0, 1, 0]], np.int64)})
+    with pytest.raises(Exception, match="stream 2 is outside the 2 caches"):
+        sess.run(None, {**feeds, "stream_ids": np.array([[0, 0, 2]], np.int64)})
+    no_ids = session(op_model(2, 1, 16, 1.0, streams=True, ids=False), "portable")
+    with pytest.raises(Exception, match="2 caches need stream_ids"):
+        no_ids.run(None, feeds)
 
 
 def test_values_round_to_float16_as_numpy_does() -> None:
