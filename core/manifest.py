@@ -79,6 +79,7 @@ class Manifest:
     kv_in_place: bool = False  # the graph outputs its updated cache buffers (present_*) to bind in place
     head_vocab: int = 0  # > 0: logits cover only token ids below it (a draft's truncated head)
     next_ids: bool = False  # the graph also outputs next_ids [1,R], the argmax of each logits row
+    streams: bool = False  # the graph takes stream_ids [1,S] and caches [N,KV,T,d]: several streams share a pass
 
     @property
     def static(self) -> bool:
@@ -257,6 +258,7 @@ def check_fields(raw: dict[str, Any]) -> None:
     check_str(raw.get("attention", "exact"), "attention", choices=ATTENTION)
     check_bool(raw.get("kv_in_place", False), "kv_in_place")
     check_bool(raw.get("next_ids", False), "next_ids")
+    check_bool(raw.get("streams", False), "streams")
     check_int(raw.get("head_vocab", 0), "head_vocab", 0, vocab)
 
 

@@ -191,6 +191,7 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         kv_in_place=builder.kv_in_place,
         head_vocab=settings.head_vocab,
         next_ids=builder.next_ids,
+        streams=builder.streams,
         files={name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
                for name in (*(graphs.values() if graphs else [GRAPH_FILE]), DATA_FILE, TOKENIZER_NAME)},
     )

@@ -31,9 +31,11 @@ With attention="rows" (CPU, where specedge's native library is built) each layer
 one ai.specedge::AttentionRows node (kernels/native/attention.h): rope, the cache write and causal
 attention over a float16 cache in place, reading only the slots up to each row's position, rows
 exact at any width by construction; the residual adds fuse into the norms as with "fused". Its
-contract: input_ids [1,S], position_ids [1,S], logits_index [R], past_key.i / past_value.i float16
-[1,kv_heads,T,head_dim] (keys in blocks of 16 slots, T a multiple of 16); outputs logits, next_ids
-and present_key.i / present_value.i, bound to the same buffers as the pasts.
+contract: input_ids [1,S], position_ids [1,S], stream_ids [1,S], logits_index [R], past_key.i /
+past_value.i float16 [N,kv_heads,T,head_dim] (keys in blocks of 16 slots, T a multiple of 16: one
+cache per stream, row s reading and writing cache stream_ids[s]; one stream: N = 1, stream_ids 0);
+outputs logits, next_ids and present_key.i / present_value.i, bound to the same buffers as the
+pasts. Several streams share a pass so: each weight is read once for all their rows.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class DecoderBuilder:
         # order, so the low ids are the common tokens, and the head is a quarter of a small model
         self.logits_vocab = head_vocab or source.config.vocab_size
         self.next_ids = next_ids  # also output the argmax of each logits row: greedy reads 8 bytes a row
+        self.streams = attention == "rows"  # stream_ids and a cache per stream: several streams share a pass
         self.int8_embedding = int8_embedding  # the embedding table as int8 rows, each with its scale
         self.float_tensors: list[str] = []
         self._row_quantized: dict[str, tuple[str, str]] = {}  # activation -> (uint8 rows, row scales)
@@ -408,20 +411,21 @@ class DecoderBuilder:
         if self.next_ids:  # ties to the lowest id, as numpy's argmax
             self.g.op("ArgMax", "logits", axis=-1, keepdims=0, select_last_index=0, out="next_ids")  # [1,R]
 
-    def declare_cache_io(self, *outputs: tuple[str, str], kv_type: int = F32) -> None:
-        """Per layer past_key.i / past_value.i inputs [1,KV,T,d]; outputs logits [1,R,V] and, for
-        each (prefix, length) of `outputs`, per layer {prefix}_key.i / {prefix}_value.i [1,KV,length,d]."""
+    def declare_cache_io(self, *outputs: tuple[str, str], kv_type: int = F32, caches: int | str = 1) -> None:
+        """Per layer past_key.i / past_value.i inputs [N,KV,T,d] (N: `caches`, one per stream);
+        outputs logits [1,R,V] and, for each (prefix, length) of `outputs`, per layer
+        {prefix}_key.i / {prefix}_value.i [N,KV,length,d]."""
         cfg, g = self.cfg, self.g
         for i in range(cfg.num_layers):
-            g.input(f"past_key.{i}", kv_type, [1, cfg.num_kv_heads, "T", cfg.head_dim])
-            g.input(f"past_value.{i}", kv_type, [1, cfg.num_kv_heads, "T", cfg.head_dim])
+            g.input(f"past_key.{i}", kv_type, [caches, cfg.num_kv_heads, "T", cfg.head_dim])
+            g.input(f"past_value.{i}", kv_type, [caches, cfg.num_kv_heads, "T", cfg.head_dim])
         g.output("logits", F32, [1, "R", self.logits_vocab])
         if self.next_ids:
             g.output("next_ids", I64, [1, "R"])
         for prefix, length in outputs:
             for i in range(cfg.num_layers):
-                g.output(f"{prefix}_key.{i}", kv_type, [1, cfg.num_kv_heads, length, cfg.head_dim])
-                g.output(f"{prefix}_value.{i}", kv_type, [1, cfg.num_kv_heads, length, cfg.head_dim])
+                g.output(f"{prefix}_key.{i}", kv_type, [caches, cfg.num_kv_heads, length, cfg.head_dim])
+                g.output(f"{prefix}_value.{i}", kv_type, [caches, cfg.num_kv_heads, length, cfg.head_dim])
 
     def build(self, on_layer: Callable[[int], object] | None = None) -> None:
         limit = self.cfg.rope_context_limit
@@ -499,11 +503,13 @@ class DecoderBuilder:
 
     def attention_rows(self, i: int, x: str, rope: tuple[str, str], position_ids: str) -> str:
         """The native attention: rope, the cache write and causal attention in one op over the
-        packed q/k/v (runtime/kv_cache.py keeps its float16 cache, keys in blocks of 16 slots)."""
+        packed q/k/v (runtime/kv_cache.py keeps its float16 cache, keys in blocks of 16 slots), each
+        row over the cache of its stream."""
         cfg = self.cfg
         p = f"model.layers.{i}.self_attn"
         attn, _, _ = self.g.ops(ATTENTION_OP, self.qkv_packed(i, x), position_ids, rope[0], rope[1], f"past_key.{i}",
-                                f"past_value.{i}", outs=[None, f"present_key.{i}", f"present_value.{i}"],
+                                f"past_value.{i}", "stream_ids",
+                                outs=[None, f"present_key.{i}", f"present_value.{i}"],
                                 domain=ROWS_DOMAIN, num_heads=cfg.num_heads, kv_heads=cfg.num_kv_heads,
                                 head_dim=cfg.head_dim, scale=float(cfg.score_scale))
         return self.linear(attn, f"{p}.o_proj", self.src.weights.pop(f"{p}.o_proj.weight"))
@@ -514,8 +520,9 @@ class DecoderBuilder:
         g = self.g
         g.input("input_ids", I64, [1, "S"])
         position_ids = g.input("position_ids", I64, [1, "S"])
+        g.input("stream_ids", I64, [1, "S"])
         g.input("logits_index", I64, ["R"])
-        self.declare_cache_io(("present", "T"), kv_type=TensorProto.FLOAT16)
+        self.declare_cache_io(("present", "T"), kv_type=TensorProto.FLOAT16, caches="N")
         cfg = self.cfg
         if cfg.rotary_size != cfg.head_dim:
             raise SpecEdgeError("--attention rows rotates whole heads, and this model rotates the first "

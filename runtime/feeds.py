@@ -54,4 +54,15 @@ def rows_feeds(run: Sequence[int], first: int, slots: int) -> tuple[Feeds, int]:
     return feeds, first + n
 
 
+def one_stream(build: FeedBuilder) -> FeedBuilder:
+    """A graph of several streams (Manifest.streams) run for one: every row reads and writes cache 0."""
+
+    def feeds(run: Sequence[int], first: int, slots: int) -> tuple[Feeds, int]:
+        out, seen = build(run, first, slots)
+        out["stream_ids"] = np.zeros((1, len(run)), np.int64)
+        return out, seen
+
+    return feeds
+
+
 FEEDS: dict[str, FeedBuilder] = {"exact": exact_feeds, "fused": fused_feeds, "rows": rows_feeds}

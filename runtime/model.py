@@ -14,7 +14,7 @@ from specedge.core.contract import MAX_VERIFY_WIDTH
 from specedge.core.errors import SpecEdgeError
 from specedge.core.manifest import Manifest, load_manifest
 from specedge.kernels.sampling import argmax
-from specedge.runtime.feeds import FEEDS, attention_bias
+from specedge.runtime.feeds import FEEDS, attention_bias, one_stream
 from specedge.runtime.graph_facts import check_graphs
 from specedge.runtime.graphs import open_graphs
 from specedge.runtime.kernel_probe import u8s8_exact
@@ -86,7 +86,7 @@ class OnnxModel:
         self.session = self.graphs.session  # None for static graphs: a session per width
         # CPU: the pass writes its cache entries into the buffers bound as past_* and present_*
         self.in_place = m.in_place and provider == "cpu" and not m.static
-        self._feeds = FEEDS[m.attention]
+        self._feeds = one_stream(FEEDS[m.attention]) if m.streams else FEEDS[m.attention]
         self._run = (InPlaceRunner(self.session, m.num_layers, m.logits_vocab, m.next_ids) if self.in_place
                      else CopyRunner(self.graphs.session_for, m.num_layers))
 
