@@ -10,7 +10,9 @@ into it is amortized over the tokens the growth makes room for.
 An in-place cache (on CPU, a graph with fused attention or one exported with kv_in_place, whose
 present_* outputs are bound to the past_* buffers: runtime/runners.py) has its entries written into
 the buffers by the pass itself; committing them only records their tokens. A static cache
-(providers other than the CPU) holds the full capacity from the start.
+(providers other than the CPU) holds the full capacity from the start, and so does a stream's cache
+in a `CachePool` (several streams sharing passes): its slot of the pool's buffers, one per layer
+[N, kv_heads, capacity, head_dim], which a shared pass reads and writes whole.
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ GROWTH = 8  # a grown buffer holds at most 1/GROWTH more slots than needed (or o
 class KVCache:
     def __init__(self, num_layers: int, kv_heads: int, head_dim: int, capacity: int,
                  bucket: int = BUCKET, static: bool = False, in_place: bool = False,
-                 dtype: type[np.floating] = np.float32) -> None:
+                 dtype: type[np.floating] = np.float32,
+                 buffers: tuple[list[np.ndarray], list[np.ndarray]] | None = None) -> None:
         """dtype: float32, or float16 (the native attention's cache: its keys in blocks of
-        KEY_BLOCK slots, kernels/native/attention.h, so growing keeps whole blocks)."""
+        KEY_BLOCK slots, kernels/native/attention.h, so growing keeps whole blocks).
+        buffers: (keys, values) per layer [1, kv_heads, capacity, head_dim] this cache is kept in
+        (a slot of a CachePool): never reallocated, so static."""
         self.num_layers = num_layers
         self.kv_heads = kv_heads
         self.head_dim = head_dim
@@ -45,6 +50,10 @@ class KVCache:
         self.tokens: list[int] = []  # the tokens whose entries are committed, in order
         self.keys: list[np.ndarray] = []
         self.values: list[np.ndarray] = []
+        if buffers is not None:
+            self.keys, self.values = buffers
+            self.static = True
+            return
         check_fits(self.bytes_for(capacity), physical_memory(), f"the full context of {capacity} tokens",
                    "of memory on this machine")
         self._allocate(capacity if static else min(capacity, bucket))
@@ -106,6 +115,27 @@ class KVCache:
         n = common_prefix(self.tokens, tokens, limit)
         self.truncate(n)
         return n
+
+
+class CachePool:
+    """The KV caches of `streams` streams that share passes: one buffer per layer for keys and one
+    for values, [streams, kv_heads, capacity, head_dim], allocated whole at once (its cost is known
+    when it is made: `nbytes`); stream b's KVCache is the slot b of each (`cache(b)`, made once)."""
+
+    def __init__(self, num_layers: int, kv_heads: int, head_dim: int, capacity: int, streams: int,
+                 dtype: type[np.floating] = np.float16) -> None:
+        self.streams, self.capacity = streams, capacity
+        self.nbytes = 2 * num_layers * streams * kv_heads * capacity * head_dim * np.dtype(dtype).itemsize
+        check_fits(self.nbytes, available_memory(), f"{streams} streams of {capacity} tokens", "of memory available")
+        shape = (streams, kv_heads, capacity, head_dim)
+        self.keys = [np.zeros(shape, dtype) for _ in range(num_layers)]
+        self.values = [np.zeros(shape, dtype) for _ in range(num_layers)]
+        self._caches = [KVCache(num_layers, kv_heads, head_dim, capacity, in_place=True, dtype=dtype,
+                                buffers=([k[b:b + 1] for k in self.keys], [v[b:b + 1] for v in self.values]))
+                        for b in range(streams)]
+
+    def cache(self, stream: int) -> KVCache:
+        return self._caches[stream]
 
 
 def grown_slots(needed: int, bucket: int) -> int:

@@ -3,6 +3,7 @@ template renders in runtime/template/ (a sandbox, bounded)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ class TextCodec:
         self._template: Template | None = None
         self.template_source = manifest.chat_template  # the model's, or the user's (use_template)
         self.template_kwargs: dict[str, Any] = {}
+        self._encoding = threading.Lock()  # streams encode on their own threads; special_text sets a flag
 
     def use_template(self, source: str | None = None, kwargs: Mapping[str, Any] | None = None) -> None:
         """Render chats with `source` in place of the model's template (compiled at once: a syntax
@@ -59,11 +61,19 @@ class TextCodec:
                special_text: bool = True, limit: int | None = None) -> list[int]:
         """Token ids of `text`; InvalidTextError (naming it as `what`) if it is not valid UTF-8.
         special_text=False: a special token's text ("<|fim_prefix|>") stays text, not the token
-        (the tokenizer's flag is set for this one call: call it on the thread that encodes).
+        (the tokenizer's flag is set for this one call, under a lock: other threads encode before
+        or after it).
         limit: PromptTooLong as soon as a prefix of the text alone passes that many tokens (a long
         text is not tokenized whole to be refused). The tokenizer runs without the GIL (its batch
         call), so a server's event loop answers meanwhile."""
         check_text(text, what)
+        with self._encoding:
+            ids = self._encode(text, add_special_tokens, what, special_text, limit)
+        check_ids(ids, self.manifest, self.folder)
+        return ids
+
+    def _encode(self, text: str, add_special_tokens: bool, what: str, special_text: bool,
+                limit: int | None) -> list[int]:
         switched = self.tokenizer.encode_special_tokens == special_text
         if switched:  # set only when it changes: a setter borrows the tokenizer exclusively
             self.tokenizer.encode_special_tokens = not special_text
@@ -78,7 +88,6 @@ class TextCodec:
                 self.tokenizer.encode_special_tokens = special_text
         if limit is not None and len(ids) > limit:
             raise PromptTooLong(len(ids), limit, what)
-        check_ids(ids, self.manifest, self.folder)
         return ids
 
     def tokens(self, text: str, add_special_tokens: bool) -> list[int]:

@@ -1,0 +1,126 @@
+"""Several streams' passes of one model run as one pass: the pass is the one shared step.
+
+Each stream decodes in its own thread with its own state (runtime/decoding.py's round, its drafter,
+its grammar, its sampling noise), and every pass it asks of a model becomes a `Request` here: its
+rows and the slot of its cache in the model's `CachePool`. When every stream that shares passes is
+waiting for one, `PassScheduler` runs the waiting requests of one model as one pass (`SharedModel`:
+each stream's rows one contiguous run over its own slot: kernels/native/ort_attention.cc) and hands
+each stream its own rows. Draft passes run before verifications, so streams fall into step: a round
+of all streams is γ draft passes, then one verification pass, each reading the weights once.
+
+A row's result does not depend on the pass it shares (specedge's int4 kernel and native attention
+compute each row from that row and its own cache alone), so each stream decodes exactly as alone:
+greedy tokens identical, seeded samples identical.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specedge.runtime.feeds import Feeds
+from specedge.runtime.kv_cache import CachePool
+from specedge.runtime.runners import InPlaceRunner, RunResult
+
+
+@dataclass
+class Request:
+    """One stream's pass of one model: its feeds (runtime/feeds.py) and the slot of its cache."""
+
+    model: SharedModel
+    feeds: Feeds
+    slot: int
+    result: RunResult | None = None
+    error: BaseException | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.error is not None
+
+
+def merge_feeds(parts: Sequence[Feeds], slots: Sequence[int]) -> tuple[Feeds, list[tuple[int, int]]]:
+    """One pass's feeds from several streams' (each stream's rows one run, over its slot's cache),
+    and where each stream's logits rows lie in the pass's output: [(first, end)]."""
+    ids = np.concatenate([p["input_ids"] for p in parts], axis=1)
+    positions = np.concatenate([p["position_ids"] for p in parts], axis=1)
+    streams = np.concatenate([np.full((1, p["input_ids"].shape[1]), s, np.int64) for p, s in zip(parts, slots,
+                                                                                                  strict=True)], axis=1)
+    starts = np.cumsum([0] + [p["input_ids"].shape[1] for p in parts])
+    index = np.concatenate([p["logits_index"] + start for p, start in zip(parts, starts, strict=False)])
+    ends = np.cumsum([len(p["logits_index"]) for p in parts])
+    bounds = [(int(end) - len(p["logits_index"]), int(end)) for p, end in zip(parts, ends, strict=True)]
+    return {"input_ids": ids, "position_ids": positions, "stream_ids": streams, "logits_index": index}, bounds
+
+
+class SharedModel:
+    """A model whose passes serve several streams at once, over a pool of their caches.
+    priority: lower runs first when streams wait for several models (a draft before its target)."""
+
+    def __init__(self, runner: InPlaceRunner, pool: CachePool, priority: int) -> None:
+        self.runner, self.pool, self.priority = runner, pool, priority
+
+    def run(self, requests: Sequence[Request]) -> None:
+        """One pass for all `requests`; each gets its own rows (copies: the pass's buffers are reused)."""
+        feeds, bounds = merge_feeds([r.feeds for r in requests], [r.slot for r in requests])
+        out = self.runner(feeds, self.pool)  # type: ignore[arg-type]  # the pool's buffers, every slot
+        for request, (a, b) in zip(requests, bounds, strict=True):
+            next_ids = out.next_ids[a:b].copy() if out.next_ids is not None else None
+            request.result = RunResult(out.logits[a:b].copy(), next_ids, [], [])
+
+
+class PassScheduler:
+    """Runs the passes streams wait for, once every stream sharing them waits. A stream is a member
+    from its first request until it `leave`s (it must: the others wait for members)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._members: set[int] = set()
+        self._waiting: dict[int, Request] = {}
+        self._running = False
+        self.passes = 0  # shared passes run
+        self.rows = 0  # streams' passes they held
+
+    def submit(self, request: Request) -> RunResult:
+        """Wait for this stream's pass (run by whichever thread completes the set), and return its rows."""
+        with self._cond:
+            self._members.add(request.slot)
+            self._waiting[request.slot] = request
+            self._run_ready()
+            while not request.done:
+                self._cond.wait()
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
+    def leave(self, slot: int) -> None:
+        """The stream of `slot` has ended: the others no longer wait for it."""
+        with self._cond:
+            self._members.discard(slot)
+            self._waiting.pop(slot, None)
+            self._run_ready()
+
+    def _run_ready(self) -> None:
+        """With the lock held: while every member waits, run one model's pass for those waiting on it
+        (the lowest priority first), the lock released meanwhile."""
+        while not self._running and self._waiting and len(self._waiting) == len(self._members):
+            model = min((r.model for r in self._waiting.values()), key=lambda m: m.priority)
+            batch = [r for r in self._waiting.values() if r.model is model]
+            for r in batch:
+                del self._waiting[r.slot]
+            self._running = True
+            self._cond.release()
+            try:
+                model.run(batch)
+            except BaseException as e:  # every stream of the pass gets its fault, in its own thread
+                for r in batch:
+                    r.error = e
+            finally:
+                self._cond.acquire()
+                self._running = False
+                self.passes += 1
+                self.rows += len(batch)
+                self._cond.notify_all()

@@ -1,0 +1,158 @@
+"""Several streams decoding at once with one Generator's models, each pass shared by all of them.
+
+    streams = Streams(Generator.load(target, draft=draft), slots=4)
+    results = streams.generate(["def fib(n):", "class Stack:", ...], max_new_tokens=128)
+
+Each slot is a `StreamGenerator`: the Generator's models seen through `StreamModel`s, whose cache is
+the slot's share of a `CachePool` and whose passes go to one `PassScheduler`
+(runtime/shared_pass.py). A stream decodes in its own thread exactly as it would alone: its own
+drafts, grammar, stop strings, seed and log-probabilities; only the passes are shared. Greedy
+output of each stream is token-identical to the same request alone, a seeded one gives the same
+tokens, since a row's result does not depend on the rows beside it (a target exported with the
+native attention on specedge's int4 kernel: `Manifest.streams`, rows exact at any width).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+
+from specedge.core.errors import SpecEdgeError
+from specedge.runtime.drafters import Drafter, HybridDrafter, NgramDrafter, build_drafter
+from specedge.runtime.feeds import Feeds
+from specedge.runtime.generator import GenerationResult, Generator, Prompt, Segment, draft_model
+from specedge.runtime.grammar import Grammar, GrammarConstraint
+from specedge.runtime.kv_cache import BUCKET, CachePool, KVCache
+from specedge.runtime.model import OnnxModel
+from specedge.runtime.runners import RunResult
+from specedge.runtime.shared_pass import PassScheduler, Request, SharedModel
+
+DRAFT_FIRST, TARGET_AFTER = 0, 1  # PassScheduler priorities: the drafts of a round before its verification
+
+
+def shareable(model: OnnxModel) -> str:
+    """Why `model`'s passes cannot serve several streams ("": they can)."""
+    m = model.manifest
+    if not m.streams:
+        return f"{model.folder.name} was exported without a cache per stream (native attention, export format 10)"
+    if model.provider != "cpu" or not model.in_place:
+        return f"{model.folder.name} runs on {model.provider}, where passes are not shared"
+    return ""
+
+
+def check_shareable(gen: Generator, slots: int) -> None:
+    """Refuse, in one line, streams whose shared passes would change what each decodes alone."""
+    if slots < 1:
+        raise SpecEdgeError(f"streams need at least 1 slot, got {slots}", "pass 1 or more")
+    draft = draft_model(gen.drafter)
+    why = shareable(gen.target) or (shareable(draft) if draft is not None else "")
+    if not why and not (gen.rows.exact and gen.rows.group == 1):
+        why = f"{gen.target.folder.name} computes a row differently with the width of its pass on this CPU"
+    if why:
+        raise SpecEdgeError(f"several streams cannot share passes: {why}",
+                            "decode one stream at a time (--parallel 1), or re-export the models with specedge's "
+                            "int4 kernel and native attention (the registry's int4 exports on x86 and ARM)")
+
+
+class StreamModel(OnnxModel):
+    """`base`'s graphs and session for one stream: its cache is its slot of the pool, and its passes
+    are requests to the scheduler, run with the other streams' in one pass."""
+
+    def __init__(self, base: OnnxModel, shared: SharedModel, scheduler: PassScheduler, slot: int) -> None:
+        self.__dict__.update(base.__dict__)  # the same manifest, sessions and feeds: no second session
+        self.shared, self.scheduler, self.slot = shared, scheduler, slot
+        self._run = self._request  # type: ignore[assignment]
+
+    def _request(self, feeds: Feeds, cache: KVCache) -> RunResult:
+        if cache is not self.shared.pool.cache(self.slot):
+            raise ValueError(f"stream {self.slot}'s model runs over its own slot's cache only")
+        return self.scheduler.submit(Request(self.shared, feeds, self.slot))
+
+    def new_cache(self, bucket: int = BUCKET) -> KVCache:
+        return self.shared.pool.cache(self.slot)
+
+
+class StreamGenerator(Generator):
+    """A Generator for one slot of `Streams`: `base`'s tokenizer, config and row policy over
+    StreamModels. Its stream leaves the scheduler when it ends, however it ends."""
+
+    def __init__(self, base: Generator, target: StreamModel, drafter: Drafter | None) -> None:
+        self.__dict__.update(base.__dict__)
+        self.base = base
+        self.target, self.drafter = target, drafter
+        self.cache = target.new_cache()
+        self.slot = target.slot
+
+    def constraint(self, grammar: Grammar) -> GrammarConstraint:
+        return self.base.constraint(grammar)  # the vocabulary is read once, for every slot
+
+    def _segments(self, *args: object, **kwargs: object) -> Iterator[Segment]:
+        try:
+            yield from super()._segments(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            self.target.scheduler.leave(self.slot)
+
+
+def pool_for(model: OnnxModel, slots: int) -> CachePool:
+    m = model.manifest
+    return CachePool(m.num_layers, m.num_kv_heads, m.head_dim, m.context, slots)
+
+
+class Streams:
+    """`slots` streams decoding at once with `gen`'s models, their passes shared."""
+
+    def __init__(self, gen: Generator, slots: int) -> None:
+        check_shareable(gen, slots)
+        self.generator = gen
+        self.scheduler = PassScheduler()
+        target = SharedModel(gen.target._run, pool_for(gen.target, slots), TARGET_AFTER)  # type: ignore[arg-type]
+        self.pools = [target.pool]
+        draft = draft_model(gen.drafter)
+        shared_draft = None
+        if draft is not None:
+            shared_draft = SharedModel(draft._run, pool_for(draft, slots), DRAFT_FIRST)  # type: ignore[arg-type]
+            self.pools.append(shared_draft.pool)
+        lookup = isinstance(gen.drafter, (NgramDrafter, HybridDrafter))
+        self.generators: list[StreamGenerator] = []
+        for b in range(slots):
+            stream_draft = StreamModel(draft, shared_draft, self.scheduler, b) if shared_draft and draft else None
+            drafter = build_drafter(stream_draft, lookup)
+            self.generators.append(StreamGenerator(gen, StreamModel(gen.target, target, self.scheduler, b), drafter))
+
+    @property
+    def slots(self) -> int:
+        return len(self.generators)
+
+    @property
+    def nbytes(self) -> int:
+        """The KV caches of every slot, target's and draft's."""
+        return sum(p.nbytes for p in self.pools)
+
+    def generate(self, prompts: Sequence[Prompt], chat: bool = False, **overrides: object) -> list[GenerationResult]:
+        """Decode every prompt, as many at once as there are slots, each as `Generator.generate`
+        would alone; the results in the prompts' order (the first failure raised once all end)."""
+        free: queue.SimpleQueue[StreamGenerator] = queue.SimpleQueue()
+        for g in self.generators:
+            free.put(g)
+        results: list[GenerationResult | None] = [None] * len(prompts)
+        errors: list[BaseException] = []
+
+        def decode(i: int, prompt: Prompt) -> None:
+            gen = free.get()
+            try:
+                results[i] = gen.generate(prompt, chat, **overrides)
+            except BaseException as e:  # raised in the caller's thread below
+                errors.append(e)
+            finally:
+                free.put(gen)
+
+        threads = [threading.Thread(target=decode, args=(i, p), name=f"specedge-stream-{i}")
+                   for i, p in enumerate(prompts)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        return [r for r in results if r is not None]
