@@ -34,7 +34,7 @@ from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_reje
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count, probabilities
 from specedge.runtime.constraints import Constraint, Guide, mask_rows
 from specedge.runtime.drafters import Draft, Drafter, NgramDrafter
-from specedge.runtime.gamma import GammaController
+from specedge.runtime.gamma import GammaController, RoundCosts
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
 from specedge.runtime.model import ForwardOutput, OnnxModel
@@ -175,9 +175,14 @@ def constrain(out: ForwardOutput, guide: Guide | None) -> ForwardOutput:
 
 def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, prompt: Sequence[int],
                   config: SpecConfig, stats: GenerationStats, rows: RowPolicy = ONE_ROW,
-                  on_logits: OnLogits | None = None, constraint: Constraint | None = None) -> Iterator[list[int]]:
+                  on_logits: OnLogits | None = None, constraint: Constraint | None = None,
+                  clock: Callable[[], float] = time.perf_counter,
+                  costs: RoundCosts | None = None) -> Iterator[list[int]]:
     """Yield the tokens of each round. Ends by itself only when the context is full. `rows`: the
     target's row policy (runtime/rows.py), which every target pass, plain steps too, runs under.
+    clock: what the stats and γ auto time prefill, drafting and verification by (a stream sharing
+    passes with others: its share of each pass, runtime/shared_pass.py); costs: what γ auto weighs
+    a round by when passes are shared (runtime/gamma.py's RoundCosts).
     on_logits(rows, tokens): the target's logits rows [>= len(tokens), V] each emitted token was
     chosen from, before the tokens are yielded (the rows are valid only during the call).
     constraint: a grammar every token obeys (runtime/constraints.py), its state advanced here."""
@@ -189,7 +194,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
     rng = np.random.default_rng(np.random.SeedSequence(draws.seed, spawn_key=(REJECTION_STREAM,)))
     guide = Guide(constraint) if constraint is not None else None
     forcing = drafter is not None or rows.exact  # a pass may hold forced tokens: its rows are exact
-    t0 = time.perf_counter()
+    t0 = clock()
     context = list(prompt)
     first = prefill(target, cache, prompt, rows)
     row = first if guide is None else mask_rows(first[None], guide.row_masks())[0]
@@ -200,9 +205,9 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         on_logits(first[None], context[-1:])
     if drafter is not None:
         drafter.begin(context)
-    stats.time_prefill_s += time.perf_counter() - t0
+    stats.time_prefill_s += clock() - t0
     produced = 1
-    controller = (GammaController.for_widths(rows.verify_widths(widths), start=config.gamma)
+    controller = (GammaController.for_widths(rows.verify_widths(widths), start=config.gamma, costs=costs)
                   if config.auto_gamma else None)
     yield [context[-1]]
     while len(context) <= capacity:  # the pending token still fits
@@ -213,10 +218,10 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
             source, gamma = controller.plan(drafter.sources(context))
         room = min(capacity - len(context), max(remaining - 1, 0))
         # draft: forced tokens, then up to γ from the drafter, trimmed to an exported verification width
-        t = time.perf_counter()
+        t = clock()
         draft = draft_round(drafter if gamma > 0 else None, guide, context, min(gamma, room), room, widths, params,
                             draws, source, forcing)
-        t_draft = time.perf_counter() - t if drafter is not None and gamma > 0 else 0.0
+        t_draft = clock() - t if drafter is not None and gamma > 0 else 0.0
         stats.time_draft_s += t_draft
         stats.draft_calls += draft.calls
         stats.draft_traffic.add(draft.traffic)
@@ -226,14 +231,14 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
             guesses = guesses if guide is None else guide.follow(guesses)
             draft = dataclasses.replace(draft, tokens=[*draft.tokens, *guesses], guesses=len(guesses))
         # verify: one target pass over the pending token and the drafts, a row each
-        t = time.perf_counter()
+        t = clock()
         out = target.forward([context[-1], *draft.tokens], cache, all_logits=True, rows=rows)
         # accept: the longest agreeing prefix, then the target's own token
         result = accept(draft, constrain(out, guide), params, draws, len(context), rule, rng)
         # commit: the pending token's and the accepted drafts' entries; the rest lie beyond length
         cache.commit(out.new_keys, out.new_values, [context[-1], *draft.tokens[:result.n_accepted]])
         stats.target_traffic.add(out.traffic)
-        t_verify = time.perf_counter() - t
+        t_verify = clock() - t
         stats.time_verify_s += t_verify
         n_drafts = min(result.n_accepted, drafted)
         n_guesses = result.n_accepted - n_drafts

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from specedge.core.contract import gamma_choices
 from specedge.kernels.acceptance import round_rate
@@ -28,6 +29,15 @@ PRIOR_ALPHA = 0.7
 PRIOR_COUNT = 2.0  # pseudo-counts of the prior
 PRIOR_SLOPE = 0.15  # t(S) / t(1) grows by this per extra token until measured
 EMA = 0.3
+
+
+class RoundCosts(Protocol):
+    """What a verification costs a stream that shares passes with others (runtime/streams.py): known
+    from the device's measured pass times and the streams decoding now, not from this stream's own
+    clock (a wider round of one stream widens a pass that the others wait for too). Its drafting
+    is still timed on its own clock (its share of the draft passes it waited for)."""
+
+    def verify_seconds(self, width: int) -> float: ...
 
 
 @dataclass
@@ -53,16 +63,19 @@ class GammaController:
     sources: dict[str, SourceStats] = field(default_factory=dict)
     plain_rounds: int = 0
     plain_bonus: float = 0.0  # tokens accepted from pad-row guesses per plain step (moving average)
+    costs: RoundCosts | None = None  # a stream sharing passes: its rounds' costs (else measured here)
 
     @classmethod
-    def for_widths(cls, widths: Sequence[int], start: int = 4) -> GammaController:
+    def for_widths(cls, widths: Sequence[int], start: int = 4, costs: RoundCosts | None = None) -> GammaController:
         choices = gamma_choices(widths)
-        return cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0)
+        return cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0, costs=costs)
 
     def stats(self, source: str) -> SourceStats:
         return self.sources.setdefault(source, SourceStats())
 
     def verify_seconds(self, width: int) -> float:
+        if self.costs is not None:
+            return self.costs.verify_seconds(width)
         if width in self.t_verify:
             return self.t_verify[width]
         points = sorted(self.t_verify.items())
@@ -92,7 +105,8 @@ class GammaController:
             return None, 0
         options = []
         for source in sources:
-            if not self.t_verify or self.stats(source).t_draft is None:
+            measured = self.stats(source).t_draft is not None
+            if not measured or (not self.t_verify and self.costs is None):
                 return source, self.start
             gamma = max(self.choices, key=lambda g: self.rate(g, source))
             options.append((self.rate(gamma, source), source, gamma))

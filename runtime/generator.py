@@ -29,6 +29,7 @@ from specedge.runtime.drafters import (
     PredictionDrafter,
     build_drafter,
 )
+from specedge.runtime.gamma import RoundCosts
 from specedge.runtime.grammar import Grammar, GrammarConstraint, Vocabulary
 from specedge.runtime.logprobs import LogprobRecorder, TokenLogprob
 from specedge.runtime.model import OnnxModel, check_token_ids
@@ -185,6 +186,8 @@ class Generator:
         self.cache = target.new_cache()
         self.bandwidth_gb_per_s: float | None = None  # set from a measured device profile, for the roofline
         self.rows = probe_rows(target) if rows is None else rows
+        self.clock: Callable[[], float] = time.perf_counter  # what decoding's stats and γ auto time passes by
+        self.costs: RoundCosts | None = None  # what γ auto weighs a round by, where passes are shared
         self._vocabulary: Vocabulary | None = None  # the target's tokens as the grammar engine reads them
         check_lossless(target, drafter, self.rows, probed=rows is None)
         check_gamma(self.config, target, drafter)
@@ -283,7 +286,7 @@ class Generator:
         stream.logprobs = recorder.logprobs if recorder is not None else None
         stream.stats = stats
         rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, self.rows, on_logits=recorder,
-                               constraint=constraint)
+                               constraint=constraint, clock=self.clock, costs=self.costs)
         reason = ""
         try:
             for new in rounds:

@@ -15,7 +15,9 @@ greedy tokens identical, seeded samples identical.
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -55,17 +57,50 @@ def merge_feeds(parts: Sequence[Feeds], slots: Sequence[int]) -> tuple[Feeds, li
     return {"input_ids": ids, "position_ids": positions, "stream_ids": streams, "logits_index": index}, bounds
 
 
+class PassCurve:
+    """Seconds a pass takes by its width (rows), as measured: a moving average per width, straight
+    lines between the widths measured and past the widest."""
+
+    def __init__(self) -> None:
+        self.seconds_at: dict[int, float] = {}
+
+    def observe(self, width: int, seconds: float) -> None:
+        old = self.seconds_at.get(width)
+        self.seconds_at[width] = seconds if old is None else (1 - CURVE_EMA) * old + CURVE_EMA * seconds
+
+    def seconds(self, width: int) -> float:
+        points = sorted(self.seconds_at.items())
+        if not points:
+            return 0.0
+        if width <= points[0][0]:
+            return points[0][1]
+        for (w0, t0), (w1, t1) in itertools.pairwise(points):
+            if width <= w1:
+                return t0 + (t1 - t0) * (width - w0) / (w1 - w0)
+        if len(points) == 1:
+            return points[0][1]
+        (w0, t0), (w1, t1) = points[-2:]
+        return t1 + max(t1 - t0, 0.0) / (w1 - w0) * (width - w1)
+
+
+CURVE_EMA = 0.2
+
+
 class SharedModel:
-    """A model whose passes serve several streams at once, over a pool of their caches.
-    priority: lower runs first when streams wait for several models (a draft before its target)."""
+    """A model whose passes serve several streams at once, over a pool of their caches; `curve`: its
+    passes' times by width. priority: lower runs first when streams wait for several models (a draft
+    before its target)."""
 
     def __init__(self, runner: InPlaceRunner, pool: CachePool, priority: int) -> None:
         self.runner, self.pool, self.priority = runner, pool, priority
+        self.curve = PassCurve()
 
     def run(self, requests: Sequence[Request]) -> None:
         """One pass for all `requests`; each gets its own rows (copies: the pass's buffers are reused)."""
         feeds, bounds = merge_feeds([r.feeds for r in requests], [r.slot for r in requests])
+        start = time.perf_counter()
         out = self.runner(feeds, self.pool)  # type: ignore[arg-type]  # the pool's buffers, every slot
+        self.curve.observe(feeds["input_ids"].shape[1], time.perf_counter() - start)
         for request, (a, b) in zip(requests, bounds, strict=True):
             next_ids = out.next_ids[a:b].copy() if out.next_ids is not None else None
             request.result = RunResult(out.logits[a:b].copy(), next_ids, [], [])
@@ -82,6 +117,18 @@ class PassScheduler:
         self._running = False
         self.passes = 0  # shared passes run
         self.rows = 0  # streams' passes they held
+        self._seconds: dict[int, float] = {}  # slot -> its share of the passes it took part in
+
+    @property
+    def streams(self) -> int:
+        """Streams sharing passes now (from their first pass until they leave)."""
+        return len(self._members)
+
+    def seconds(self, slot: int) -> float:
+        """The clock of `slot`'s stream: the seconds of each pass it took part in, times its share of
+        the pass's rows. γ auto reads its costs on it, so each stream weighs a wider round by what its
+        own rows add to a pass that others share."""
+        return self._seconds.get(slot, 0.0)
 
     def submit(self, request: Request) -> RunResult:
         """Wait for this stream's pass (run by whichever thread completes the set), and return its rows."""
@@ -113,6 +160,7 @@ class PassScheduler:
                 del self._waiting[r.slot]
             self._running = True
             self._cond.release()
+            start = time.perf_counter()
             try:
                 model.run(batch)
             except BaseException as e:  # every stream of the pass gets its fault, in its own thread
@@ -121,6 +169,13 @@ class PassScheduler:
             finally:
                 self._cond.acquire()
                 self._running = False
-                self.passes += 1
-                self.rows += len(batch)
+                self._credit(batch, time.perf_counter() - start)
                 self._cond.notify_all()
+
+    def _credit(self, batch: Sequence[Request], seconds: float) -> None:
+        """Count a pass, and give each stream its share of its time, by rows."""
+        self.passes += 1
+        self.rows += len(batch)
+        rows = [r.feeds["input_ids"].shape[1] for r in batch]
+        for r, n in zip(batch, rows, strict=True):
+            self._seconds[r.slot] = self._seconds.get(r.slot, 0.0) + seconds * n / max(sum(rows), 1)

@@ -14,6 +14,7 @@ native attention on specedge's int4 kernel: `Manifest.streams`, rows exact at an
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Iterator, Sequence
@@ -36,6 +37,9 @@ def shareable(model: OnnxModel) -> str:
     m = model.manifest
     if not m.streams:
         return f"{model.folder.name} was exported without a cache per stream (native attention, export format 10)"
+    q = m.quantization
+    if not m.rows_exact or (q.method in ("int4", "int8") and q.kernel != "rows"):
+        return f"{model.folder.name} computes a row differently with the width of its pass (ONNX Runtime's MatMulNBits)"
     if model.provider != "cpu" or not model.in_place:
         return f"{model.folder.name} runs on {model.provider}, where passes are not shared"
     return ""
@@ -47,7 +51,7 @@ def check_shareable(gen: Generator, slots: int) -> None:
         raise SpecEdgeError(f"streams need at least 1 slot, got {slots}", "pass 1 or more")
     draft = draft_model(gen.drafter)
     why = shareable(gen.target) or (shareable(draft) if draft is not None else "")
-    if not why and not (gen.rows.exact and gen.rows.group == 1):
+    if not why and gen.rows.group != 1:
         why = f"{gen.target.folder.name} computes a row differently with the width of its pass on this CPU"
     if why:
         raise SpecEdgeError(f"several streams cannot share passes: {why}",
@@ -83,6 +87,7 @@ class StreamGenerator(Generator):
         self.target, self.drafter = target, drafter
         self.cache = target.new_cache()
         self.slot = target.slot
+        self.clock = functools.partial(target.scheduler.seconds, self.slot)
 
     def constraint(self, grammar: Grammar) -> GrammarConstraint:
         return self.base.constraint(grammar)  # the vocabulary is read once, for every slot
@@ -92,6 +97,36 @@ class StreamGenerator(Generator):
             yield from super()._segments(*args, **kwargs)  # type: ignore[arg-type]
         finally:
             self.target.scheduler.leave(self.slot)
+
+
+class SharedCosts:
+    """A stream's verification cost where k streams share passes (runtime/gamma.py's RoundCosts): its
+    equal share of a pass of k times its width, on the target's measured curve. So γ auto weighs
+    what a wider round adds to passes every stream waits for: fewer drafts per stream as streams
+    join, where the device's passes grow with their width (on 2 cores, past 8 rows)."""
+
+    def __init__(self, scheduler: PassScheduler, target: SharedModel) -> None:
+        self.scheduler, self.target = scheduler, target
+
+    def verify_seconds(self, width: int) -> float:
+        k = max(1, self.scheduler.streams)
+        return self.target.curve.seconds(k * width) / k
+
+
+TARGET_PROBE = (1, 2, 4, 8, 12, 16, 24, 32)  # widths whose pass times γ auto starts from
+
+
+def probe_curve(model: StreamModel, widths: Sequence[int], repeats: int = 2) -> None:
+    """Time passes of each width over slot `model.slot`'s empty cache (nothing committed), so the
+    curve is known before the first round."""
+    cache = model.new_cache()
+    cache.reset()
+    tokens = [min(100 + i, model.manifest.vocab_size - 1) for i in range(max(widths))]
+    model.forward(tokens[:1], cache, all_logits=True)  # warm-up
+    for _ in range(repeats):
+        for width in widths:
+            model.forward(tokens[:width], cache, all_logits=True)
+    model.scheduler.leave(model.slot)
 
 
 def pool_for(model: OnnxModel, slots: int) -> CachePool:
@@ -114,11 +149,17 @@ class Streams:
             shared_draft = SharedModel(draft._run, pool_for(draft, slots), DRAFT_FIRST)  # type: ignore[arg-type]
             self.pools.append(shared_draft.pool)
         lookup = isinstance(gen.drafter, (NgramDrafter, HybridDrafter))
+        costs = SharedCosts(self.scheduler, target)
+        drafts = [StreamModel(draft, shared_draft, self.scheduler, b) if shared_draft and draft else None
+                  for b in range(slots)]
         self.generators: list[StreamGenerator] = []
         for b in range(slots):
-            stream_draft = StreamModel(draft, shared_draft, self.scheduler, b) if shared_draft and draft else None
-            drafter = build_drafter(stream_draft, lookup)
-            self.generators.append(StreamGenerator(gen, StreamModel(gen.target, target, self.scheduler, b), drafter))
+            slot = StreamGenerator(gen, StreamModel(gen.target, target, self.scheduler, b),
+                                   build_drafter(drafts[b], lookup))
+            slot.costs = costs
+            self.generators.append(slot)
+        if gen.drafter is not None and gen.config.auto_gamma:  # γ auto weighs rounds on the measured curve
+            probe_curve(self.generators[0].target, TARGET_PROBE)
 
     @property
     def slots(self) -> int:

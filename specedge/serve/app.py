@@ -40,6 +40,7 @@ from specedge.runtime.generator import Generator, draft_model
 from specedge.runtime.grammar import GrammarConstraint, unsatisfiable
 from specedge.runtime.model import check_token_ids
 from specedge.runtime.reasoning import CONTENT, REASONING, ReasoningFilter, split_reasoning, thinks
+from specedge.runtime.streams import Streams
 from specedge.runtime.template.sandbox import ChatTemplateError
 from specedge.runtime.text import PromptTooLong, TextCodec
 from specedge.runtime.tools import ToolMarkup, read_tool_calls, renders_tools
@@ -78,7 +79,8 @@ EVENT_STREAM_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), 
 class ServeSettings:
     model_id: str  # the name /v1/models lists and requests give as `model`
     aliases: tuple[str, ...] = ()  # other names accepted for it (the target's folder, its registry name)
-    queue_size: int = 8  # requests that may wait while one is decoded
+    queue_size: int = 8  # requests that may wait while the slots decode
+    parallel: int = 1  # requests decoded at once, sharing each pass (runtime/streams.py)
     max_tokens: int = 512  # when a request sets none
     temperature: float = 1.0  # the API's defaults
     top_p: float = 1.0
@@ -291,7 +293,8 @@ class Server:
     def __init__(self, generator: Generator, settings: ServeSettings) -> None:
         self.generator = generator
         self.settings = settings
-        self.worker = GenerationWorker(generator, settings.queue_size)
+        streams = Streams(generator, settings.parallel) if settings.parallel > 1 else None
+        self.worker = GenerationWorker(generator, settings.queue_size, streams)
         self.created = int(time.time())
         self.context = generator.target.manifest.context
         self.max_prompt_chars = self.context * longest_token(generator) * FOLDED_CHARS
@@ -320,7 +323,7 @@ class Server:
 
     async def metrics(self, request: Request) -> Response:
         w = self.worker
-        return Response(w.metrics.exposition(waiting=w.waiting, running=int(w.busy)), media_type=CONTENT_TYPE)
+        return Response(w.metrics.exposition(waiting=w.waiting, running=w.active), media_type=CONTENT_TYPE)
 
     async def models(self, request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [self.model_card()]})

@@ -1,13 +1,16 @@
-"""The one generation thread: requests are decoded one at a time, in arrival order, from a
-bounded queue, and each one's text (and its tokens' log-probabilities, if asked) goes back to the
-event loop as it is decoded; each generation is recorded in the server's metrics.
+"""The generation threads: one per slot. Requests are taken in arrival order from a bounded
+queue, each decoded by a free slot, and each one's text (and its tokens' log-probabilities, if
+asked) goes back to the event loop as it is decoded; each generation is recorded in the server's
+metrics.
 
-A device decodes one stream at its best speed, so a second stream would only slow the first.
-onnxruntime releases the GIL during a pass, so the event loop stays responsive meanwhile. A job
-whose client is gone is cancelled: waiting, it is skipped; decoding, its TextStream is closed at
-the next text it yields (the next round), which frees the thread for the next job. A job's prompt
-is tokenized here too, in its turn: however many large prompts arrive at once, one is tokenized at
-a time, and only those that found a place in the queue.
+With one slot (the default where passes cannot be shared) requests are decoded one at a time: a
+device decodes one stream at its best speed, and a second stream on its own passes would only slow
+the first. With several (`Streams`, runtime/streams.py), the slots' streams share every pass, each
+decoding exactly as it would alone. onnxruntime releases the GIL during a pass, so the event loop
+stays responsive meanwhile. A job whose client is gone is cancelled: waiting, it is skipped;
+decoding, its TextStream is closed at the next text it yields (the next round), which frees its
+slot for the next job. A job's prompt is tokenized by its slot, in its turn: however many large
+prompts arrive at once, only those that found a slot are tokenized.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from specedge.runtime.grammar import GrammarFault
 from specedge.runtime.kv_cache import common_prefix
 from specedge.runtime.logprobs import TokenLogprob
 from specedge.runtime.stats import GenerationStats
+from specedge.runtime.streams import Streams
 from specedge.serve.metrics import Metrics
 from specedge.serve.protocol import APIError
 from specedge.serve.responses import Timing
@@ -124,44 +128,60 @@ def piece_logprobs(stream: TextStream, segment: Segment, sent: int) -> tuple[Tok
 
 
 class GenerationWorker:
-    def __init__(self, generator: Generator, queue_size: int) -> None:
+    def __init__(self, generator: Generator, queue_size: int, streams: Streams | None = None) -> None:
+        """streams: several slots sharing passes (else one slot, `generator`)."""
         self.generator = generator
-        self.queue_size = queue_size  # jobs that may wait while one is decoded
+        self.streams = streams
+        self.slots = streams.slots if streams is not None else 1
+        self.queue_size = queue_size  # jobs that may wait while the slots decode
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._outstanding = 0  # waiting + running
-        self._current: Job | None = None
+        self._current: dict[int, Job] = {}  # slot -> the job it decodes
         self._waiting: deque[Job] = deque()  # the queued jobs, in arrival order
         self.closing: APIError | None = None  # set when the server stops: why every job ends
         self._seconds: deque[float] = deque(maxlen=16)  # durations of recent jobs
-        self._thread = threading.Thread(target=self._run, name="specedge-generate", daemon=True)
+        self._threads = [threading.Thread(target=self._run, args=(slot,), name=f"specedge-generate-{slot}",
+                                          daemon=True) for slot in range(self.slots)]
         self.served = 0
         self.metrics = Metrics()
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     @property
     def running(self) -> bool:
-        """Whether the worker's thread is decoding requests (started, not yet stopped)."""
-        return self._thread.is_alive()
+        """Whether the worker's threads are decoding requests (started, not yet stopped)."""
+        return any(thread.is_alive() for thread in self._threads)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Cancel what is running and waiting, and end the thread."""
+        """Cancel what is running and waiting, and end the threads."""
         with self._lock:
-            if self._current is not None:
-                self._current.cancel()
-        self._jobs.put(None)
-        self._thread.join(timeout)
+            for job in self._current.values():
+                job.cancel()
+        for _ in self._threads:
+            self._jobs.put(None)
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     @property
     def busy(self) -> bool:
-        return self._current is not None
+        return bool(self._current)
+
+    @property
+    def active(self) -> int:
+        """Jobs being decoded now (at most one per slot)."""
+        return len(self._current)
 
     @property
     def waiting(self) -> int:
         with self._lock:
-            return max(self._outstanding - (self._current is not None), 0)
+            return max(self._outstanding - len(self._current), 0)
+
+    def generator_of(self, slot: int) -> Generator:
+        return self.streams.generators[slot] if self.streams is not None else self.generator
 
     def retry_after(self) -> int:
         """Seconds until a place in the queue is likely free: a recent job's median duration."""
@@ -169,12 +189,12 @@ class GenerationWorker:
         return max(1, math.ceil(recent[len(recent) // 2])) if recent else 1
 
     def submit(self, job: Job) -> None:
-        """Queue a job, or raise QueueFull when queue_size jobs already wait behind the running one
+        """Queue a job, or raise QueueFull when queue_size jobs already wait behind the running ones
         (the shutdown's error once the server stops)."""
         with self._lock:
             if self.closing is not None:
                 raise self.closing
-            if self._outstanding >= self.queue_size + 1:
+            if self._outstanding >= self.queue_size + self.slots:
                 raise QueueFull(self.retry_after())
             self._outstanding += 1
             self._waiting.append(job)
@@ -186,21 +206,21 @@ class GenerationWorker:
         taken after."""
         with self._lock:
             self.closing = why
-            jobs = [*([self._current] if self._current is not None else []), *self._waiting]
+            jobs = [*self._current.values(), *self._waiting]
         for job in jobs:
             job.end(why)
 
-    def _run(self) -> None:
+    def _run(self, slot: int) -> None:
         while (job := self._jobs.get()) is not None:
             with self._lock:
-                self._current = job
+                self._current[slot] = job
                 if job in self._waiting:
                     self._waiting.remove(job)
             started = time.perf_counter()
             last: Finished | Failed | None = None
             try:
                 if not job.cancelled.is_set():
-                    last = self._serve(job)
+                    last = self._serve(job, self.generator_of(slot))
             except (APIError, SpecEdgeError) as e:  # the request's fault: a one-line answer
                 log.info("%s: %s", job.name, e)
                 last = Failed(e)
@@ -212,7 +232,7 @@ class GenerationWorker:
                 last = Failed(e)
             finally:
                 with self._lock:
-                    self._current = None
+                    del self._current[slot]
                     self._outstanding -= 1
                 self._seconds.append(time.perf_counter() - started)
             if job.ended is not None:  # the server ended it: said once, and to its client
@@ -221,9 +241,9 @@ class GenerationWorker:
             if last is not None:  # after the bookkeeping: a client with its answer sees the queue without it
                 job.emit(last)
 
-    def _serve(self, job: Job) -> Finished | None:
-        """Decode a job, streaming its pieces; its last event (None: the client is gone)."""
-        gen = self.generator
+    def _serve(self, job: Job, gen: Generator) -> Finished | None:
+        """Decode a job on `gen` (its slot's), streaming its pieces; its last event (None: the client
+        is gone)."""
         queued = time.perf_counter() - job.arrived
         prompt = job.encode()
         reused = cached_prefix(gen.cache.tokens, prompt)
@@ -247,7 +267,8 @@ class GenerationWorker:
             stream.close()  # at once if cancelled: no further round is decoded
         result = stream.result
         assert result is not None
-        self.served += 1
+        with self._lock:
+            self.served += 1
         timing = Timing(queued, first)
         self.metrics.record_generation(result.stats, None if job.cancelled.is_set() else timing,
                                        time.perf_counter() - job.arrived)

@@ -99,3 +99,39 @@ def test_guesses_accepted_in_plain_steps_count_in_plain_decodings_rate() -> None
         ctrl.observe(0, 0, 0.0, 0.10, guessed_accepted=1)
     assert ctrl.rate(0) > 1.8 * plain
     assert ctrl.rate(0) > ctrl.rate(1)  # 2 tokens per 0.10 s beat at most 2 per 0.15 s
+
+
+def test_shared_passes_take_fewer_drafts_per_stream_as_streams_join() -> None:
+    """With RoundCosts of k streams sharing a pass that costs the same up to 8 rows and grows past
+    them (2 cores), a stream drafts longer alone than among four, and not at all among eight."""
+    from specedge.runtime.shared_pass import PassCurve
+
+    curve = PassCurve()
+    for width, seconds in ((1, 0.020), (4, 0.021), (8, 0.024), (16, 0.041), (32, 0.078), (64, 0.16)):
+        curve.observe(width, seconds)
+
+    class Costs:
+        k = 1
+
+        def verify_seconds(self, width: int) -> float:
+            return curve.seconds(self.k * width) / self.k
+
+    costs = Costs()
+    chosen = {}
+    for k in (1, 4, 8):
+        costs.k = k
+        ctrl = GammaController.for_widths([1, 2, 3, 5, 9], costs=costs)
+        feed(ctrl, 0.75, t_draft=0.007 / k, t_verify={1: 1.0, 3: 1.0, 5: 1.0})  # own verify times unused
+        chosen[k] = choose(ctrl)
+    assert chosen[1] > chosen[4] >= 1 and chosen[8] == 0, chosen
+
+
+def test_a_pass_curve_is_straight_between_and_past_its_measured_widths() -> None:
+    from specedge.runtime.shared_pass import PassCurve
+
+    curve = PassCurve()
+    assert curve.seconds(4) == 0.0
+    curve.observe(2, 1.0)
+    assert curve.seconds(1) == curve.seconds(9) == 1.0
+    curve.observe(6, 3.0)
+    assert curve.seconds(4) == 2.0 and curve.seconds(10) == 5.0 and curve.seconds(1) == 1.0

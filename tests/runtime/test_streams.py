@@ -106,7 +106,8 @@ def test_a_stream_closed_early_leaves_and_the_others_go_on(pair: tuple[Path, Pat
     t.join(timeout=60)
     assert not t.is_alive() and result == [want]
     # the slot serves again, its cache reused from its last prompt
-    assert first.generate(PROMPTS[0], max_new_tokens=8).token_ids == gen.generate(PROMPTS[0], max_new_tokens=8).token_ids
+    again = first.generate(PROMPTS[0], max_new_tokens=8).token_ids
+    assert again == gen.generate(PROMPTS[0], max_new_tokens=8).token_ids
 
 
 def test_a_fault_in_a_shared_pass_reaches_each_stream_of_it(pair: tuple[Path, Path]) -> None:
