@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import functools
 import queue
+import statistics
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from specedge.core.errors import SpecEdgeError
 from specedge.runtime.drafters import Drafter, HybridDrafter, NgramDrafter, build_drafter
 from specedge.runtime.feeds import Feeds
 from specedge.runtime.generator import GenerationResult, Generator, Prompt, Segment, draft_model
 from specedge.runtime.grammar import Grammar, GrammarConstraint
-from specedge.runtime.kv_cache import BUCKET, CachePool, KVCache
+from specedge.runtime.kv_cache import BUCKET, CachePool, KVCache, available_memory
 from specedge.runtime.model import OnnxModel
 from specedge.runtime.runners import RunResult
 from specedge.runtime.shared_pass import PassScheduler, Request, SharedModel
@@ -197,3 +200,57 @@ class Streams:
         if errors:
             raise errors[0]
         return [r for r in results if r is not None]
+
+
+PARALLEL_CHOICES = (4, 2)  # slots `parallel_that_pays` weighs, most first
+MIN_GAIN = 1.5  # the streams' passes together must make this many times the tokens of one stream's
+MIN_SHARE = 0.5  # and each stream at least this share of its speed alone
+MEMORY_SHARE = 0.25  # the slots' KV caches may take at most this share of the memory available
+
+
+@dataclass(frozen=True)
+class ParallelChoice:
+    slots: int
+    why: str  # one line: what was measured, or why passes are not shared
+
+
+def pool_bytes(gen: Generator, slots: int) -> int:
+    """What `slots` slots' KV caches take at most (target's and draft's, float16, the full context)."""
+    draft = draft_model(gen.drafter)
+    models = [gen.target.manifest, *([draft.manifest] if draft is not None else [])]
+    return sum(2 * m.num_layers * slots * m.num_kv_heads * m.context * m.head_dim * 2 for m in models)
+
+
+def pass_seconds(model: OnnxModel, width: int, repeats: int) -> float:
+    """The median time of a pass of `width` tokens over a fresh cache (nothing committed)."""
+    cache = model.new_cache()
+    tokens = [min(100 + i, model.manifest.vocab_size - 1) for i in range(width)]
+    model.forward(tokens, cache)  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        model.forward(tokens, cache)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def parallel_that_pays(gen: Generator, repeats: int = 5) -> ParallelChoice:
+    """The most slots whose shared passes pay on this device, measured: n streams' rows in one pass
+    of n rows must make MIN_GAIN times one stream's tokens, each stream keeping MIN_SHARE of its
+    speed (`pass_seconds` of 1 and n rows, a few passes each), and their caches fit in MEMORY_SHARE
+    of the memory available; else 1, and why."""
+    try:
+        check_shareable(gen, 2)
+    except SpecEdgeError as e:
+        return ParallelChoice(1, e.problem)
+    one = pass_seconds(gen.target, 1, repeats)
+    memory = available_memory()
+    for n in PARALLEL_CHOICES:
+        if memory is not None and pool_bytes(gen, n) > MEMORY_SHARE * memory:
+            continue
+        ratio = pass_seconds(gen.target, n, repeats) / one
+        if n / ratio >= MIN_GAIN and 1 / ratio >= MIN_SHARE:
+            return ParallelChoice(n, f"a pass of {n} rows took {ratio:.2f}x one of 1 row here")
+    return ParallelChoice(1, f"a pass of {PARALLEL_CHOICES[-1]} rows took "
+                             f"{pass_seconds(gen.target, PARALLEL_CHOICES[-1], repeats) / one:.2f}x one of 1 row here, "
+                             "or their caches would not fit")

@@ -319,7 +319,7 @@ class Server:
     async def health(self, request: Request) -> JSONResponse:
         w = self.worker
         return JSONResponse({"status": "ok", "model": self.settings.model_id, "busy": w.busy, "waiting": w.waiting,
-                             "queue_size": w.queue_size, "served": w.served})
+                             "queue_size": w.queue_size, "served": w.served, "slots": w.slots, "decoding": w.active})
 
     async def metrics(self, request: Request) -> Response:
         w = self.worker

@@ -50,6 +50,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 API_KEY_ENV = "SPECEDGE_API_KEY"
 
 
+MAX_PARALLEL = 16  # slots --parallel may ask for
+
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="an OpenAI-compatible local HTTP server (chat/completions, completions, models)")
     add_pair_flags(p)
@@ -65,7 +67,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"a response whose client reads none of what is sent for this long is closed, and its "
                         f"decoding ended (default {WRITE_TIMEOUT_S:g})")
     p.add_argument("--queue", type=nonnegative_int, default=8,
-                   help="requests that may wait while one is decoded (default 8); more get 503 and Retry-After")
+                   help="requests that may wait while the slots decode (default 8); more get 503 and Retry-After")
+    p.add_argument("--parallel", type=parallel_arg, default="auto", metavar="N",
+                   help="requests decoded at once, each pass shared by all of them, each decoding as it would "
+                        "alone (default auto: as many as this device's measured passes say pay, or 1)")
     p.add_argument("--model-name", default=None,
                    help="the model id clients pass (default: the pair, or the target's registry name or folder)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None, metavar="KEY",
@@ -82,6 +87,19 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     add_sampling_flags(p, max_new_tokens=512, temperature=1.0, per_request=True)  # temperature 1: the API's default
     add_provider_flags(p)
     p.set_defaults(func=cmd_serve)
+
+
+def parallel_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_PARALLEL:
+        raise argparse.ArgumentTypeError(f"expected auto or a number of requests from 1 to {MAX_PARALLEL}, "
+                                         f"got {text!r}")
+    return n
 
 
 def origins_arg(text: str) -> list[str]:
@@ -177,13 +195,15 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
               failed: list[BaseException]) -> None:
     """Load the models (fetched and exported on a first run) and open the gate to them; a failure
     stops the server, and `cmd_serve` raises it once uvicorn has stopped."""
+    from specedge.runtime.streams import ParallelChoice, parallel_that_pays, pool_bytes
     from specedge.serve.app import create_app
 
     try:
         way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram, args.context)
         config = build_config(args, no_draft=way.single_steps)  # requests override its length, sampling and seed
         gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
-        settings = serve_settings(args, way.target, port)
+        parallel = parallel_that_pays(gen) if args.parallel == "auto" else ParallelChoice(args.parallel, "asked for")
+        settings = serve_settings(args, way.target, port, parallel.slots)
         if not gate.open(create_app(gen, settings, guarded=False)):  # the gate's guard is in front
             return
     except BaseException as e:  # a SpecEdgeError is one line once the server has stopped
@@ -191,8 +211,11 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
         server.should_exit = True
         return
     pair = way.target.name + (f" + {way.draft.name}" if way.draft else "") + (" + n-gram" if way.ngram else "")
-    print(f"specedge serve: model '{settings.model_id}' ({pair}) at http://{host}:{port}/v1; one request decodes "
-          f"at a time, {args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
+    n = parallel.slots
+    slots = (f"{n} requests decode at once, sharing each pass ({parallel.why}; their KV caches take up to "
+             f"{pool_bytes(gen, n) / 1e6:.0f} MB)" if n > 1 else f"one request decodes at a time ({parallel.why})")
+    print(f"specedge serve: model '{settings.model_id}' ({pair}) at http://{host}:{port}/v1; {slots}, "
+          f"{args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
 
 
 def stopping_server(base: type, on_stop: Callable[[], None]) -> type:
@@ -211,15 +234,15 @@ def stopping_server(base: type, on_stop: Callable[[], None]) -> type:
     return type("StoppingServer", (base,), {"handle_exit": handle_exit})
 
 
-def serve_settings(args: argparse.Namespace, target: Path, port: int) -> ServeSettings:
-    """The server's settings of its flags: the model's names, the queue, the origins requests must
-    be addressed to, and the sampling flags as the values for a request that sets none."""
+def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: int = 1) -> ServeSettings:
+    """The server's settings of its flags: the model's names, the queue and the slots, the origins
+    requests must be addressed to, and the sampling flags as the values for a request that sets none."""
     from specedge.serve.app import ServeSettings  # the serve extra (starlette): cmd_serve has checked it
     from specedge.serve.guard import Origins  # the serve extra (starlette)
 
     return ServeSettings(model_id=model_id(args), aliases=(Path(target).name,), queue_size=args.queue,
-                         max_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                         top_p=args.top_p, min_p=args.min_p, api_key=args.api_key,
+                         parallel=parallel, max_tokens=args.max_new_tokens, temperature=args.temperature,
+                         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, api_key=args.api_key,
                          origins=Origins.of_listener(args.host, port, tuple(args.allowed_origins)))
 
 

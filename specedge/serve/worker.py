@@ -137,12 +137,13 @@ class GenerationWorker:
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._outstanding = 0  # waiting + running
-        self._current: dict[int, Job] = {}  # slot -> the job it decodes
+        self._current: dict[int, Job] = {}  # thread -> the job it serves
+        self._free = list(range(self.slots))  # slots no job decodes on
         self._waiting: deque[Job] = deque()  # the queued jobs, in arrival order
         self.closing: APIError | None = None  # set when the server stops: why every job ends
         self._seconds: deque[float] = deque(maxlen=16)  # durations of recent jobs
-        self._threads = [threading.Thread(target=self._run, args=(slot,), name=f"specedge-generate-{slot}",
-                                          daemon=True) for slot in range(self.slots)]
+        self._threads = [threading.Thread(target=self._run, args=(i,), name=f"specedge-generate-{i}",
+                                          daemon=True) for i in range(self.slots)]
         self.served = 0
         self.metrics = Metrics()
 
@@ -183,6 +184,14 @@ class GenerationWorker:
     def generator_of(self, slot: int) -> Generator:
         return self.streams.generators[slot] if self.streams is not None else self.generator
 
+    def take_slot(self, prompt: Sequence[int]) -> int:
+        """The free slot whose cache keeps the most of `prompt` (the next turn of a chat finds its
+        last turn's slot); a thread per slot, so one is free for every job taken."""
+        with self._lock:
+            slot = max(self._free, key=lambda s: cached_prefix(self.generator_of(s).cache.tokens, prompt))
+            self._free.remove(slot)
+            return slot
+
     def retry_after(self) -> int:
         """Seconds until a place in the queue is likely free: a recent job's median duration."""
         recent = sorted(self._seconds)
@@ -210,17 +219,17 @@ class GenerationWorker:
         for job in jobs:
             job.end(why)
 
-    def _run(self, slot: int) -> None:
+    def _run(self, thread: int) -> None:
         while (job := self._jobs.get()) is not None:
             with self._lock:
-                self._current[slot] = job
+                self._current[thread] = job
                 if job in self._waiting:
                     self._waiting.remove(job)
             started = time.perf_counter()
             last: Finished | Failed | None = None
             try:
                 if not job.cancelled.is_set():
-                    last = self._serve(job, self.generator_of(slot))
+                    last = self._serve(job)
             except (APIError, SpecEdgeError) as e:  # the request's fault: a one-line answer
                 log.info("%s: %s", job.name, e)
                 last = Failed(e)
@@ -232,7 +241,7 @@ class GenerationWorker:
                 last = Failed(e)
             finally:
                 with self._lock:
-                    del self._current[slot]
+                    del self._current[thread]
                     self._outstanding -= 1
                 self._seconds.append(time.perf_counter() - started)
             if job.ended is not None:  # the server ended it: said once, and to its client
@@ -241,11 +250,19 @@ class GenerationWorker:
             if last is not None:  # after the bookkeeping: a client with its answer sees the queue without it
                 job.emit(last)
 
-    def _serve(self, job: Job, gen: Generator) -> Finished | None:
-        """Decode a job on `gen` (its slot's), streaming its pieces; its last event (None: the client
-        is gone)."""
+    def _serve(self, job: Job) -> Finished | None:
+        """Decode a job on the free slot that suits it, streaming its pieces; its last event (None:
+        the client is gone)."""
         queued = time.perf_counter() - job.arrived
         prompt = job.encode()
+        slot = self.take_slot(prompt)
+        try:
+            return self._decode(job, prompt, self.generator_of(slot), queued)
+        finally:
+            with self._lock:
+                self._free.append(slot)
+
+    def _decode(self, job: Job, prompt: list[int], gen: Generator, queued: float) -> Finished | None:
         reused = cached_prefix(gen.cache.tokens, prompt)
         first: float | None = None
         sent = counted = 0  # log-probabilities sent with the pieces, tokens counted in them
