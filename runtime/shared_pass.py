@@ -106,14 +106,21 @@ class SharedModel:
             request.result = RunResult(out.logits[a:b].copy(), next_ids, [], [])
 
 
+GRACE_S = 0.02  # how long the others wait for a stream whose reader holds it between pieces
+
+
 class PassScheduler:
     """Runs the passes streams wait for, once every stream sharing them waits. A stream is a member
-    from its first request until it `leave`s (it must: the others wait for members)."""
+    from its first request until it `leave`s (it must: the others wait for members). A member whose
+    reader holds it (between the pieces it yields: `suspend`, `resume`) is waited for GRACE_S at
+    most: a reader that pulls at once keeps its stream in step, one that stops does not stall the
+    others."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._members: set[int] = set()
         self._waiting: dict[int, Request] = {}
+        self._suspended: dict[int, float] = {}  # slot -> since when its reader holds it
         self._running = False
         self.passes = 0  # shared passes run
         self.rows = 0  # streams' passes they held
@@ -134,10 +141,12 @@ class PassScheduler:
         """Wait for this stream's pass (run by whichever thread completes the set), and return its rows."""
         with self._cond:
             self._members.add(request.slot)
+            self._suspended.pop(request.slot, None)
             self._waiting[request.slot] = request
             self._run_ready()
             while not request.done:
-                self._cond.wait()
+                self._cond.wait(GRACE_S)  # then again: a member held by its reader may be past its grace
+                self._run_ready()
         if request.error is not None:
             raise request.error
         assert request.result is not None
@@ -148,12 +157,30 @@ class PassScheduler:
         with self._cond:
             self._members.discard(slot)
             self._waiting.pop(slot, None)
+            self._suspended.pop(slot, None)
             self._run_ready()
+
+    def suspend(self, slot: int) -> None:
+        """The stream of `slot` has handed a piece to its reader, and waits for it to ask for more."""
+        with self._cond:
+            if slot in self._members:
+                self._suspended[slot] = time.monotonic()
+
+    def resume(self, slot: int) -> None:
+        with self._cond:
+            self._suspended.pop(slot, None)
+
+    def _ready(self) -> bool:
+        """Every member waits for a pass, or is held by its reader past its grace."""
+        if self._running or not self._waiting:
+            return False
+        now = time.monotonic()
+        return all(s in self._waiting or now - self._suspended.get(s, now) >= GRACE_S for s in self._members)
 
     def _run_ready(self) -> None:
         """With the lock held: while every member waits, run one model's pass for those waiting on it
         (the lowest priority first), the lock released meanwhile."""
-        while not self._running and self._waiting and len(self._waiting) == len(self._members):
+        while self._ready():
             model = min((r.model for r in self._waiting.values()), key=lambda m: m.priority)
             batch = [r for r in self._waiting.values() if r.model is model]
             for r in batch:

@@ -96,10 +96,20 @@ class StreamGenerator(Generator):
         return self.base.constraint(grammar)  # the vocabulary is read once, for every slot
 
     def _segments(self, *args: object, **kwargs: object) -> Iterator[Segment]:
+        """The Generator's segments; while its reader holds a piece, the others wait for this stream
+        a grace at most (PassScheduler.suspend)."""
+        scheduler = self.target.scheduler
+        segments = super()._segments(*args, **kwargs)  # type: ignore[arg-type]
         try:
-            yield from super()._segments(*args, **kwargs)  # type: ignore[arg-type]
+            for segment in segments:
+                scheduler.suspend(self.slot)
+                try:
+                    yield segment
+                finally:
+                    scheduler.resume(self.slot)
         finally:
-            self.target.scheduler.leave(self.slot)
+            segments.close()  # its result and stats, however this ends
+            scheduler.leave(self.slot)
 
 
 class SharedCosts:

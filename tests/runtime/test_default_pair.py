@@ -42,3 +42,51 @@ def test_speculation_with_the_real_draft_equals_plain_decoding(target: Path, def
         assert got.token_ids == want, prompt
         accepted += got.stats.accepted
     assert accepted > TOKENS  # the 0.5B's drafts were accepted, not only the target's own tokens
+
+
+def test_streams_of_the_default_pair_decode_each_request_as_alone(default_pair: dict[str, Path]) -> None:
+    """Requests sharing passes on the real pair (speculative, hybrid, γ auto), arriving one after
+    another while others decode, one closed mid-way and its slot taken by the next: each request's
+    greedy tokens, and a seeded sample's, are those it decodes alone."""
+    import threading
+
+    from specedge.kernels.sampling import SamplingParams
+    from specedge.runtime.streams import Streams
+
+    model, draft = OnnxModel(default_pair["int4"]), OnnxModel(default_pair["draft"])
+    if model.manifest.quantization.kernel != "rows":
+        pytest.skip("this CPU's int4 exports run ONNX Runtime's MatMulNBits, whose passes are not shared")
+    gen = Generator(model, build_drafter(draft, True), SpecConfig(gamma=4, auto_gamma=True, max_new_tokens=TOKENS,
+                                                                  ignore_eos=True))
+    asks = [(PROMPTS[0], {}), (PROMPTS[1], {"sampling": SamplingParams(temperature=0.7), "seed": 3}),
+            (PROMPTS[2], {})]
+    alone = [gen.generate(p, chat=True, **kw).token_ids for p, kw in asks]
+    streams = Streams(gen, 3)
+    got: dict[int, list[int]] = {}
+    started = [threading.Event() for _ in asks]
+
+    def decode(i: int, slot: int) -> None:
+        stream = streams.generators[slot].stream(asks[i][0], chat=True, **asks[i][1])
+        for _ in stream:
+            started[i].set()
+        assert stream.result is not None
+        got[i] = stream.result.token_ids
+
+    cut = streams.generators[2].stream(PROMPTS[0], chat=True)  # decodes beside the others, then closed
+    pieces = iter(cut)
+    next(pieces)
+    first = threading.Thread(target=decode, args=(0, 0))
+    first.start()
+    started[0].wait(120)
+    second = threading.Thread(target=decode, args=(1, 1))
+    second.start()
+    started[1].wait(120)
+    for _ in range(5):
+        next(pieces)
+    cut.close()
+    third = threading.Thread(target=decode, args=(2, 2))  # on the closed stream's slot
+    third.start()
+    for t in (first, second, third):
+        t.join(300)
+    assert [got.get(i) for i in range(3)] == alone
+    assert streams.scheduler.rows > streams.scheduler.passes  # passes were shared

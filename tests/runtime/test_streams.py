@@ -141,3 +141,20 @@ def test_merged_feeds_keep_each_streams_rows_and_logits_apart() -> None:
     assert feeds["input_ids"].tolist() == [[5, 6, 7, 8, 9]] and feeds["position_ids"].tolist() == [[10, 11, 12, 3, 4]]
     assert feeds["stream_ids"].tolist() == [[2, 2, 2, 0, 0]] and feeds["logits_index"].tolist() == [0, 1, 2, 4]
     assert bounds == [(0, 3), (3, 4)]
+
+
+def test_a_stream_its_reader_holds_does_not_stall_the_others(pair: tuple[Path, Path]) -> None:
+    """A stream whose reader stops pulling after a piece (a Python caller holding it) is waited for
+    a grace, not for ever: another stream decodes to its end meanwhile, as alone."""
+    gen = load(pair, "draft-model", gamma=4, ignore_eos=True, max_new_tokens=30)
+    want = gen.generate(PROMPTS[1]).token_ids
+    streams = Streams(gen, 2)
+    held = iter(streams.generators[0].stream(PROMPTS[0]))
+    next(held)  # a member, now held by this thread
+    result: list[list[int]] = []
+    t = threading.Thread(target=lambda: result.append(streams.generators[1].generate(PROMPTS[1]).token_ids),
+                         daemon=True)
+    t.start()
+    t.join(timeout=60)  # not a clock: only how long a stall is waited for before it fails
+    assert not t.is_alive() and result == [want]
+    assert len(list(held)) > 0  # the held stream goes on where it was

@@ -1,0 +1,140 @@
+"""`specedge serve` with several slots (--parallel) on a tiny qwen2 whose passes can be shared:
+requests decoded at once answer as each does alone (greedy, seeded, streamed with log-probabilities),
+a client gone mid-way frees its slot for the next, the queue holds slots + queue_size requests, a
+chat's next turn finds its last turn's slot, and a model whose passes cannot be shared keeps 1 slot."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from specedge.export.artifact import export_model
+from specedge.export.settings import ExportSettings
+from specedge.kernels import native
+from specedge.runtime import Generator, SpecConfig
+from specedge.runtime.streams import Streams, parallel_that_pays
+from specedge.serve.app import ServeSettings, create_app
+from specedge.serve.guard import Origins
+from specedge.serve.worker import GenerationWorker, Job, QueueFull
+from tests.conftest import TINY_CONTEXT, TINY_WIDTHS
+from tests.serve.conftest import HERE
+from tests.tiny_models import make_tiny_model
+
+pytestmark = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
+                                reason=native.missing() or "library absent")
+ROWS = ExportSettings(quant="int4", context=TINY_CONTEXT, widths=TINY_WIDTHS, block_size=32, int4_kernel="rows",
+                      attention="rows")
+PROMPTS = ("def fib(n):", "abcabcab", "hello world, this is", "x = 1\ny = 2\n")
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("parallel")
+    src = make_tiny_model(root / "src", "qwen2", seed=1)
+    draft_src = make_tiny_model(root / "draft-src", noise_from=src, noise=0.05, seed=2)
+    return export_model(src, root / "target", ROWS).path, export_model(draft_src, root / "draft", ROWS).path
+
+
+def generator(pair: tuple[Path, Path]) -> Generator:
+    return Generator.load(pair[0], draft=pair[1], ngram=True, config=SpecConfig(gamma=4, auto_gamma=True))
+
+
+@pytest.fixture
+def served(pair: tuple[Path, Path]) -> Iterator[TestClient]:
+    settings = ServeSettings(model_id="tiny", origins=Origins.of_listener("127.0.0.1", 8000), parallel=3)
+    with TestClient(create_app(generator(pair), settings), base_url=HERE) as http:
+        yield http
+
+
+def body(prompt: str, **extra: object) -> dict[str, object]:
+    return {"model": "tiny", "prompt": prompt, "max_tokens": 20, "temperature": 0, "ignore_eos": True, **extra}
+
+
+def at_once(http: TestClient, bodies: list[dict[str, object]]) -> list[dict[str, object]]:
+    answers: list[dict[str, object]] = [{} for _ in bodies]
+
+    def send(i: int) -> None:
+        r = http.post("/v1/completions", json=bodies[i])
+        assert r.status_code == 200, r.text
+        answers[i] = r.json()
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return answers
+
+
+def test_requests_at_once_answer_as_each_alone(served: TestClient) -> None:
+    """Four requests on three slots (one waits), greedy and seeded, with log-probabilities: the
+    same text, tokens and log-probabilities as one after another."""
+    bodies = [body(PROMPTS[0], logprobs=2), body(PROMPTS[1], temperature=0.9, seed=4), body(PROMPTS[2]),
+              body(PROMPTS[3], temperature=0.8, seed=9, logprobs=1)]
+    alone = [served.post("/v1/completions", json=b).json() for b in bodies]
+    together = at_once(served, bodies)
+    for a, b in zip(alone, together, strict=True):
+        assert a["choices"][0]["text"] == b["choices"][0]["text"]
+        assert a["choices"][0]["logprobs"] == b["choices"][0]["logprobs"]
+        assert a["usage"]["completion_tokens"] == b["usage"]["completion_tokens"] == 20
+    health = served.get("/health").json()
+    assert health["slots"] == 3 and health["decoding"] == 0 and health["served"] == 8
+    scheduler = served.app.state.server.worker.streams.scheduler  # type: ignore[attr-defined]
+    assert scheduler.rows > scheduler.passes  # the requests at once shared passes
+
+
+def test_a_client_gone_mid_stream_frees_its_slot(served: TestClient) -> None:
+    want = served.post("/v1/completions", json=body(PROMPTS[1])).json()["choices"][0]["text"]
+    with served.stream("POST", "/v1/completions", json=body(PROMPTS[0], stream=True, max_tokens=60)) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: ") and json.loads(line[6:])["choices"]:
+                break  # gone after its first piece
+    answers = at_once(served, [body(PROMPTS[1]), body(PROMPTS[1])])
+    assert [a["choices"][0]["text"] for a in answers] == [want, want]
+
+
+def test_the_queue_holds_the_slots_and_queue_size_requests(pair: tuple[Path, Path]) -> None:
+    gen = generator(pair)
+    worker = GenerationWorker(gen, queue_size=1, streams=Streams(gen, 2))  # not started: nothing is taken
+    loop = asyncio.new_event_loop()
+    try:
+        jobs = [Job(f"j{i}", lambda: [1, 2, 3], {}, loop, stream=False) for i in range(4)]
+        for job in jobs[:3]:
+            worker.submit(job)
+        with pytest.raises(QueueFull):
+            worker.submit(jobs[3])
+        assert worker.waiting == 3 and worker.slots == 2
+    finally:
+        loop.close()
+
+
+def test_the_next_turn_finds_the_slot_of_its_last_turn(pair: tuple[Path, Path]) -> None:
+    gen = generator(pair)
+    streams = Streams(gen, 3)
+    worker = GenerationWorker(gen, queue_size=1, streams=streams)
+    first = gen.encode(PROMPTS[0])
+    streams.generators[1].generate(first, max_new_tokens=4)
+    later = [*first, *streams.generators[1].cache.tokens[len(first):], 7, 8]
+    assert worker.take_slot(later) == 1
+    assert worker.take_slot(later) in (0, 2)  # slot 1 is taken now
+
+
+def test_models_whose_passes_cannot_be_shared_keep_one_slot(tmp_path: Path) -> None:
+    src = make_tiny_model(tmp_path / "src", "qwen2", seed=1)
+    fused = export_model(src, tmp_path / "fused", ExportSettings(quant="fp32", context=TINY_CONTEXT,
+                                                                 widths=TINY_WIDTHS, attention="fused")).path
+    choice = parallel_that_pays(Generator.load(fused, config=SpecConfig(gamma=0)))
+    assert choice.slots == 1 and "cache per stream" in choice.why and "\n" not in choice.why
+
+
+def test_auto_measures_how_many_slots_pay(pair: tuple[Path, Path]) -> None:
+    """The tiny model's passes cost about the same at 1 and 4 rows: auto takes 4 slots, and says why."""
+    choice = parallel_that_pays(generator(pair))
+    assert choice.slots in (2, 4) and "rows took" in choice.why
