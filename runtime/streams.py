@@ -19,8 +19,9 @@ import queue
 import statistics
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from specedge.core.errors import SpecEdgeError
 from specedge.runtime.drafters import Drafter, HybridDrafter, NgramDrafter, build_drafter
@@ -32,6 +33,8 @@ from specedge.runtime.model import OnnxModel
 from specedge.runtime.runners import RunResult
 from specedge.runtime.shared_pass import PassScheduler, Request, SharedModel
 
+T = TypeVar("T")
+R = TypeVar("R")
 DRAFT_FIRST, TARGET_AFTER = 0, 1  # PassScheduler priorities: the drafts of a round before its verification
 
 
@@ -186,30 +189,36 @@ class Streams:
     def generate(self, prompts: Sequence[Prompt], chat: bool = False, **overrides: object) -> list[GenerationResult]:
         """Decode every prompt, as many at once as there are slots, each as `Generator.generate`
         would alone; the results in the prompts' order (the first failure raised once all end)."""
+        return self.map(lambda gen, prompt: gen.generate(prompt, chat, **overrides), prompts)
+
+    def map(self, work: Callable[[StreamGenerator, T], R], items: Sequence[T]) -> list[R]:
+        """work(slot, item) for every item, each on a free slot in a thread of its own, as many at
+        once as there are slots; the results in the items' order (the first failure raised once all
+        end)."""
         free: queue.SimpleQueue[StreamGenerator] = queue.SimpleQueue()
         for g in self.generators:
             free.put(g)
-        results: list[GenerationResult | None] = [None] * len(prompts)
+        results: list[R | None] = [None] * len(items)
         errors: list[BaseException] = []
 
-        def decode(i: int, prompt: Prompt) -> None:
+        def run(i: int, item: T) -> None:
             gen = free.get()
             try:
-                results[i] = gen.generate(prompt, chat, **overrides)
+                results[i] = work(gen, item)
             except BaseException as e:  # raised in the caller's thread below
                 errors.append(e)
             finally:
                 free.put(gen)
 
-        threads = [threading.Thread(target=decode, args=(i, p), name=f"specedge-stream-{i}")
-                   for i, p in enumerate(prompts)]
+        threads = [threading.Thread(target=run, args=(i, item), name=f"specedge-stream-{i}")
+                   for i, item in enumerate(items)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         if errors:
             raise errors[0]
-        return [r for r in results if r is not None]
+        return results  # type: ignore[return-value]  # every one set: no failure
 
 
 PARALLEL_CHOICES = (4, 2)  # slots `parallel_that_pays` weighs, most first

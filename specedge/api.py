@@ -38,6 +38,7 @@ from specedge.runtime.grammar import Grammar
 from specedge.runtime.logprobs import TokenLogprob
 from specedge.runtime.reasoning import split_reasoning, thinks
 from specedge.runtime.stats import GenerationStats
+from specedge.runtime.streams import Streams, parallel_that_pays
 from specedge.runtime.tools import ToolCall, ToolMarkup, read_tool_calls, tool_call_grammar
 
 Message = Mapping[str, Any]
@@ -71,6 +72,8 @@ class Model:
         self.name = name
         self.decoding = decoding
         self._markup: ToolMarkup | None = None
+        self._slots: Streams | None = None  # generate_many's, kept for the next call
+        self._pays: int | None = None  # the slots this device's passes say pay (measured on first use)
 
     def __repr__(self) -> str:
         return f"<specedge.Model {self.name}: {self.decoding}>"
@@ -85,6 +88,20 @@ class Model:
         stream = self._stream(ids, self._config(max_tokens, temperature, top_p, top_k, min_p, seed, stop, logprobs),
                               as_grammar(grammar), prediction)
         return finished(stream)
+
+    def generate_many(self, prompts: Sequence[Prompt], *, parallel: int | None = None, max_tokens: int = 256,
+                      temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
+                      seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
+                      logprobs: int | None = None) -> list[Reply]:
+        """Continue every prompt, several at once where this model's passes can be shared (each
+        pass serves all of them: runtime/streams.py), each reply the one `generate` gives alone.
+        parallel: how many at once (None: as many as this device's measured passes say pay)."""
+        config = self._config(max_tokens, temperature, top_p, top_k, min_p, seed, stop, logprobs)
+        ids = [self._prompt_ids(p, None) for p in prompts]
+        streams = self._streams(parallel, len(ids))
+        if streams is None:
+            return [finished(self._stream(i, config, as_grammar(grammar), None)) for i in ids]
+        return streams.map(lambda gen, i: finished(gen.stream(i, grammar=as_grammar(grammar), **config)), ids)
 
     def stream(self, prompt: Prompt | Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0,
                top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, seed: int | None = None,
@@ -123,6 +140,17 @@ class Model:
         return reply
 
     # -- the pieces --------------------------------------------------------------------------
+    def _streams(self, parallel: int | None, count: int) -> Streams | None:
+        """Slots sharing passes for `count` prompts (made once per size), or None: one at a time."""
+        if parallel is None and self._pays is None:
+            self._pays = parallel_that_pays(self.generator).slots  # measured once
+        slots = min(parallel if parallel is not None else self._pays or 1, count)
+        if slots <= 1:
+            return None
+        if self._slots is None or self._slots.slots != slots:
+            self._slots = Streams(self.generator, slots)
+        return self._slots
+
     def _config(self, max_tokens: int, temperature: float, top_p: float, top_k: int, min_p: float,
                 seed: int | None, stop: Sequence[str], logprobs: int | None) -> dict[str, object]:
         if isinstance(stop, str):

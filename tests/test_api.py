@@ -88,3 +88,34 @@ def test_a_thinking_models_reasoning_comes_apart(tiny_llama: tuple[Path, Path, P
     whole = model.generate("x", grammar=Grammar("regex", FORMAT["regex"]), max_tokens=48).text
     assert SHAPE.fullmatch(whole)  # generate: the text as written
     assert SHAPE.fullmatch(f"<think>{reply.reasoning}</think>\n\n{reply.text}") and "think>" not in reply.text
+
+
+def test_generate_many_answers_each_prompt_as_generate(tiny_llama: tuple[Path, Path, Path],
+                                                       tmp_path: Path) -> None:
+    """Several prompts in one call: on slots sharing passes (a model with the native attention on
+    specedge's kernel) or one at a time (a model whose passes cannot be shared), each reply is
+    `generate`'s alone."""
+    import os
+
+    from specedge.export.artifact import export_model
+    from specedge.export.settings import ExportSettings
+    from specedge.kernels import native
+    from tests.conftest import TINY_CONTEXT, TINY_WIDTHS
+    from tests.tiny_models import make_tiny_model
+
+    prompts = ["hello", "abcab", "x = 1", "the cat"]
+    unshared = specedge.load(tiny_llama[1], draft=tiny_llama[2])
+    want = [unshared.generate(p, max_tokens=16).tokens for p in prompts]
+    assert [r.tokens for r in unshared.generate_many(prompts, max_tokens=16)] == want
+    if not native.available() and not os.environ.get("CI"):
+        pytest.skip(native.missing() or "the native library is absent")
+    src = make_tiny_model(tmp_path / "src", "qwen2", seed=1)
+    rows = ExportSettings(quant="int4", context=TINY_CONTEXT, widths=TINY_WIDTHS, block_size=32, int4_kernel="rows",
+                          attention="rows")
+    model = specedge.load(export_model(src, tmp_path / "rows", rows).path)
+    greedy = [model.generate(p, max_tokens=16).tokens for p in prompts]
+    assert [r.tokens for r in model.generate_many(prompts, parallel=3, max_tokens=16)] == greedy
+    assert model._slots is not None and model._slots.scheduler.rows > model._slots.scheduler.passes
+    seeded = [model.generate(p, max_tokens=16, temperature=0.8, seed=5).tokens for p in prompts]
+    many = model.generate_many(prompts, parallel=3, max_tokens=16, temperature=0.8, seed=5)
+    assert [r.tokens for r in many] == seeded
