@@ -152,6 +152,12 @@ class PassScheduler:
         assert request.result is not None
         return request.result
 
+    def join(self, slot: int) -> None:
+        """The stream of `slot` is about to start: the others wait for its first pass (its thread must
+        `leave` however it ends)."""
+        with self._cond:
+            self._members.add(slot)
+
     def leave(self, slot: int) -> None:
         """The stream of `slot` has ended: the others no longer wait for it."""
         with self._cond:

@@ -194,20 +194,24 @@ class Streams:
     def map(self, work: Callable[[StreamGenerator, T], R], items: Sequence[T]) -> list[R]:
         """work(slot, item) for every item, each on a free slot in a thread of its own, as many at
         once as there are slots; the results in the items' order (the first failure raised once all
-        end)."""
+        end). The first items start together: their first passes are one."""
         free: queue.SimpleQueue[StreamGenerator] = queue.SimpleQueue()
-        for g in self.generators:
+        for g in self.generators[len(items):]:
             free.put(g)
+        first = self.generators[:len(items)]
+        for g in first:
+            self.scheduler.join(g.slot)
         results: list[R | None] = [None] * len(items)
         errors: list[BaseException] = []
 
         def run(i: int, item: T) -> None:
-            gen = free.get()
+            gen = first[i] if i < len(first) else free.get()
             try:
                 results[i] = work(gen, item)
             except BaseException as e:  # raised in the caller's thread below
                 errors.append(e)
             finally:
+                self.scheduler.leave(gen.slot)
                 free.put(gen)
 
         threads = [threading.Thread(target=run, args=(i, item), name=f"specedge-stream-{i}")

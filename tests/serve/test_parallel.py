@@ -86,8 +86,6 @@ def test_requests_at_once_answer_as_each_alone(served: TestClient) -> None:
         assert a["usage"]["completion_tokens"] == b["usage"]["completion_tokens"] == 20
     health = served.get("/health").json()
     assert health["slots"] == 3 and health["decoding"] == 0 and health["served"] == 8
-    scheduler = served.app.state.server.worker.streams.scheduler  # type: ignore[attr-defined]
-    assert scheduler.rows > scheduler.passes  # the requests at once shared passes
 
 
 def test_a_client_gone_mid_stream_frees_its_slot(served: TestClient) -> None:
