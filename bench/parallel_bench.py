@@ -69,6 +69,17 @@ def start_server(args: argparse.Namespace, port: int) -> tuple[subprocess.Popen[
     sys.exit("the server did not come up in 900 s")
 
 
+def rss_mb(pid: int) -> float:
+    """The server's resident memory (Linux), MB; 0 where /proc is absent."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def request(url: str, prompt: str, max_tokens: int) -> dict[str, object]:
     """One streamed chat request on a connection of its own: its text, tokens, times."""
     body = {"model": "bench", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
@@ -131,8 +142,10 @@ def main() -> int:
     server, log = start_server(args, port)
     url = f"http://127.0.0.1:{port}"
     runs: list[dict[str, object]] = []
+    rss: list[float] = []
     try:
         request(url, prompts[0], 8)  # warm-up
+        rss.append(rss_mb(server.pid))
         for r in range(args.repeats):
             for c in args.clients:
                 asked = [prompts[(r * 7 + c + i) % len(prompts)] for i in range(c)]
@@ -140,6 +153,7 @@ def main() -> int:
                 for together in order:
                     out = run(url, asked, args.max_tokens, together)
                     runs.append({"clients": c, "repeat": r, "together": together, **out})
+            rss.append(rss_mb(server.pid))
     finally:
         server.terminate()
         server.wait(60)
@@ -149,7 +163,8 @@ def main() -> int:
     print(f"cpu: {cpu_info().label()}  ")
     print(f"server: {started.removeprefix('specedge serve: ')}  ")
     print(f"{args.max_tokens} tokens a request (greedy, ignore_eos), {args.repeats} repeats, chat prompts of "
-          "bench/prompts.jsonl\n")
+          f"bench/prompts.jsonl; server memory (RSS) after the warm-up and after each repeat: "
+          f"{', '.join(f'{m:.0f}' for m in rss)} MB\n")
     print("| clients | aggregate tok/s, one after another | aggregate tok/s, at once | at once / one after another "
           "| per request tok/s at once (median) | alone (median) | time to first token at once (median) "
           "| identical outputs |\n|---|---|---|---|---|---|---|---|")
@@ -173,7 +188,7 @@ def main() -> int:
               f"| {ttft * 1000:.0f} ms | {'yes' if same else 'NO'} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"cpu": cpu_info().label(), "server": started, "summary": summary,
-                                               "runs": runs}, indent=1))
+                                               "rss_mb": rss, "runs": runs}, indent=1))
     return 0 if all(s["identical"] for s in summary) else 1
 
 

@@ -39,6 +39,9 @@ class RoundCosts(Protocol):
 
     def verify_seconds(self, width: int) -> float: ...
 
+    @property
+    def streams(self) -> int: ...
+
 
 @dataclass
 class SourceStats:
@@ -114,7 +117,9 @@ class GammaController:
         if rate >= self.rate(0):
             return source, gamma
         self.plain_rounds += 1
-        if self.plain_rounds % self.probe_every == 0:
+        # a probe among k streams is a round of drafts the others wait for: each probes k times as rarely
+        every = self.probe_every * (self.costs.streams if self.costs is not None else 1)
+        if self.plain_rounds % every == 0:
             return source, gamma
         return None, 0
 

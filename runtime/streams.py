@@ -124,8 +124,12 @@ class SharedCosts:
     def __init__(self, scheduler: PassScheduler, target: SharedModel) -> None:
         self.scheduler, self.target = scheduler, target
 
+    @property
+    def streams(self) -> int:
+        return max(1, self.scheduler.streams)
+
     def verify_seconds(self, width: int) -> float:
-        k = max(1, self.scheduler.streams)
+        k = self.streams
         return self.target.curve.seconds(k * width) / k
 
 

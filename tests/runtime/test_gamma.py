@@ -113,6 +113,10 @@ def test_shared_passes_take_fewer_drafts_per_stream_as_streams_join() -> None:
     class Costs:
         k = 1
 
+        @property
+        def streams(self) -> int:
+            return self.k
+
         def verify_seconds(self, width: int) -> float:
             return curve.seconds(self.k * width) / self.k
 
