@@ -180,9 +180,9 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
                   costs: RoundCosts | None = None) -> Iterator[list[int]]:
     """Yield the tokens of each round. Ends by itself only when the context is full. `rows`: the
     target's row policy (runtime/rows.py), which every target pass, plain steps too, runs under.
-    clock: what the stats and γ auto time prefill, drafting and verification by (a stream sharing
-    passes with others: its share of each pass, runtime/shared_pass.py); costs: what γ auto weighs
-    a round by when passes are shared (runtime/gamma.py's RoundCosts).
+    clock: what γ auto times drafting and verification by (a stream sharing passes with others: its
+    share of each pass, runtime/shared_pass.py; the stats keep wall time); costs: what γ auto weighs
+    a verification by when passes are shared (runtime/gamma.py's RoundCosts).
     on_logits(rows, tokens): the target's logits rows [>= len(tokens), V] each emitted token was
     chosen from, before the tokens are yielded (the rows are valid only during the call).
     constraint: a grammar every token obeys (runtime/constraints.py), its state advanced here."""
@@ -194,7 +194,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
     rng = np.random.default_rng(np.random.SeedSequence(draws.seed, spawn_key=(REJECTION_STREAM,)))
     guide = Guide(constraint) if constraint is not None else None
     forcing = drafter is not None or rows.exact  # a pass may hold forced tokens: its rows are exact
-    t0 = clock()
+    t0 = time.perf_counter()
     context = list(prompt)
     first = prefill(target, cache, prompt, rows)
     row = first if guide is None else mask_rows(first[None], guide.row_masks())[0]
@@ -205,7 +205,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         on_logits(first[None], context[-1:])
     if drafter is not None:
         drafter.begin(context)
-    stats.time_prefill_s += clock() - t0
+    stats.time_prefill_s += time.perf_counter() - t0
     produced = 1
     controller = (GammaController.for_widths(rows.verify_widths(widths), start=config.gamma, costs=costs)
                   if config.auto_gamma else None)
@@ -218,10 +218,11 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
             source, gamma = controller.plan(drafter.sources(context))
         room = min(capacity - len(context), max(remaining - 1, 0))
         # draft: forced tokens, then up to γ from the drafter, trimmed to an exported verification width
-        t = clock()
+        t, c = time.perf_counter(), clock()
         draft = draft_round(drafter if gamma > 0 else None, guide, context, min(gamma, room), room, widths, params,
                             draws, source, forcing)
-        t_draft = clock() - t if drafter is not None and gamma > 0 else 0.0
+        drafting = drafter is not None and gamma > 0
+        t_draft, c_draft = (time.perf_counter() - t, clock() - c) if drafting else (0.0, 0.0)
         stats.time_draft_s += t_draft
         stats.draft_calls += draft.calls
         stats.draft_traffic.add(draft.traffic)
@@ -231,14 +232,14 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
             guesses = guesses if guide is None else guide.follow(guesses)
             draft = dataclasses.replace(draft, tokens=[*draft.tokens, *guesses], guesses=len(guesses))
         # verify: one target pass over the pending token and the drafts, a row each
-        t = clock()
+        t, c = time.perf_counter(), clock()
         out = target.forward([context[-1], *draft.tokens], cache, all_logits=True, rows=rows)
         # accept: the longest agreeing prefix, then the target's own token
         result = accept(draft, constrain(out, guide), params, draws, len(context), rule, rng)
         # commit: the pending token's and the accepted drafts' entries; the rest lie beyond length
         cache.commit(out.new_keys, out.new_values, [context[-1], *draft.tokens[:result.n_accepted]])
         stats.target_traffic.add(out.traffic)
-        t_verify = clock() - t
+        t_verify, c_verify = time.perf_counter() - t, clock() - c
         stats.time_verify_s += t_verify
         n_drafts = min(result.n_accepted, drafted)
         n_guesses = result.n_accepted - n_drafts
@@ -247,7 +248,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         stats.record_round(own, own_accepted, gamma, guessed=draft.guesses,
                            guessed_accepted=n_guesses, source=draft.source, forced=n_forced)
         if controller is not None:  # judged on the source's own drafts; the pass time is the padded one's
-            controller.observe(own, own_accepted, t_draft, t_verify, source or "model", guessed_accepted=n_guesses,
+            controller.observe(own, own_accepted, c_draft, c_verify, source or "model", guessed_accepted=n_guesses,
                                width=drafted + 1)
         new = [*draft.tokens[:result.n_accepted], result.next_token]
         if guide is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -186,9 +187,10 @@ class Generator:
         self.cache = target.new_cache()
         self.bandwidth_gb_per_s: float | None = None  # set from a measured device profile, for the roofline
         self.rows = probe_rows(target) if rows is None else rows
-        self.clock: Callable[[], float] = time.perf_counter  # what decoding's stats and γ auto time passes by
+        self.clock: Callable[[], float] = time.perf_counter  # what γ auto times drafts and passes by
         self.costs: RoundCosts | None = None  # what γ auto weighs a round by, where passes are shared
         self._vocabulary: Vocabulary | None = None  # the target's tokens as the grammar engine reads them
+        self._reading_vocabulary = threading.Lock()
         check_lossless(target, drafter, self.rows, probed=rows is None)
         check_gamma(self.config, target, drafter)
 
@@ -251,8 +253,9 @@ class Generator:
     def constraint(self, grammar: Grammar) -> GrammarConstraint:
         """A fresh state of `grammar` over the target's vocabulary (read once: ~1 s for 152k tokens)."""
         m = self.target.manifest
-        if self._vocabulary is None:
-            self._vocabulary = Vocabulary.of(self.codec.tokenizer, m.vocab_size, m.eos_token_ids)
+        with self._reading_vocabulary:  # streams on threads of their own ask at once: read it once
+            if self._vocabulary is None:
+                self._vocabulary = Vocabulary.of(self.codec.tokenizer, m.vocab_size, m.eos_token_ids)
         return GrammarConstraint(self._vocabulary, grammar, m.eos_token_ids)
 
     def encode_prediction(self, prediction: str | Sequence[int]) -> list[int]:

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
+
 from specedge.core.errors import SpecEdgeError
 from specedge.runtime.drafters import Drafter, HybridDrafter, NgramDrafter, build_drafter
 from specedge.runtime.feeds import Feeds
@@ -111,8 +113,10 @@ class StreamGenerator(Generator):
                 finally:
                     scheduler.resume(self.slot)
         finally:
-            segments.close()  # its result and stats, however this ends
-            scheduler.leave(self.slot)
+            try:
+                segments.close()  # its result and stats, however this ends
+            finally:
+                scheduler.leave(self.slot)
 
 
 class SharedCosts:
@@ -218,12 +222,19 @@ class Streams:
                 self.scheduler.leave(gen.slot)
                 free.put(gen)
 
-        threads = [threading.Thread(target=run, args=(i, item), name=f"specedge-stream-{i}")
+        threads = [threading.Thread(target=run, args=(i, item), name=f"specedge-stream-{i}", daemon=True)
                    for i, item in enumerate(items)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        started = 0
+        try:
+            for t in threads:
+                t.start()
+                started += 1
+            for t in threads:
+                t.join()
+        except BaseException:  # Ctrl-C: the first items not started leave, so no stream waits for them
+            for g in first[started:]:
+                self.scheduler.leave(g.slot)
+            raise
         if errors:
             raise errors[0]
         return results  # type: ignore[return-value]  # every one set: no failure
@@ -248,36 +259,41 @@ def pool_bytes(gen: Generator, slots: int) -> int:
     return sum(2 * m.num_layers * slots * m.num_kv_heads * m.context * m.head_dim * 2 for m in models)
 
 
-def pass_seconds(model: OnnxModel, width: int, repeats: int) -> float:
-    """The median time of a pass of `width` tokens over a fresh cache (nothing committed)."""
-    cache = model.new_cache()
-    tokens = [min(100 + i, model.manifest.vocab_size - 1) for i in range(width)]
-    model.forward(tokens, cache)  # warm-up
+def shared_pass_seconds(model: OnnxModel, streams: int, repeats: int) -> float:
+    """The median time of a pass shared by `streams` streams, a row each, each over its own cache
+    (a pool made for it; nothing committed): what a step of that many streams decoding costs."""
+    m = model.manifest
+    pool = CachePool(m.num_layers, m.num_kv_heads, m.head_dim, m.context, streams)
+    feeds = {"input_ids": np.full((1, streams), min(100, m.vocab_size - 1), np.int64),
+             "position_ids": np.zeros((1, streams), np.int64), "stream_ids": np.arange(streams, dtype=np.int64)[None],
+             "logits_index": np.arange(streams, dtype=np.int64)}
+    run = model._run
+    run(feeds, pool)  # type: ignore[arg-type]  # warm-up
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        model.forward(tokens, cache)
+        run(feeds, pool)  # type: ignore[arg-type]
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
 def parallel_that_pays(gen: Generator, repeats: int = 5) -> ParallelChoice:
-    """The most slots whose shared passes pay on this device, measured: n streams' rows in one pass
-    of n rows must make MIN_GAIN times one stream's tokens, each stream keeping MIN_SHARE of its
-    speed (`pass_seconds` of 1 and n rows, a few passes each), and their caches fit in MEMORY_SHARE
-    of the memory available; else 1, and why."""
+    """The most slots whose shared passes pay on this device, measured: a pass of n streams must
+    make MIN_GAIN times one stream's tokens, each stream keeping MIN_SHARE of its speed
+    (`shared_pass_seconds` of 1 and n streams, a few passes each), and their caches fit in
+    MEMORY_SHARE of the memory available; else 1, and why."""
     try:
         check_shareable(gen, 2)
     except SpecEdgeError as e:
         return ParallelChoice(1, e.problem)
-    one = pass_seconds(gen.target, 1, repeats)
+    one = shared_pass_seconds(gen.target, 1, repeats)
     memory = available_memory()
+    ratios = {}
     for n in PARALLEL_CHOICES:
         if memory is not None and pool_bytes(gen, n) > MEMORY_SHARE * memory:
             continue
-        ratio = pass_seconds(gen.target, n, repeats) / one
-        if n / ratio >= MIN_GAIN and 1 / ratio >= MIN_SHARE:
-            return ParallelChoice(n, f"a pass of {n} rows took {ratio:.2f}x one of 1 row here")
-    return ParallelChoice(1, f"a pass of {PARALLEL_CHOICES[-1]} rows took "
-                             f"{pass_seconds(gen.target, PARALLEL_CHOICES[-1], repeats) / one:.2f}x one of 1 row here, "
-                             "or their caches would not fit")
+        ratios[n] = shared_pass_seconds(gen.target, n, repeats) / one
+        if n / ratios[n] >= MIN_GAIN and 1 / ratios[n] >= MIN_SHARE:
+            return ParallelChoice(n, f"a pass of {n} streams took {ratios[n]:.2f}x one of 1 here")
+    measured = "; ".join(f"a pass of {n} streams took {r:.2f}x one of 1" for n, r in ratios.items())
+    return ParallelChoice(1, measured + " here" if measured else "the slots' caches would not fit in memory")

@@ -47,6 +47,7 @@ class TextCodec:
         self.template_source = manifest.chat_template  # the model's, or the user's (use_template)
         self.template_kwargs: dict[str, Any] = {}
         self._encoding = threading.Lock()  # streams encode on their own threads; special_text sets a flag
+        self._rendering = threading.Lock()  # and render chats: the template's sandbox bounds one render at a time
 
     def use_template(self, source: str | None = None, kwargs: Mapping[str, Any] | None = None) -> None:
         """Render chats with `source` in place of the model's template (compiled at once: a syntax
@@ -122,9 +123,10 @@ class TextCodec:
         extra = {**self.template_kwargs, **(check_template_kwargs(template_kwargs) if template_kwargs else {})}
         if tools:
             extra["tools"] = list(tools)
-        return self._guard(lambda: env.render_bounded(
-            template, **extra, messages=template_messages(messages), add_generation_prompt=add_generation_prompt,
-            bos_token=self.token_text(self.manifest.bos_token_id), eos_token=self.token_text(eos)))
+        with self._rendering:
+            return self._guard(lambda: env.render_bounded(
+                template, **extra, messages=template_messages(messages), add_generation_prompt=add_generation_prompt,
+                bos_token=self.token_text(self.manifest.bos_token_id), eos_token=self.token_text(eos)))
 
     @staticmethod
     def _guard(work: Callable[[], Any]) -> Any:

@@ -93,15 +93,20 @@ class Model:
                       temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
                       seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
                       logprobs: int | None = None) -> list[Reply]:
-        """Continue every prompt, several at once where this model's passes can be shared (each
-        pass serves all of them: runtime/streams.py), each reply the one `generate` gives alone.
-        parallel: how many at once (None: as many as this device's measured passes say pay)."""
+        """Continue every prompt, several at once (each pass serves all of them: runtime/streams.py),
+        each reply the one `generate` gives alone. parallel: how many at once (None: as many as this
+        device's measured passes say pay, 1 where this model's passes cannot be shared; more than 1
+        on such a model is refused in one line)."""
         config = self._config(max_tokens, temperature, top_p, top_k, min_p, seed, stop, logprobs)
         ids = [self._prompt_ids(p, None) for p in prompts]
         streams = self._streams(parallel, len(ids))
         if streams is None:
             return [finished(self._stream(i, config, as_grammar(grammar), None)) for i in ids]
-        return streams.map(lambda gen, i: finished(gen.stream(i, grammar=as_grammar(grammar), **config)), ids)
+        try:
+            return streams.map(lambda gen, i: finished(gen.stream(i, grammar=as_grammar(grammar), **config)), ids)
+        except BaseException:  # interrupted, or a failure: streams still decoding keep their slots
+            self._slots = None  # the next call makes fresh ones
+            raise
 
     def stream(self, prompt: Prompt | Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0,
                top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, seed: int | None = None,
@@ -141,13 +146,15 @@ class Model:
 
     # -- the pieces --------------------------------------------------------------------------
     def _streams(self, parallel: int | None, count: int) -> Streams | None:
-        """Slots sharing passes for `count` prompts (made once per size), or None: one at a time."""
+        """Slots sharing passes for `count` prompts (made once, kept while `parallel` asks as many),
+        or None: one at a time."""
         if parallel is None and self._pays is None:
             self._pays = parallel_that_pays(self.generator).slots  # measured once
-        slots = min(parallel if parallel is not None else self._pays or 1, count)
-        if slots <= 1:
+        slots = parallel if parallel is not None else self._pays or 1
+        if slots <= 1 or count <= 1:
             return None
         if self._slots is None or self._slots.slots != slots:
+            self._slots = None  # its caches freed before the next are made
             self._slots = Streams(self.generator, slots)
         return self._slots
 

@@ -133,6 +133,6 @@ def test_models_whose_passes_cannot_be_shared_keep_one_slot(tmp_path: Path) -> N
 
 
 def test_auto_measures_how_many_slots_pay(pair: tuple[Path, Path]) -> None:
-    """The tiny model's passes cost about the same at 1 and 4 rows: auto takes 4 slots, and says why."""
+    """The tiny model's passes cost about the same for 1 and 4 streams: auto takes several slots, and says why."""
     choice = parallel_that_pays(generator(pair))
-    assert choice.slots in (2, 4) and "rows took" in choice.why
+    assert choice.slots in (2, 4) and "streams took" in choice.why
