@@ -5,9 +5,10 @@
 // [1, S], cos and sin caches float [C, d/2], past_key float16 [N, KV, T, d] (slots in blocks of 16:
 // attention.h), past_value float16 [N, KV, T, d], and optionally stream_ids int64 [1, S]: the cache
 // (of N, one per stream) each row reads and writes. Without stream_ids, N is 1. The rows of one
-// stream are one contiguous run; each run is computed as a pass of its own (attention.h), so a
-// row's result is the same whether its stream shares the pass with others or runs alone, and no
-// row ever reads another stream's cache. Outputs: attn float [1, S, H d], present_key and
+// stream are one contiguous run; each run is computed as a pass of its own (attention.h: the same
+// tasks, the runs' tasks side by side in each of the three steps), so a row's result is the same
+// whether its stream shares the pass with others or runs alone, and no row ever reads another
+// stream's cache. Outputs: attn float [1, S, H d], present_key and
 // present_value (the past buffers with the rows' entries written; bound to the same memory as the
 // past ones, the pass writes in place). Attributes: num_heads, kv_heads, head_dim, scale.
 // Threads: the session's intra-op pool, in three steps (scores of slot blocks, each query's softmax,
@@ -85,25 +86,44 @@ struct Job {
 
 constexpr int64_t kBlocksPerTask = 8;  // 128 slots of scores a task
 
-void score_task(void* data, size_t task) {
-  const Job& job = *static_cast<const Job*>(data);
-  const int64_t kv = static_cast<int64_t>(task) / job.chunks, c = static_cast<int64_t>(task) % job.chunks;
+void score_task(const Job& job, int64_t task) {
+  const int64_t kv = task / job.chunks, c = task % job.chunks;
   const int64_t b0 = c * kBlocksPerTask, b1 = std::min(job.blocks, b0 + kBlocksPerTask);
   job.isa->scores(job.pass, job.of(kv), b0, b1, job.scores_of(kv));
 }
 
-void softmax_task(void* data, size_t task) {
-  const Job& job = *static_cast<const Job*>(data);
-  const int64_t kv = static_cast<int64_t>(task) / job.queries, r = static_cast<int64_t>(task) % job.queries;
+void softmax_task(const Job& job, int64_t task) {
+  const int64_t kv = task / job.queries, r = task % job.queries;
   job.sums[kv * job.queries + r] = job.isa->softmax(job.scores_of(kv) + r * job.pass.slots,
                                                     job.limits[kv * job.queries + r]);
 }
 
-void weigh_task(void* data, size_t task) {
-  const Job& job = *static_cast<const Job*>(data);
-  const int64_t kv = static_cast<int64_t>(task) / job.dim_tasks, c = static_cast<int64_t>(task) % job.dim_tasks;
+void weigh_task(const Job& job, int64_t task) {
+  const int64_t kv = task / job.dim_tasks, c = task % job.dim_tasks;
   const int64_t i0 = c * job.isa->dims, i1 = std::min(job.pass.head_dim, i0 + job.isa->dims);
   job.isa->weigh(job.pass, job.of(kv), job.scores_of(kv), job.sums + kv * job.queries, i0, i1);
+}
+
+// One step of every stream's job, as one set of tasks on the pool: the tasks of job j are
+// [first[j], first[j + 1]), each the task the job alone would run (so a stream's rows come out as
+// in a pass of their own, whatever streams share it).
+struct Step {
+  const std::vector<Job>* jobs;
+  std::vector<int64_t> first;  // per job its first task, then the total
+  void (*task)(const Job&, int64_t);
+
+  Step(const std::vector<Job>& all, void (*fn)(const Job&, int64_t), int64_t (*count)(const Job&))
+      : jobs(&all), first{0}, task(fn) {
+    for (const Job& job : all) first.push_back(first.back() + count(job));
+  }
+  size_t total() const { return static_cast<size_t>(first.back()); }
+};
+
+void step_task(void* data, size_t task) {
+  const Step& step = *static_cast<const Step*>(data);
+  const int64_t t = static_cast<int64_t>(task);
+  const size_t j = static_cast<size_t>(std::upper_bound(step.first.begin(), step.first.end(), t) - step.first.begin()) - 1;
+  step.task((*step.jobs)[j], t - step.first[j]);
 }
 
 // Buffers kept by the thread that runs a session's passes, grown as needed.
@@ -181,24 +201,47 @@ OrtStatus* stream_runs(const int64_t* streams, const std::vector<int64_t>* ids_d
   return nullptr;
 }
 
-// One stream's rows: the cache write, then the three steps of attention.h on the intra-op pool.
-OrtStatus* run_pass(OrtKernelContext* ctx, const Kernel& kn, const AttentionPass& pass) {
-  attention_write(pass);  // every row's entries before any row reads them
+// Every stream's rows (a pass each): the cache writes, then the three steps of attention.h, each step
+// one set of tasks on the intra-op pool for all the streams.
+OrtStatus* run_passes(OrtKernelContext* ctx, const Kernel& kn, const std::vector<AttentionPass>& passes) {
+  for (const AttentionPass& pass : passes) attention_write(pass);  // every row's entries before any row reads them
   thread_local Scratch scratch;
-  const int64_t d = kn.head_dim, slots = pass.slots, rows = pass.rows;
-  const int64_t queries = rows * (kn.heads / kn.kv_heads), kv = kn.kv_heads;
-  scratch.q.resize(static_cast<size_t>(kv * queries * d));
-  scratch.limits.resize(static_cast<size_t>(kv * queries));
-  scratch.scores.resize(static_cast<size_t>(kv * queries * slots));
-  scratch.sums.resize(static_cast<size_t>(kv * queries));
-  for (int64_t g = 0; g < kv; ++g) prepare_queries(pass, g, &scratch.q[g * queries * d], &scratch.limits[g * queries]);
-  const int64_t last = *std::max_element(pass.pos, pass.pos + rows) + 1;
-  Job job{pass, kn.isa, queries, (last + kSlotBlock - 1) / kSlotBlock, 0, (d + kn.isa->dims - 1) / kn.isa->dims,
-          scratch.q.data(), scratch.limits.data(), scratch.scores.data(), scratch.sums.data()};
-  job.chunks = (job.blocks + kBlocksPerTask - 1) / kBlocksPerTask;
-  RETURN_IF(g_api->KernelContext_ParallelFor(ctx, score_task, static_cast<size_t>(kv * job.chunks), 0, &job));
-  RETURN_IF(g_api->KernelContext_ParallelFor(ctx, softmax_task, static_cast<size_t>(kv * queries), 0, &job));
-  return g_api->KernelContext_ParallelFor(ctx, weigh_task, static_cast<size_t>(kv * job.dim_tasks), 0, &job);
+  const int64_t d = kn.head_dim, kv = kn.kv_heads, group = kn.heads / kn.kv_heads;
+  size_t q_size = 0, score_size = 0, query_count = 0;
+  for (const AttentionPass& pass : passes) {
+    const int64_t queries = pass.rows * group;
+    q_size += static_cast<size_t>(kv * queries * d);
+    score_size += static_cast<size_t>(kv * queries * pass.slots);
+    query_count += static_cast<size_t>(kv * queries);
+  }
+  scratch.q.resize(q_size);
+  scratch.limits.resize(query_count);
+  scratch.scores.resize(score_size);
+  scratch.sums.resize(query_count);
+  std::vector<Job> jobs;
+  float *q = scratch.q.data(), *scores = scratch.scores.data(), *sums = scratch.sums.data();
+  int64_t* limits = scratch.limits.data();
+  for (const AttentionPass& pass : passes) {
+    const int64_t queries = pass.rows * group;
+    for (int64_t g = 0; g < kv; ++g) prepare_queries(pass, g, q + g * queries * d, limits + g * queries);
+    const int64_t last = *std::max_element(pass.pos, pass.pos + pass.rows) + 1;
+    Job job{pass, kn.isa, queries, (last + kSlotBlock - 1) / kSlotBlock, 0, (d + kn.isa->dims - 1) / kn.isa->dims,
+            q, limits, scores, sums};
+    job.chunks = (job.blocks + kBlocksPerTask - 1) / kBlocksPerTask;
+    jobs.push_back(job);
+    q += kv * queries * d;
+    limits += kv * queries;
+    scores += kv * queries * pass.slots;
+    sums += kv * queries;
+  }
+  const Step steps[] = {
+      Step(jobs, score_task, [](const Job& j) { return j.pass.kv_heads * j.chunks; }),
+      Step(jobs, softmax_task, [](const Job& j) { return j.pass.kv_heads * j.queries; }),
+      Step(jobs, weigh_task, [](const Job& j) { return j.pass.kv_heads * j.dim_tasks; })};
+  for (const Step& step : steps) {
+    RETURN_IF(g_api->KernelContext_ParallelFor(ctx, step_task, step.total(), 0, const_cast<Step*>(&step)));
+  }
+  return nullptr;
 }
 
 // stream_ids (input 6), where the graph gives it: its data and dimensions, else nullptr.
@@ -237,16 +280,16 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   }
   if (rows == 0) return nullptr;
   const int64_t width = (kn.heads + 2 * kn.kv_heads) * d;
+  std::vector<AttentionPass> passes;
   for (const Run& run : runs) {
-    const AttentionPass pass{static_cast<const float*>(ptr[0]) + run.first * width, pos + run.first,
-                             static_cast<const float*>(ptr[2]), static_cast<const float*>(ptr[3]),
-                             static_cast<uint16_t*>(out[1]) + run.stream * cache_size,
-                             static_cast<uint16_t*>(out[2]) + run.stream * cache_size,
-                             static_cast<float*>(out[0]) + run.first * kn.heads * d, run.count, kn.heads,
-                             kn.kv_heads, d, slots, kn.scale};
-    RETURN_IF(run_pass(ctx, kn, pass));
+    passes.push_back({static_cast<const float*>(ptr[0]) + run.first * width, pos + run.first,
+                      static_cast<const float*>(ptr[2]), static_cast<const float*>(ptr[3]),
+                      static_cast<uint16_t*>(out[1]) + run.stream * cache_size,
+                      static_cast<uint16_t*>(out[2]) + run.stream * cache_size,
+                      static_cast<float*>(out[0]) + run.first * kn.heads * d, run.count, kn.heads, kn.kv_heads, d,
+                      slots, kn.scale});
   }
-  return nullptr;
+  return run_passes(ctx, kn, passes);
 }
 
 OrtStatus* set_output(OrtShapeInferContext* ctx, size_t index, ONNXTensorElementDataType type,
