@@ -47,10 +47,12 @@ def test_speculation_with_the_real_draft_equals_plain_decoding(target: Path, def
 def test_streams_of_the_default_pair_decode_each_request_as_alone(default_pair: dict[str, Path]) -> None:
     """Requests sharing passes on the real pair (speculative, hybrid, γ auto), arriving one after
     another while others decode, one closed mid-way and its slot taken by the next: each request's
-    greedy tokens, and a seeded sample's, are those it decodes alone."""
+    tokens are those it decodes alone - greedy with a predicted output, a seeded sample with
+    log-probabilities, and greedy under a JSON schema."""
     import threading
 
     from specedge.kernels.sampling import SamplingParams
+    from specedge.runtime.grammar import Grammar
     from specedge.runtime.streams import Streams
 
     model, draft = OnnxModel(default_pair["int4"]), OnnxModel(default_pair["draft"])
@@ -58,11 +60,18 @@ def test_streams_of_the_default_pair_decode_each_request_as_alone(default_pair: 
         pytest.skip("this CPU's int4 exports run ONNX Runtime's MatMulNBits, whose passes are not shared")
     gen = Generator(model, build_drafter(draft, True), SpecConfig(gamma=4, auto_gamma=True, max_new_tokens=TOKENS,
                                                                   ignore_eos=True))
-    asks = [(PROMPTS[0], {}), (PROMPTS[1], {"sampling": SamplingParams(temperature=0.7), "seed": 3}),
-            (PROMPTS[2], {})]
-    alone = [gen.generate(p, chat=True, **kw).token_ids for p, kw in asks]
+    schema = {"type": "object", "properties": {"process": {"type": "string"}, "thread": {"type": "string"}},
+              "required": ["process", "thread"]}
+    asks = [(PROMPTS[0], {"prediction": "def merge(a, b):\n    result = []\n"}),
+            (PROMPTS[1], {"sampling": SamplingParams(temperature=0.7), "seed": 3, "logprobs": 2}),
+            (PROMPTS[2], {"grammar": Grammar("json_schema", schema)})]
+
+    def outcome(result: object) -> tuple[object, ...]:
+        return result.token_ids, result.logprobs  # type: ignore[attr-defined]
+
+    alone = [outcome(gen.generate(p, chat=True, **kw)) for p, kw in asks]
     streams = Streams(gen, 3)
-    got: dict[int, list[int]] = {}
+    got: dict[int, tuple[object, ...]] = {}
     started = [threading.Event() for _ in asks]
 
     def decode(i: int, slot: int) -> None:
@@ -70,7 +79,7 @@ def test_streams_of_the_default_pair_decode_each_request_as_alone(default_pair: 
         for _ in stream:
             started[i].set()
         assert stream.result is not None
-        got[i] = stream.result.token_ids
+        got[i] = outcome(stream.result)
 
     cut = streams.generators[2].stream(PROMPTS[0], chat=True)  # decodes beside the others, then closed
     pieces = iter(cut)
