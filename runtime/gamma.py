@@ -77,8 +77,8 @@ class GammaController:
         return self.sources.setdefault(source, SourceStats())
 
     def verify_seconds(self, width: int) -> float:
-        if self.costs is not None:
-            return self.costs.verify_seconds(width)
+        if self.costs is not None and (shared := self.costs.verify_seconds(width)) > 0:
+            return shared  # else nothing measured yet: this stream's own times, as alone
         if width in self.t_verify:
             return self.t_verify[width]
         points = sorted(self.t_verify.items())
@@ -109,7 +109,7 @@ class GammaController:
         options = []
         for source in sources:
             measured = self.stats(source).t_draft is not None
-            if not measured or (not self.t_verify and self.costs is None):
+            if not measured or (not self.t_verify and (self.costs is None or self.costs.verify_seconds(1) <= 0)):
                 return source, self.start
             gamma = max(self.choices, key=lambda g: self.rate(g, source))
             options.append((self.rate(gamma, source), source, gamma))

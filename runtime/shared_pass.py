@@ -69,6 +69,7 @@ class PassCurve:
         self.seconds_at[width] = seconds if old is None else (1 - CURVE_EMA) * old + CURVE_EMA * seconds
 
     def seconds(self, width: int) -> float:
+        """0.0 while nothing is measured."""
         points = sorted(self.seconds_at.items())
         if not points:
             return 0.0

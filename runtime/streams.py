@@ -182,7 +182,7 @@ class Streams:
                                    build_drafter(drafts[b], lookup))
             slot.costs = costs
             self.generators.append(slot)
-        if gen.drafter is not None and gen.config.auto_gamma:  # γ auto weighs rounds on the measured curve
+        if gen.drafter is not None:  # γ auto (a request may ask for it) weighs rounds on the measured curve
             probe_curve(self.generators[0].target, TARGET_PROBE)
 
     @property

@@ -139,3 +139,16 @@ def test_a_pass_curve_is_straight_between_and_past_its_measured_widths() -> None
     assert curve.seconds(1) == curve.seconds(9) == 1.0
     curve.observe(6, 3.0)
     assert curve.seconds(4) == 2.0 and curve.seconds(10) == 5.0 and curve.seconds(1) == 1.0
+
+
+def test_shared_costs_with_nothing_measured_yet_fall_back_to_the_streams_own_times() -> None:
+    class Unmeasured:
+        streams = 2
+
+        def verify_seconds(self, width: int) -> float:
+            return 0.0
+
+    ctrl = GammaController.for_widths([1, 2, 3, 5, 9], costs=Unmeasured())
+    assert choose(ctrl) == 4  # nothing measured: the start γ
+    feed(ctrl, 0.9, t_draft=0.005, t_verify={1: 0.05, 5: 0.06, 9: 0.07})
+    assert choose(ctrl) >= 4 and ctrl.rate(0) > 0
