@@ -145,6 +145,18 @@ tiny_gemma3 = _family("gemma3_text")
 tiny_phi3 = _family("phi3")
 
 
+@pytest.fixture(scope="session")
+def tiny_streams_pair(tiny_root: Path) -> tuple[Path, Path]:
+    """(target, draft) whose passes several streams can share: a tiny qwen2 as int4 on specedge's
+    kernel with the native attention (a cache per stream); the draft is the target plus noise."""
+    settings = ExportSettings(quant="int4", context=TINY_CONTEXT, widths=TINY_WIDTHS, block_size=32,
+                              int4_kernel="rows", attention="rows")
+    src = make_tiny_model(tiny_root / "streams-src", "qwen2", seed=1)
+    draft_src = make_tiny_model(tiny_root / "streams-draft-src", noise_from=src, noise=0.05, seed=2)
+    return (export_model(src, tiny_root / "streams-target", settings).path,
+            export_model(draft_src, tiny_root / "streams-draft", settings).path)
+
+
 @pytest.fixture(scope="session", params=["llama", "qwen2", "qwen3"])
 def tiny_pair(request: pytest.FixtureRequest) -> tuple[Path, Path, Path]:
     return request.getfixturevalue(f"tiny_{request.param}")

@@ -91,17 +91,13 @@ def test_a_thinking_models_reasoning_comes_apart(tiny_llama: tuple[Path, Path, P
 
 
 def test_generate_many_answers_each_prompt_as_generate(tiny_llama: tuple[Path, Path, Path],
-                                                       tmp_path: Path) -> None:
+                                                       request: pytest.FixtureRequest) -> None:
     """Several prompts in one call: on slots sharing passes (a model with the native attention on
     specedge's kernel) or one at a time (a model whose passes cannot be shared), each reply is
     `generate`'s alone."""
     import os
 
-    from specedge.export.artifact import export_model
-    from specedge.export.settings import ExportSettings
     from specedge.kernels import native
-    from tests.conftest import TINY_CONTEXT, TINY_WIDTHS
-    from tests.tiny_models import make_tiny_model
 
     prompts = ["hello", "abcab", "x = 1", "the cat"]
     unshared = specedge.load(tiny_llama[1], draft=tiny_llama[2])
@@ -109,10 +105,7 @@ def test_generate_many_answers_each_prompt_as_generate(tiny_llama: tuple[Path, P
     assert [r.tokens for r in unshared.generate_many(prompts, max_tokens=16)] == want
     if not native.available() and not os.environ.get("CI"):
         pytest.skip(native.missing() or "the native library is absent")
-    src = make_tiny_model(tmp_path / "src", "qwen2", seed=1)
-    rows = ExportSettings(quant="int4", context=TINY_CONTEXT, widths=TINY_WIDTHS, block_size=32, int4_kernel="rows",
-                          attention="rows")
-    model = specedge.load(export_model(src, tmp_path / "rows", rows).path)
+    model = specedge.load(request.getfixturevalue("tiny_streams_pair")[0])
     greedy = [model.generate(p, max_tokens=16).tokens for p in prompts]
     assert [r.tokens for r in model.generate_many(prompts, parallel=3, max_tokens=16)] == greedy
     assert model._slots is not None and model._slots.scheduler.rows > model._slots.scheduler.passes

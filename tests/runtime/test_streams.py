@@ -28,17 +28,11 @@ pytestmark = pytest.mark.skipif(not native.available() and not os.environ.get("C
                                 reason=native.missing() or "library absent")
 
 PROMPTS = ("def fib(n):", "abcabcab", "hello world, this is", "x = 1\ny = 2\n", "The quick brown")
-ROWS = ExportSettings(quant="int4", context=TINY_CONTEXT, widths=TINY_WIDTHS, block_size=32, int4_kernel="rows",
-                      attention="rows")
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(target, draft) with a cache per stream; the draft is the target with noise."""
-    root = tmp_path_factory.mktemp("streams")
-    src = make_tiny_model(root / "src", "qwen2", seed=1)
-    draft_src = make_tiny_model(root / "draft-src", noise_from=src, noise=0.05, seed=2)
-    return export_model(src, root / "target", ROWS).path, export_model(draft_src, root / "draft", ROWS).path
+@pytest.fixture
+def pair(tiny_streams_pair: tuple[Path, Path]) -> tuple[Path, Path]:
+    return tiny_streams_pair
 
 
 def load(pair: tuple[Path, Path], drafter: str, **config: object) -> Generator:

@@ -29,17 +29,12 @@ from tests.tiny_models import make_tiny_model
 
 pytestmark = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
                                 reason=native.missing() or "library absent")
-ROWS = ExportSettings(quant="int4", context=TINY_CONTEXT, widths=TINY_WIDTHS, block_size=32, int4_kernel="rows",
-                      attention="rows")
 PROMPTS = ("def fib(n):", "abcabcab", "hello world, this is", "x = 1\ny = 2\n")
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("parallel")
-    src = make_tiny_model(root / "src", "qwen2", seed=1)
-    draft_src = make_tiny_model(root / "draft-src", noise_from=src, noise=0.05, seed=2)
-    return export_model(src, root / "target", ROWS).path, export_model(draft_src, root / "draft", ROWS).path
+@pytest.fixture
+def pair(tiny_streams_pair: tuple[Path, Path]) -> tuple[Path, Path]:
+    return tiny_streams_pair
 
 
 def generator(pair: tuple[Path, Path]) -> Generator:
