@@ -203,13 +203,15 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         guide.settle(0, context[-1])
     if on_logits is not None:
         on_logits(first[None], context[-1:])
-    if drafter is not None:
-        drafter.begin(context)
     stats.time_prefill_s += time.perf_counter() - t0
     produced = 1
     controller = (GammaController.for_widths(rows.verify_widths(widths), start=config.gamma, costs=costs)
                   if config.auto_gamma else None)
     yield [context[-1]]
+    if drafter is not None:  # the draft's prefill after the first token is out: it waits for none of it
+        t0 = time.perf_counter()
+        drafter.begin(context)
+        stats.time_prefill_s += time.perf_counter() - t0
     while len(context) <= capacity:  # the pending token still fits
         # plan: the source and the number of drafts, capped by the context and max_new_tokens
         remaining = config.max_new_tokens - produced

@@ -95,3 +95,29 @@ def test_one_new_token_is_the_first_token_of_plain_decoding(tiny_llama: tuple[Pa
         assert result.token_ids == plain.generate(prompt).token_ids[:1]
         assert (result.stats.n_tokens, result.stats.stop_reason) == (1, "max_new_tokens")
         assert result.stats.target_calls == result.stats.draft_calls == 0
+
+
+def test_the_first_token_comes_before_the_drafts_prefill(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """The draft model's cache is prefilled after the first token is out (its time is not the first
+    token's), and not at all when the first token ends the answer."""
+    from specedge.runtime.decoding import decode_tokens
+    from specedge.runtime.drafters import DraftModelDrafter
+    from specedge.runtime.model import OnnxModel
+    from specedge.runtime.stats import GenerationStats
+
+    _, target, draft = tiny_llama
+    begun: list[int] = []
+
+    class Watched(DraftModelDrafter):
+        def begin(self, context) -> None:  # type: ignore[no-untyped-def]
+            begun.append(len(context))
+            super().begin(context)
+
+    model, drafter = OnnxModel(target), Watched(OnnxModel(draft))
+    config = SpecConfig(gamma=4, max_new_tokens=12, ignore_eos=True)
+    rounds = decode_tokens(model, model.new_cache(), drafter, [1, 2, 3, 4], config, GenerationStats())
+    assert len(next(rounds)) == 1 and begun == []  # the first token, the draft not yet prefilled
+    assert next(rounds) and begun == [5]
+    rounds.close()
+    gen = Generator(model, drafter, config)
+    assert len(gen.generate("hello there", max_new_tokens=1).token_ids) == 1 and begun == [5]  # no prefill
