@@ -44,7 +44,7 @@ def start_server(args: argparse.Namespace, port: int) -> tuple[subprocess.Popen[
            "--temperature", "0", "--parallel", args.parallel, "--queue", "16"]
     if args.target:
         cmd += ["--target", args.target, "--gamma", args.gamma]
-        cmd += ["--draft", args.draft] if args.draft else ["--no-draft"]
+        cmd += ["--draft", args.draft] if args.draft else []
         cmd += ["--ngram"] if args.ngram else []
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log: list[str] = []
