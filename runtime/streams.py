@@ -143,6 +143,7 @@ TARGET_PROBE = (1, 2, 4, 8, 12, 16, 24, 32)  # widths whose pass times γ auto s
 def probe_curve(model: StreamModel, widths: Sequence[int], repeats: int = 2) -> None:
     """Time passes of each width over slot `model.slot`'s empty cache (nothing committed), so the
     curve is known before the first round."""
+    widths = [w for w in widths if w < model.manifest.context] or [1]  # a short context: what fits
     cache = model.new_cache()
     cache.reset()
     tokens = [min(100 + i, model.manifest.vocab_size - 1) for i in range(max(widths))]
