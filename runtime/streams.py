@@ -254,10 +254,10 @@ class ParallelChoice:
 
 
 def pool_bytes(gen: Generator, slots: int) -> int:
-    """What `slots` slots' KV caches take at most (target's and draft's, float16, the full context)."""
+    """What `slots` slots' KV caches take at most (target's and draft's, the full context)."""
     draft = draft_model(gen.drafter)
     models = [gen.target.manifest, *([draft.manifest] if draft is not None else [])]
-    return sum(2 * m.num_layers * slots * m.num_kv_heads * m.context * m.head_dim * 2 for m in models)
+    return slots * sum(m.costs.kv_slot_bytes * m.context for m in models)
 
 
 def shared_pass_seconds(model: OnnxModel, streams: int, repeats: int) -> float:

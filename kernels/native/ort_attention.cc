@@ -249,8 +249,10 @@ OrtStatus* stream_ids(OrtKernelContext* ctx, const int64_t** ids, std::vector<in
   *ids = nullptr;
   size_t count = 0;
   RETURN_IF(g_api->KernelContext_GetInputCount(ctx, &count));
+  if (count < 7) return nullptr;
   const OrtValue* value = nullptr;
-  if (count < 7 || g_api->KernelContext_GetInput(ctx, 6, &value) != nullptr || value == nullptr) return nullptr;
+  RETURN_IF(g_api->KernelContext_GetInput(ctx, 6, &value));
+  if (value == nullptr) return nullptr;  // the graph leaves the optional input out
   const void* data = nullptr;
   RETURN_IF(tensor_data(ctx, 6, &data, dims));
   *ids = static_cast<const int64_t*>(data);
