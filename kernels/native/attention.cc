@@ -168,11 +168,11 @@ void scores_portable(const AttentionPass& p, const Queries& q, int64_t b0, int64
   }
 }
 
-void weigh_portable(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t i0,
-                    int64_t i1) {
+void weigh_portable(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t r0,
+                    int64_t r1, int64_t i0, int64_t i1) {
   const int64_t d = p.head_dim;
   const uint16_t* values = p.values + q.kv * p.slots * d;
-  for (int64_t r = 0; r < q.count; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     float* out = query_out(p, q.kv, r);
     for (int64_t i = i0; i < i1; ++i) {
       float acc = 0.0f;
@@ -194,7 +194,7 @@ int available_attention_isas(AttentionIsa* out, int capacity) {
   if (cpu.avx2 && cpu.fma && cpu.avx512f) add(avx512_attention());
   if (cpu.avx2 && cpu.fma) add(avx2_attention());
 #endif
-  add(AttentionIsa{"portable", scores_portable, softmax_portable, weigh_portable, 16});
+  add(AttentionIsa{"portable", scores_portable, softmax_portable, weigh_portable, 16, 0});
   return n;
 }
 

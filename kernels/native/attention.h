@@ -65,19 +65,23 @@ void prepare_queries(const AttentionPass& p, int64_t kv, float* q, int64_t* limi
 //  scores of slot blocks [b0, b1) for every query: scores[r][j] (T floats a query; slots past a
 //    query's limit are computed but never read);
 //  per query: e[j] in place of its scores, j < limit, and the lane sum of them (returned);
-//  out rows for dimensions [i0, i1) of every query (a multiple of the path's `dims` apart).
+//  out rows of queries [r0, r1) for dimensions [i0, i1) (the path's `queries` and `dims` a task).
 using ScoresFn = void (*)(const AttentionPass& p, const Queries& q, int64_t b0, int64_t b1, float* scores);
 using SoftmaxFn = float (*)(float* scores, int64_t n);
-using WeighFn = void (*)(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t i0,
-                         int64_t i1);
+using WeighFn = void (*)(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t r0,
+                         int64_t r1, int64_t i0, int64_t i1);
 
 struct AttentionIsa {
   const char* name;
   ScoresFn scores;
   SoftmaxFn softmax;
   WeighFn weigh;
-  int64_t dims;  // the dimensions a weigh task takes at once
+  int64_t dims;     // the dimensions a weigh task takes (0: the whole head)
+  int64_t queries;  // the queries a weigh task takes (0: all of a KV head's)
 };
+
+// A weigh task's span of `n` (dimensions or queries) when the path takes `step` at once (0: all).
+inline int64_t task_span(int64_t step, int64_t n) { return step > 0 && step < n ? step : n; }
 
 // The instruction sets this CPU runs the attention on, best first, into out; returns how many.
 int available_attention_isas(AttentionIsa* out, int capacity);

@@ -159,18 +159,19 @@ void weigh_chunk(const AttentionPass& p, const Queries& q, const float* e, const
   }
 }
 
-void weigh_avx2(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t i0, int64_t i1) {
+void weigh_avx2(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t r0, int64_t r1,
+                int64_t i0, int64_t i1) {
   for (int64_t i = i0; i < i1; i += 16) {
-    int64_t r = 0;
-    for (; r + 6 <= q.count; r += 6) weigh_chunk<6>(p, q, e, sums, r, i);
-    for (; r + 2 <= q.count; r += 2) weigh_chunk<2>(p, q, e, sums, r, i);
-    for (; r < q.count; ++r) weigh_chunk<1>(p, q, e, sums, r, i);
+    int64_t r = r0;
+    for (; r + 6 <= r1; r += 6) weigh_chunk<6>(p, q, e, sums, r, i);
+    for (; r + 2 <= r1; r += 2) weigh_chunk<2>(p, q, e, sums, r, i);
+    for (; r < r1; ++r) weigh_chunk<1>(p, q, e, sums, r, i);
   }
 }
 
 }  // namespace
 
-AttentionIsa avx2_attention() { return AttentionIsa{"avx2", scores_avx2, softmax_avx2, weigh_avx2, 16}; }
+AttentionIsa avx2_attention() { return AttentionIsa{"avx2", scores_avx2, softmax_avx2, weigh_avx2, 16, 0}; }
 
 }  // namespace specedge
 

@@ -1,7 +1,10 @@
 // The attention's AVX-512 path: scores 16 slots a zmm (one lane a slot, the dimensions in order),
-// one key block converted once for up to 12 queries; the weighted values 32 dimensions a query
-// (two zmm), one value row converted once for up to 12 queries; the arithmetic of attention.h,
-// lane for lane.
+// one key block converted once for up to 12 queries, and up to 8 blocks at once where the queries
+// are few (a row's 6 or 7 heads of a KV head), so the FMAs never wait on each other's results, the
+// next blocks prefetched (a block is a 4 KB page, where the hardware's prefetchers stop); the
+// weighted values 32 dimensions a query (two zmm), one value row converted once for up to 12
+// queries, the rows read whole in blocks of 64 (a weigh task takes every dimension of its 12
+// queries) rather than a strip of every row; the arithmetic of attention.h, lane for lane.
 #if defined(__x86_64__) || defined(_M_X64)
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx2,fma,f16c"))), apply_to = function)
@@ -11,6 +14,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "attention.h"
@@ -51,32 +55,66 @@ inline float lane_sum(__m512 v) {
   return _mm_cvtss_f32(e);
 }
 
-// Scores of queries [r0, r0 + C) over one key block.
-template <int C>
-inline void score_block(const float* q, int64_t d, const uint16_t* block, float* scores, int64_t stride) {
-  __m512 acc[C];
-  for (int k = 0; k < C; ++k) acc[k] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < d; ++i) {
-    const __m512 kv = load_half16(block + i * kSlotBlock);
-    for (int k = 0; k < C; ++k) acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(q[k * d + i]), kv, acc[k]);
+// Key blocks scored at once for C queries: enough independent sums to keep the FMA units busy (a
+// score is a chain of d dependent FMAs), C * NB + NB + 1 within the 32 zmm registers.
+constexpr int blocks_at_once(int c) { return c <= 2 ? 8 : c <= 6 ? 4 : 2; }
+
+// Scores of queries [r0, r0 + C) over key blocks [b, b + NB): each key row converted once for all C.
+template <int C, int NB>
+inline void score_blocks(const float* q, int64_t d, const uint16_t* blocks, float* scores, int64_t stride) {
+  __m512 acc[C][NB];
+#pragma GCC unroll 16
+  for (int k = 0; k < C; ++k) {
+#pragma GCC unroll 16
+    for (int n = 0; n < NB; ++n) acc[k][n] = _mm512_setzero_ps();
   }
-  for (int k = 0; k < C; ++k) _mm512_storeu_ps(scores + k * stride, acc[k]);
+  // The next NB blocks, prefetched while these are scored: a block is one 4 KB page, where the
+  // hardware's prefetchers stop, so they would start cold at every block.
+  const char* next = reinterpret_cast<const char*>(blocks + NB * d * kSlotBlock);
+  for (int64_t i = 0; i < d; ++i) {
+#pragma GCC unroll 16
+    for (int n = 0; n < NB; n += 2) _mm_prefetch(next + (i * NB + n) * kSlotBlock * 2, _MM_HINT_T0);
+    __m512 kv[NB];
+#pragma GCC unroll 16
+    for (int n = 0; n < NB; ++n) kv[n] = load_half16(blocks + (n * d + i) * kSlotBlock);
+#pragma GCC unroll 16
+    for (int k = 0; k < C; ++k) {
+      const __m512 w = _mm512_set1_ps(q[k * d + i]);
+#pragma GCC unroll 16
+      for (int n = 0; n < NB; ++n) acc[k][n] = _mm512_fmadd_ps(w, kv[n], acc[k][n]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int k = 0; k < C; ++k) {
+#pragma GCC unroll 16
+    for (int n = 0; n < NB; ++n) _mm512_storeu_ps(scores + k * stride + n * kSlotBlock, acc[k][n]);
+  }
 }
 
 template <int C>
 void score_chunk(const AttentionPass& p, const Queries& q, int64_t r0, int64_t b0, int64_t b1, float* scores) {
+  constexpr int NB = blocks_at_once(C);
   const int64_t d = p.head_dim;
   const uint16_t* keys = p.keys + q.kv * (p.slots / kSlotBlock) * d * kSlotBlock;
-  for (int64_t b = b0; b < b1; ++b) {
-    score_block<C>(q.q + r0 * d, d, keys + b * d * kSlotBlock, scores + r0 * p.slots + b * kSlotBlock, p.slots);
-  }
+  const float* qs = q.q + r0 * d;
+  float* out = scores + r0 * p.slots;
+  int64_t b = b0;
+  for (; b + NB <= b1; b += NB) score_blocks<C, NB>(qs, d, keys + b * d * kSlotBlock, out + b * kSlotBlock, p.slots);
+  for (; b < b1; ++b) score_blocks<C, 1>(qs, d, keys + b * d * kSlotBlock, out + b * kSlotBlock, p.slots);
 }
 
+using ScoreChunk = void (*)(const AttentionPass&, const Queries&, int64_t, int64_t, int64_t, float*);
+constexpr ScoreChunk kScoreChunks[] = {nullptr,          score_chunk<1>,  score_chunk<2>, score_chunk<3>,
+                                       score_chunk<4>,   score_chunk<5>,  score_chunk<6>, score_chunk<7>,
+                                       score_chunk<8>,   score_chunk<9>,  score_chunk<10>, score_chunk<11>,
+                                       score_chunk<12>};
+constexpr int64_t kMostQueries = 12;  // queries a chunk takes at most
+
+// Queries 12 at a time, then the rest (1..11) as one chunk.
 void scores_avx512(const AttentionPass& p, const Queries& q, int64_t b0, int64_t b1, float* scores) {
   int64_t r = 0;
-  for (; r + 12 <= q.count; r += 12) score_chunk<12>(p, q, r, b0, b1, scores);
-  for (; r + 4 <= q.count; r += 4) score_chunk<4>(p, q, r, b0, b1, scores);
-  for (; r < q.count; ++r) score_chunk<1>(p, q, r, b0, b1, scores);
+  for (; r + kMostQueries <= q.count; r += kMostQueries) score_chunk<kMostQueries>(p, q, r, b0, b1, scores);
+  if (r < q.count) kScoreChunks[q.count - r](p, q, r, b0, b1, scores);
 }
 
 float softmax_avx512(float* e, int64_t n) {
@@ -99,58 +137,99 @@ float softmax_avx512(float* e, int64_t n) {
 }
 
 // Outputs [i, i + 16 Z) of queries [r0, r0 + C): the value rows in order, each converted once.
+constexpr int64_t kRowsAtOnce = 64;  // value rows a block: read whole, then each strip of dimensions from L1
+constexpr int64_t kMostHeadDim = 512;
+
+// The sums of outputs [i, i + 16 Z) of queries [r0, r0 + C) carried over value rows [j0, j1) (acc: [C][d]
+// floats, zero before the first block), the rows in order; `ahead`: prefetch the block after this one.
 template <int C, int Z>
-void weigh_chunk(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t r0, int64_t i) {
+void weigh_rows(const AttentionPass& p, const Queries& q, const float* e, int64_t r0, int64_t i, int64_t j0,
+                int64_t j1, float* acc_mem, bool ahead) {
   const int64_t d = p.head_dim;
-  const uint16_t* values = p.values + q.kv * p.slots * d + i;
+  const uint16_t* values = p.values + q.kv * p.slots * d;
   __m512 acc[C][Z];
+#pragma GCC unroll 16
   for (int k = 0; k < C; ++k) {
-    for (int z = 0; z < Z; ++z) acc[k][z] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int z = 0; z < Z; ++z) acc[k][z] = _mm512_loadu_ps(acc_mem + k * d + i + 16 * z);
   }
-  const int64_t all = q.limit[r0], most = q.limit[r0 + C - 1];  // limits never fall from one query to the next
-  int64_t j = 0;
+  const int64_t all = std::min(j1, q.limit[r0]), most = std::min(j1, q.limit[r0 + C - 1]);  // limits never fall
+  const int64_t lines = d * 2 / 64;  // cache lines a value row takes
+  int64_t j = j0;
   for (; j < all; ++j) {
+    if (ahead) {
+      for (int64_t l = 0; l < lines; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(values + (j + kRowsAtOnce) * d) + 64 * l, _MM_HINT_T0);
+      }
+    }
     __m512 v[Z];
-    for (int z = 0; z < Z; ++z) v[z] = load_half16(values + j * d + 16 * z);
+#pragma GCC unroll 16
+    for (int z = 0; z < Z; ++z) v[z] = load_half16(values + j * d + i + 16 * z);
+#pragma GCC unroll 16
     for (int k = 0; k < C; ++k) {
       const __m512 w = _mm512_set1_ps(e[(r0 + k) * p.slots + j]);
+#pragma GCC unroll 16
       for (int z = 0; z < Z; ++z) acc[k][z] = _mm512_fmadd_ps(w, v[z], acc[k][z]);
     }
   }
   for (; j < most; ++j) {  // slots past the first queries' positions: the later rows' only
     __m512 v[Z];
-    for (int z = 0; z < Z; ++z) v[z] = load_half16(values + j * d + 16 * z);
+#pragma GCC unroll 16
+    for (int z = 0; z < Z; ++z) v[z] = load_half16(values + j * d + i + 16 * z);
+#pragma GCC unroll 16
     for (int k = 0; k < C; ++k) {
       if (q.limit[r0 + k] <= j) continue;
       const __m512 w = _mm512_set1_ps(e[(r0 + k) * p.slots + j]);
+#pragma GCC unroll 16
       for (int z = 0; z < Z; ++z) acc[k][z] = _mm512_fmadd_ps(w, v[z], acc[k][z]);
     }
   }
+#pragma GCC unroll 16
   for (int k = 0; k < C; ++k) {
-    float* out = query_out(p, q.kv, r0 + k) + i;
-    const __m512 total = _mm512_set1_ps(sums[r0 + k]);
-    for (int z = 0; z < Z; ++z) _mm512_storeu_ps(out + 16 * z, _mm512_div_ps(acc[k][z], total));
+#pragma GCC unroll 16
+    for (int z = 0; z < Z; ++z) _mm512_storeu_ps(acc_mem + k * d + i + 16 * z, acc[k][z]);
   }
 }
 
-template <int Z>
-void weigh_dims(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t i) {
-  int64_t r = 0;
-  for (; r + 12 <= q.count; r += 12) weigh_chunk<12, Z>(p, q, e, sums, r, i);
-  for (; r + 4 <= q.count; r += 4) weigh_chunk<4, Z>(p, q, e, sums, r, i);
-  for (; r < q.count; ++r) weigh_chunk<1, Z>(p, q, e, sums, r, i);
+// Outputs [i0, i1) of queries [r0, r0 + C): the value rows in blocks of kRowsAtOnce, each block's
+// rows read whole (contiguous, prefetched a block ahead) and then weighed strip by strip (32
+// dimensions, 2 zmm a query) from L1; each output is still its fma chain over the slots in order.
+template <int C>
+void weigh_chunk(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t r0, int64_t i0,
+                 int64_t i1) {
+  const int64_t d = p.head_dim, most = q.limit[r0 + C - 1];
+  alignas(64) float acc[C * kMostHeadDim];
+  for (int64_t k = 0; k < C; ++k) std::fill(acc + k * d + i0, acc + k * d + i1, 0.0f);
+  for (int64_t j0 = 0; j0 < most; j0 += kRowsAtOnce) {
+    const int64_t j1 = std::min(most, j0 + kRowsAtOnce);
+    int64_t i = i0;
+    for (; i + 32 <= i1; i += 32) weigh_rows<C, 2>(p, q, e, r0, i, j0, j1, acc, i == i0);
+    for (; i < i1; i += 16) weigh_rows<C, 1>(p, q, e, r0, i, j0, j1, acc, i == i0);
+  }
+  for (int64_t k = 0; k < C; ++k) {
+    float* out = query_out(p, q.kv, r0 + k);
+    const __m512 total = _mm512_set1_ps(sums[r0 + k]);
+    for (int64_t i = i0; i < i1; i += 16) _mm512_storeu_ps(out + i, _mm512_div_ps(_mm512_loadu_ps(acc + k * d + i), total));
+  }
 }
 
-void weigh_avx512(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t i0,
-                  int64_t i1) {
-  int64_t i = i0;
-  for (; i + 32 <= i1; i += 32) weigh_dims<2>(p, q, e, sums, i);
-  for (; i < i1; i += 16) weigh_dims<1>(p, q, e, sums, i);
+using WeighChunk = void (*)(const AttentionPass&, const Queries&, const float*, const float*, int64_t, int64_t, int64_t);
+constexpr WeighChunk kWeighChunks[] = {nullptr,         weigh_chunk<1>,  weigh_chunk<2>,  weigh_chunk<3>,
+                                       weigh_chunk<4>,  weigh_chunk<5>,  weigh_chunk<6>,  weigh_chunk<7>,
+                                       weigh_chunk<8>,  weigh_chunk<9>,  weigh_chunk<10>, weigh_chunk<11>,
+                                       weigh_chunk<12>};
+
+// Queries [r0, r1) 12 at a time, then the rest as one chunk.
+void weigh_avx512(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t r0, int64_t r1,
+                  int64_t i0, int64_t i1) {
+  int64_t r = r0;
+  for (; r + kMostQueries <= r1; r += kMostQueries) weigh_chunk<kMostQueries>(p, q, e, sums, r, i0, i1);
+  if (r < r1) kWeighChunks[r1 - r](p, q, e, sums, r, i0, i1);
 }
 
 }  // namespace
 
-AttentionIsa avx512_attention() { return AttentionIsa{"avx512", scores_avx512, softmax_avx512, weigh_avx512, 32}; }
+AttentionIsa avx512_attention() { return AttentionIsa{"avx512", scores_avx512, softmax_avx512, weigh_avx512, 0, kMostQueries}; }
 
 }  // namespace specedge
 

@@ -154,7 +154,12 @@ std::vector<float> attention_pass(const AttentionCase& c, const std::vector<floa
       isa->scores(p, qs, b, std::min(blocks, b + blocks_per_task), scores.data());
     }
     for (int64_t r = 0; r < queries; ++r) sums[r] = isa->softmax(scores.data() + r * c.slots, limit[r]);
-    for (int64_t i = 0; i < c.d; i += isa->dims) isa->weigh(p, qs, scores.data(), sums.data(), i, std::min(c.d, i + isa->dims));
+    const int64_t dims = task_span(isa->dims, c.d), span = task_span(isa->queries, queries);
+    for (int64_t r = 0; r < queries; r += span) {
+      for (int64_t i = 0; i < c.d; i += dims) {
+        isa->weigh(p, qs, scores.data(), sums.data(), r, std::min(queries, r + span), i, std::min(c.d, i + dims));
+      }
+    }
   }
   return out;
 }
@@ -222,7 +227,8 @@ int main() {
   for (int i = 0; i < attention_count; ++i) std::printf(" %s", attention_isas[i].name);
   std::printf("\n");
   for (const AttentionCase& c : {AttentionCase{4, 1, 16, 16, 0, 3}, AttentionCase{12, 2, 128, 64, 40, 9},
-                                 AttentionCase{14, 2, 64, 96, 79, 17}, AttentionCase{3, 3, 256, 32, 5, 2}}) {
+                                 AttentionCase{14, 2, 64, 96, 79, 17}, AttentionCase{3, 3, 256, 32, 5, 2},
+                                 AttentionCase{12, 2, 128, 272, 200, 5}, AttentionCase{7, 1, 48, 144, 100, 3}}) {
     (run_attention_case(c, rng, attention_isas, attention_count) ? passed : failed)++;
   }
   std::printf("%d passed, %d failed\n", passed, failed);

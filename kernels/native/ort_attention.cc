@@ -72,7 +72,10 @@ struct Job {
   int64_t queries;      // R: queries a KV head has (rows x heads per KV head)
   int64_t blocks;       // slot blocks the last row reads
   int64_t chunks;       // score tasks per KV head
-  int64_t dim_tasks;    // weigh tasks per KV head
+  int64_t dims;         // dimensions a weigh task takes
+  int64_t span;         // queries a weigh task takes
+  int64_t dim_tasks;    // weigh tasks per KV head and span of queries
+  int64_t weigh_tasks;  // weigh tasks per KV head
   float* q;             // [KV][R][d]
   int64_t* limits;      // [KV][R]
   float* scores;        // [KV][R][T]
@@ -99,9 +102,10 @@ void softmax_task(const Job& job, int64_t task) {
 }
 
 void weigh_task(const Job& job, int64_t task) {
-  const int64_t kv = task / job.dim_tasks, c = task % job.dim_tasks;
-  const int64_t i0 = c * job.isa->dims, i1 = std::min(job.pass.head_dim, i0 + job.isa->dims);
-  job.isa->weigh(job.pass, job.of(kv), job.scores_of(kv), job.sums + kv * job.queries, i0, i1);
+  const int64_t kv = task / job.weigh_tasks, c = task % job.weigh_tasks;
+  const int64_t r0 = c / job.dim_tasks * job.span, r1 = std::min(job.queries, r0 + job.span);
+  const int64_t i0 = c % job.dim_tasks * job.dims, i1 = std::min(job.pass.head_dim, i0 + job.dims);
+  job.isa->weigh(job.pass, job.of(kv), job.scores_of(kv), job.sums + kv * job.queries, r0, r1, i0, i1);
 }
 
 // One step of every stream's job, as one set of tasks on the pool: the tasks of job j are
@@ -225,7 +229,9 @@ OrtStatus* run_passes(OrtKernelContext* ctx, const Kernel& kn, const std::vector
     const int64_t queries = pass.rows * group;
     for (int64_t g = 0; g < kv; ++g) prepare_queries(pass, g, q + g * queries * d, limits + g * queries);
     const int64_t last = *std::max_element(pass.pos, pass.pos + pass.rows) + 1;
-    Job job{pass, kn.isa, queries, (last + kSlotBlock - 1) / kSlotBlock, 0, (d + kn.isa->dims - 1) / kn.isa->dims,
+    const int64_t dims = task_span(kn.isa->dims, d), span = task_span(kn.isa->queries, queries);
+    const int64_t dim_tasks = (d + dims - 1) / dims, weigh_tasks = dim_tasks * ((queries + span - 1) / span);
+    Job job{pass, kn.isa, queries, (last + kSlotBlock - 1) / kSlotBlock, 0, dims, span, dim_tasks, weigh_tasks,
             q, limits, scores, sums};
     job.chunks = (job.blocks + kBlocksPerTask - 1) / kBlocksPerTask;
     jobs.push_back(job);
@@ -237,7 +243,7 @@ OrtStatus* run_passes(OrtKernelContext* ctx, const Kernel& kn, const std::vector
   const Step steps[] = {
       Step(jobs, score_task, [](const Job& j) { return j.pass.kv_heads * j.chunks; }),
       Step(jobs, softmax_task, [](const Job& j) { return j.pass.kv_heads * j.queries; }),
-      Step(jobs, weigh_task, [](const Job& j) { return j.pass.kv_heads * j.dim_tasks; })};
+      Step(jobs, weigh_task, [](const Job& j) { return j.pass.kv_heads * j.weigh_tasks; })};
   for (const Step& step : steps) {
     RETURN_IF(g_api->KernelContext_ParallelFor(ctx, step_task, step.total(), 0, const_cast<Step*>(&step)));
   }

@@ -12,10 +12,10 @@ import os
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
 from specedge.kernels import attention_model as am
 from specedge.kernels import native
+from specedge.kernels.attention_graph import op_model
 
 needs_library = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
                                    reason=native.missing() or "library absent")
@@ -25,29 +25,6 @@ ISA_ENV = "SPECEDGE_ATTENTION_ISA"
 
 def isas() -> list[str]:
     return native.attention_isas() if native.available() else []
-
-
-def op_model(heads: int, kv_heads: int, d: int, scale: float, streams: bool = False, ids: bool = True) -> bytes:
-    """The op alone; streams: caches [N, KV, T, d], one per stream, and (ids) stream_ids [1, S]."""
-    ids = streams and ids
-    names = ["qkv", "pos", "cos", "sin", "past_key", "past_value"] + (["stream_ids"] if ids else [])
-    node = helper.make_node("AttentionRows", names, ["attn", "present_key", "present_value"], domain=native.DOMAIN,
-                            num_heads=heads, kv_heads=kv_heads, head_dim=d, scale=scale)
-    f, h = TensorProto.FLOAT, TensorProto.FLOAT16
-    inputs = [helper.make_tensor_value_info("qkv", f, [1, "S", (heads + 2 * kv_heads) * d]),
-              helper.make_tensor_value_info("pos", TensorProto.INT64, [1, "S"]),
-              helper.make_tensor_value_info("cos", f, ["C", d // 2]),
-              helper.make_tensor_value_info("sin", f, ["C", d // 2]),
-              helper.make_tensor_value_info("past_key", h, ["N" if streams else 1, kv_heads, "T", d]),
-              helper.make_tensor_value_info("past_value", h, ["N" if streams else 1, kv_heads, "T", d])]
-    if ids:
-        inputs.append(helper.make_tensor_value_info("stream_ids", TensorProto.INT64, [1, "S"]))
-    outputs = [helper.make_tensor_value_info("attn", f, None), helper.make_tensor_value_info("present_key", h, None),
-               helper.make_tensor_value_info("present_value", h, None)]
-    graph = helper.make_graph([node], "attention", inputs, outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(native.DOMAIN, 1)])
-    model.ir_version = 10
-    return model.SerializeToString()
 
 
 def session(model: bytes, isa: str, threads: int = 1) -> ort.InferenceSession:
@@ -83,7 +60,9 @@ def run(sess: ort.InferenceSession, qkv: np.ndarray, pos: np.ndarray, tables: tu
 
 CASES = [  # heads, kv heads, head dim, slots, cached, rows
     (4, 1, 16, 16, 0, 1), (2, 2, 32, 32, 0, 5), (4, 2, 64, 64, 15, 3), (12, 2, 128, 64, 47, 9),
-    (14, 2, 64, 96, 80, 16), (3, 3, 256, 32, 1, 2), (8, 8, 64, 48, 31, 1)]
+    (14, 2, 64, 96, 80, 16), (3, 3, 256, 32, 1, 2), (8, 8, 64, 48, 31, 1),
+    # long caches: several blocks of value rows and of key blocks at once, every remainder of queries
+    (12, 2, 128, 272, 200, 5), (11, 1, 64, 160, 130, 1), (7, 1, 48, 144, 100, 3), (5, 1, 16, 208, 190, 2)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"H{c[0]}-KV{c[1]}-d{c[2]}-T{c[3]}-L{c[4]}-S{c[5]}" for c in CASES])
