@@ -10,12 +10,13 @@ prefill is left out), medians per prompt kind; the CPU is named from /proc/cpuin
 
     python bench/reference/llamacpp_abab.py --llama-python $LLAMA/venv/bin/python \\
         --gguf ~/.cache/specedge/weights/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \\
-        [--pair qwen2.5-coder] [--prompts bench/prompts.jsonl] [--rounds 1] [--out FILE.json]
+        [--pair qwen2.5-coder] [--prompts bench/prompts.jsonl] [--rounds 1] [--out FILE.json] [--ours hybrid]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -107,13 +108,19 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--ours", choices=("default", "hybrid"), default="default",
+                    help="specedge's way beside its plain decoding: as measured here (default), or the draft "
+                         "with the n-gram lookup at γ auto whatever the measurement chose (hybrid)")
     args = ap.parse_args()
 
     from specedge.defaults import pair_artifacts, pair_decoding
     from specedge.runtime import Generator, SpecConfig
 
     way = pair_decoding(args.pair)
-    target, _ = pair_artifacts(args.pair)
+    target, draft = pair_artifacts(args.pair)
+    if args.ours == "hybrid":
+        way = dataclasses.replace(way, draft=draft, ngram=True, single_steps=False,
+                                  line="the target with its draft and the n-gram lookup, γ auto (--ours hybrid)")
     ours = {"plain": Generator.load(target, config=SpecConfig(gamma=0), single_steps=True, threads=args.threads),
             "default": Generator.load(way.target, draft=way.draft, ngram=way.ngram, threads=args.threads,
                                       config=SpecConfig(gamma=4, auto_gamma=True) if way.draft or way.ngram

@@ -12,7 +12,8 @@
 // present_value (the past buffers with the rows' entries written; bound to the same memory as the
 // past ones, the pass writes in place). Attributes: num_heads, kv_heads, head_dim, scale.
 // Threads: the session's intra-op pool, in three steps (scores of slot blocks, each query's softmax,
-// output dimensions: attention.h), each a set of tasks with disjoint outputs.
+// outputs by queries and dimensions as the path takes them: attention.h), each a set of tasks with
+// disjoint outputs.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
