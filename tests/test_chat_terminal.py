@@ -63,8 +63,11 @@ class Terminal:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals: POSIX (Linux)")
 def test_ctrl_c_stops_an_answer_and_the_chat_goes_on(smollm2: dict[str, Path]) -> None:
+    # one thread: the answer (256 tokens at most, the context's half) takes twice as long, and the other
+    # core stays free for this test to read it and type the Ctrl-C while it streams (with both cores
+    # busy decoding, a CI run once saw the whole answer out before the Ctrl-C landed)
     term = Terminal("--target", str(smollm2["fp32"]), "--draft", str(smollm2["int4"]), "--gamma", "4",
-                    "--show-draft", "--max-new-tokens", "1000")
+                    "--show-draft", "--max-new-tokens", "1000", "-t", "1")
     term.read_until("you> ")
     term.type("Tell me a very long story about a lighthouse keeper and the sea.\r")
     term.read_until(GREEN)  # the answer streams, the draft's accepted tokens coloured ...

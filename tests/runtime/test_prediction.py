@@ -10,6 +10,7 @@ import pytest
 
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime import Generator, OnnxModel, SpecConfig, decoding
+from specedge.runtime import generator as generator_module
 from specedge.runtime.drafters import PredictionDrafter
 
 PROMPT = "def fib(n):\n    return"
@@ -24,9 +25,13 @@ def costs_like_a_real_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """γ auto weighs a prediction against plain steps and the draft model by their measured times;
     a tiny model's passes take well under a millisecond, so a busy machine's noise decided between
     them. The loop's clock gains what a pass of S tokens costs a real model, 20 ms · (1 + 0.1 (S - 1)),
-    at each pass of any model (the draft model's steps included), so its choices follow acceptance."""
+    at each pass of any model (the draft model's steps included), so its choices follow acceptance.
+    γ auto reads the Generator's clock (taken from runtime/generator.py's `time` when it is made),
+    the stats decoding's own: both gain it."""
     spent = [0.0]
-    monkeypatch.setattr(decoding, "time", SimpleNamespace(perf_counter=lambda: time.perf_counter() + spent[0]))
+    clock = SimpleNamespace(perf_counter=lambda: time.perf_counter() + spent[0])
+    monkeypatch.setattr(decoding, "time", clock)
+    monkeypatch.setattr(generator_module, "time", clock)
     forward = OnnxModel.forward
 
     def costly(self: OnnxModel, tokens, *args, **kwargs):  # type: ignore[no-untyped-def]
