@@ -136,7 +136,6 @@ float softmax_avx512(float* e, int64_t n) {
   return lane_sum(lanes);
 }
 
-// Outputs [i, i + 16 Z) of queries [r0, r0 + C): the value rows in order, each converted once.
 constexpr int64_t kRowsAtOnce = 64;  // value rows a block: read whole, then each strip of dimensions from L1
 constexpr int64_t kMostHeadDim = 512;
 
@@ -154,7 +153,7 @@ void weigh_rows(const AttentionPass& p, const Queries& q, const float* e, int64_
     for (int z = 0; z < Z; ++z) acc[k][z] = _mm512_loadu_ps(acc_mem + k * d + i + 16 * z);
   }
   const int64_t all = std::min(j1, q.limit[r0]), most = std::min(j1, q.limit[r0 + C - 1]);  // limits never fall
-  const int64_t lines = d * 2 / 64;  // cache lines a value row takes
+  const int64_t lines = (d * 2 + 63) / 64;  // cache lines a value row spans (at most)
   int64_t j = j0;
   for (; j < all; ++j) {
     if (ahead) {
@@ -209,11 +208,14 @@ void weigh_chunk(const AttentionPass& p, const Queries& q, const float* e, const
   for (int64_t k = 0; k < C; ++k) {
     float* out = query_out(p, q.kv, r0 + k);
     const __m512 total = _mm512_set1_ps(sums[r0 + k]);
-    for (int64_t i = i0; i < i1; i += 16) _mm512_storeu_ps(out + i, _mm512_div_ps(_mm512_loadu_ps(acc + k * d + i), total));
+    for (int64_t i = i0; i < i1; i += 16) {
+      _mm512_storeu_ps(out + i, _mm512_div_ps(_mm512_loadu_ps(acc + k * d + i), total));
+    }
   }
 }
 
-using WeighChunk = void (*)(const AttentionPass&, const Queries&, const float*, const float*, int64_t, int64_t, int64_t);
+using WeighChunk = void (*)(const AttentionPass&, const Queries&, const float*, const float*, int64_t, int64_t,
+                            int64_t);
 constexpr WeighChunk kWeighChunks[] = {nullptr,         weigh_chunk<1>,  weigh_chunk<2>,  weigh_chunk<3>,
                                        weigh_chunk<4>,  weigh_chunk<5>,  weigh_chunk<6>,  weigh_chunk<7>,
                                        weigh_chunk<8>,  weigh_chunk<9>,  weigh_chunk<10>, weigh_chunk<11>,
@@ -229,7 +231,9 @@ void weigh_avx512(const AttentionPass& p, const Queries& q, const float* e, cons
 
 }  // namespace
 
-AttentionIsa avx512_attention() { return AttentionIsa{"avx512", scores_avx512, softmax_avx512, weigh_avx512, 0, kMostQueries}; }
+AttentionIsa avx512_attention() {
+  return AttentionIsa{"avx512", scores_avx512, softmax_avx512, weigh_avx512, 0, kMostQueries};
+}
 
 }  // namespace specedge
 
