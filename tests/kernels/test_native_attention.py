@@ -62,7 +62,10 @@ CASES = [  # heads, kv heads, head dim, slots, cached, rows
     (4, 1, 16, 16, 0, 1), (2, 2, 32, 32, 0, 5), (4, 2, 64, 64, 15, 3), (12, 2, 128, 64, 47, 9),
     (14, 2, 64, 96, 80, 16), (3, 3, 256, 32, 1, 2), (8, 8, 64, 48, 31, 1),
     # long caches: several blocks of value rows and of key blocks at once, every remainder of queries
-    (12, 2, 128, 272, 200, 5), (11, 1, 64, 160, 130, 1), (7, 1, 48, 144, 100, 3), (5, 1, 16, 208, 190, 2)]
+    (12, 2, 128, 272, 200, 5), (11, 1, 64, 160, 130, 1), (7, 1, 48, 144, 100, 3), (5, 1, 16, 208, 190, 2),
+    # a chunk whose first query reads no row of a block of 64 its later queries read; one and two
+    # queries a KV head over full groups of 8 key blocks
+    (7, 1, 64, 96, 62, 5), (2, 2, 32, 160, 150, 1), (2, 1, 32, 160, 140, 1)]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"H{c[0]}-KV{c[1]}-d{c[2]}-T{c[3]}-L{c[4]}-S{c[5]}" for c in CASES])
