@@ -33,37 +33,19 @@ SHAPES = {  # name: heads, kv heads, head dim, layers
 
 def time_pass(shape: tuple[int, int, int, int], rows: int, context: int, threads: int, repeats: int) -> float:
     """Median ms of a whole model's attention: one pass over each layer's cache in turn."""
-    import onnxruntime as ort
-
-    from specedge.kernels import attention_model as am
-    from specedge.kernels import native
-    from specedge.kernels.attention_graph import op_model
+    from specedge.kernels.attention_graph import bound_in_place, op_model, op_session, random_cache, rope_tables
 
     heads, kv_heads, d, layers = shape
     slots = context + 64
     rng = np.random.default_rng(0)
-    keys = am.pack_keys(rng.normal(0, 1.5, (kv_heads, slots, d)).astype(np.float16)).reshape(1, kv_heads, slots, d)
-    values = rng.normal(0, 1, (1, kv_heads, slots, d)).astype(np.float16)
-    angles = np.outer(np.arange(slots), 1.0 / 10000 ** (np.arange(0, d, 2) / d))
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.log_severity_level = 3
-    native.register(opts)
-    sess = ort.InferenceSession(op_model(heads, kv_heads, d, 1 / np.sqrt(d)), opts, providers=["CPUExecutionProvider"])
-    feeds = {"qkv": rng.normal(0, 1, (1, rows, (heads + 2 * kv_heads) * d)).astype(np.float32),
-             "pos": np.arange(context, context + rows, dtype=np.int64)[None],
-             "cos": np.cos(angles).astype(np.float32), "sin": np.sin(angles).astype(np.float32)}
-    bindings = []  # a cache a layer, bound in place as the runtime binds it: read from memory, not cache
-    for _ in range(layers):
-        binding = sess.io_binding()
-        for name, array in feeds.items():
-            binding.bind_cpu_input(name, array)
-        for past, array in (("past_key", keys), ("past_value", values)):
-            value = ort.OrtValue.ortvalue_from_numpy(array.copy())
-            binding.bind_ortvalue_input(past, value)
-            binding.bind_ortvalue_output(past.replace("past", "present"), value)
-        binding.bind_output("attn")
-        bindings.append(binding)
+    keys, values = random_cache(rng, kv_heads, slots, d)
+    cos, sin = rope_tables(slots, d)
+    sess = op_session(op_model(heads, kv_heads, d, 1 / np.sqrt(d)), threads)
+    inputs = {"qkv": rng.normal(0, 1, (1, rows, (heads + 2 * kv_heads) * d)).astype(np.float32),
+              "pos": np.arange(context, context + rows, dtype=np.int64)[None], "cos": cos, "sin": sin}
+    # a cache a layer, bound in place as the runtime binds it: read from memory, not the CPU's cache
+    caches = [(keys.reshape(1, kv_heads, slots, d).copy(), values[None].copy()) for _ in range(layers)]
+    bindings = [bound_in_place(sess, inputs, k, v) for k, v in caches]
     times = []
     for i in range(repeats + 2):
         start = time.perf_counter()

@@ -1,9 +1,13 @@
-"""A graph of ai.specedge::AttentionRows alone (needs onnx: tests and benchmarks, not the runtime)."""
+"""ai.specedge::AttentionRows alone: its one-node graph, a session of it, inputs for it and the
+caches bound in place as the runtime binds them (needs onnx: tests and benchmarks, not the runtime)."""
 
 from __future__ import annotations
 
+import numpy as np
+import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from specedge.kernels import attention_model as am
 from specedge.kernels import native
 
 
@@ -28,3 +32,41 @@ def op_model(heads: int, kv_heads: int, d: int, scale: float, streams: bool = Fa
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(native.DOMAIN, 1)])
     model.ir_version = 10
     return model.SerializeToString()
+
+
+def op_session(model: bytes, threads: int = 1) -> ort.InferenceSession:
+    """A CPU session of `model` with the native library registered (SPECEDGE_ATTENTION_ISA, read as
+    it loads, picks the instruction set)."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    native.register(opts)
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+
+
+def rope_tables(context: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin [context, d/2], base 10000."""
+    angles = np.outer(np.arange(context), 1.0 / 10000 ** (np.arange(0, d, 2) / d))
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def random_cache(rng: np.random.Generator, kv_heads: int, slots: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keys (packed in blocks of 16 slots, attention.h) and values, float16 [KV, T, d]."""
+    keys = am.pack_keys(rng.normal(0, 1.5, (kv_heads, slots, d)).astype(np.float16))
+    return keys, rng.normal(0, 1, (kv_heads, slots, d)).astype(np.float16)
+
+
+def bound_in_place(sess: ort.InferenceSession, inputs: dict[str, np.ndarray], keys: np.ndarray,
+                   values: np.ndarray) -> ort.IOBinding:
+    """`inputs` (qkv, pos, cos, sin) bound, and the caches [1, KV, T, d] as both past and present (the
+    pass writes into the arrays themselves, as decoding binds them: they must outlive the binding);
+    attn to be allocated."""
+    binding = sess.io_binding()
+    for name, array in inputs.items():
+        binding.bind_cpu_input(name, array)
+    for past, array in (("past_key", keys), ("past_value", values)):
+        value = ort.OrtValue.ortvalue_from_numpy(array)
+        binding.bind_ortvalue_input(past, value)
+        binding.bind_ortvalue_output(past.replace("past", "present"), value)
+    binding.bind_output("attn")
+    return binding

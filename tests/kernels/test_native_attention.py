@@ -15,7 +15,7 @@ import pytest
 
 from specedge.kernels import attention_model as am
 from specedge.kernels import native
-from specedge.kernels.attention_graph import op_model
+from specedge.kernels.attention_graph import bound_in_place, op_model, op_session, random_cache, rope_tables
 
 needs_library = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
                                    reason=native.missing() or "library absent")
@@ -28,25 +28,11 @@ def isas() -> list[str]:
 
 
 def session(model: bytes, isa: str, threads: int = 1) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.log_severity_level = 3
-    native.register(opts)
     os.environ[ISA_ENV] = isa
     try:
-        return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        return op_session(model, threads)
     finally:
         del os.environ[ISA_ENV]
-
-
-def rope_tables(context: int, d: int) -> tuple[np.ndarray, np.ndarray]:
-    angles = np.outer(np.arange(context), 1.0 / 10000 ** (np.arange(0, d, 2) / d))
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-
-
-def random_cache(rng: np.random.Generator, kv_heads: int, slots: int, d: int) -> tuple[np.ndarray, np.ndarray]:
-    keys = am.pack_keys(rng.normal(0, 1.5, (kv_heads, slots, d)).astype(np.float16))
-    return keys, rng.normal(0, 1, (kv_heads, slots, d)).astype(np.float16)
 
 
 def run(sess: ort.InferenceSession, qkv: np.ndarray, pos: np.ndarray, tables: tuple[np.ndarray, np.ndarray],
@@ -113,14 +99,8 @@ def test_the_cache_is_written_in_place_when_bound_so() -> None:
     qkv = rng.normal(0, 1, (2, (heads + 2 * kv_heads) * d)).astype(np.float32)
     pos, tables = np.array([5, 6], np.int64), rope_tables(slots, d)
     sess = session(op_model(heads, kv_heads, d, 0.2), isas()[0])
-    binding = sess.io_binding()
-    for name, array in (("qkv", qkv[None]), ("pos", pos[None]), ("cos", tables[0]), ("sin", tables[1])):
-        binding.bind_cpu_input(name, array)
-    for past, buf in (("past_key", key_buf), ("past_value", value_buf)):
-        value = ort.OrtValue.ortvalue_from_numpy(buf)
-        binding.bind_ortvalue_input(past, value)
-        binding.bind_ortvalue_output(past.replace("past", "present"), value)
-    binding.bind_output("attn")
+    binding = bound_in_place(sess, {"qkv": qkv[None], "pos": pos[None], "cos": tables[0], "sin": tables[1]},
+                             key_buf, value_buf)
     sess.run_with_iobinding(binding)
     want = am.attention(qkv, pos, *tables, keys, values, heads, kv_heads, 0.2)
     assert np.array_equal(key_buf.reshape(keys.shape), want[1]) and np.array_equal(value_buf[0], want[2])
