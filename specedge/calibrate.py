@@ -38,6 +38,10 @@ from specedge.runtime.rows import SINGLE_STEPS, RowPolicy
 PRUNE_CONTEXT = 128  # cached tokens under the pruning timings: about a calibration text's
 TIMING_WIDTHS = (2, 4, 5, 8, 9)  # verification widths timed for pruning (γ 1 to 8), under the row policy
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Plain decoding's session spins its threads for a while after a pass (as chat's does, decoding
+# alone); a way timed in that while loses cores to it: a draft pass right after one ran 6.9-8.6 ms,
+# after a 50 ms pause 4.7 ms (Zen 5, 2 cores). So a way decoding after plain decoding waits this long.
+SPIN_PAUSE = 0.2
 T = TypeVar("T")
 
 
@@ -56,47 +60,106 @@ def time_draft(folder: Path) -> float:
     return time_widths(OnnxModel(folder), [1], context=PRUNE_CONTEXT, repeats=5)[1]
 
 
-def decode_rates(gen: Generator, floor: Sequence[float] | None = None) -> tuple[float, ...]:
-    """Decode tokens/s of `gen` on each calibration text (greedy, the text's tokens, EOS ignored; a
-    model of a small context decodes fewer, after the end of the prompt). With a floor (plain
-    decoding's rates), a way clearly slower than it on a text (below BEHIND of its rate) is timed
-    on that text once more and the faster run counts (a text of 32 to 96 tokens sits inside a
-    shared machine's noise, and plain decoding gets its second run too where the way keeps up:
-    `measure_ways`); still that slow, it cannot be the default: the texts after that one are not
-    decoded (STOPPED)."""
+def calibration_inputs(gen: Generator) -> tuple[list[list[int]], list[int]]:
+    """The calibration texts as `gen` decodes them: (prompts, tokens to decode of each). A model of
+    a small context decodes fewer, after the end of its prompt."""
     half = gen.target.manifest.context // 2
     keep = max(1, half - MAX_VERIFY_WIDTH)
-    prompts = [gen.encode(t.prompt, chat=True)[-keep:] for t in CALIBRATION]
-    budgets = [min(t.tokens, half) for t in CALIBRATION]
-    gen.generate(prompts[0], max_new_tokens=4, ignore_eos=True)  # warm up
+    return [gen.encode(t.prompt, chat=True)[-keep:] for t in CALIBRATION], [min(t.tokens, half) for t in CALIBRATION]
 
-    def rate(i: int) -> float:
-        return gen.generate(prompts[i], max_new_tokens=budgets[i], ignore_eos=True).stats.tokens_per_s
 
+def decode_rate(gen: Generator, prompt: list[int], tokens: int) -> float:
+    """Tokens/s of `gen` decoding `tokens` after `prompt` (greedy, EOS ignored)."""
+    return gen.generate(prompt, max_new_tokens=tokens, ignore_eos=True).stats.tokens_per_s
+
+
+def warm_up(gen: Generator, prompt: list[int]) -> None:
+    gen.generate(prompt, max_new_tokens=4, ignore_eos=True)
+
+
+def decode_rates(gen: Generator, floor: Sequence[float] | None = None) -> tuple[float, ...]:
+    """Decode tokens/s of `gen` on each calibration text. With a floor (plain decoding's rates), a
+    way clearly slower than it on a text (below BEHIND of its rate) is timed on that text once more
+    and the faster run counts (a text of 32 to 96 tokens sits inside a shared machine's noise, and
+    plain decoding gets its second run too where the way keeps up: `measure_ways`); still that
+    slow, it cannot be the default: the texts after that one are not decoded (STOPPED)."""
+    prompts, budgets = calibration_inputs(gen)
+    warm_up(gen, prompts[0])
     rates: list[float] = []
     for i in range(len(prompts)):
-        rates.append(rate(i))
+        rates.append(decode_rate(gen, prompts[i], budgets[i]))
         if floor is not None and rates[-1] < BEHIND * floor[i]:
-            rates[-1] = max(rates[-1], rate(i))
+            rates[-1] = max(rates[-1], decode_rate(gen, prompts[i], budgets[i]))
             if rates[-1] < BEHIND * floor[i]:
                 return tuple(rates + [STOPPED] * (len(prompts) - len(rates)))
     return tuple(rates)
 
 
+def text_by_text(plain: Generator, ways: Mapping[str, Generator],
+                 pause: float = SPIN_PAUSE) -> tuple[tuple[float, ...], dict[str, tuple[float, ...]]]:
+    """(plain decoding's rates, each way's) on the calibration texts, decoded text by text: plain
+    decoding, then each way, then plain decoding again (the faster of its two runs counts), so a
+    way is compared with plain decoding in the state the machine was in then - a machine's speed
+    drifts over a calibration (a laptop warming up, a VM whose memory bandwidth changes for minutes
+    at a time), and rates taken a way at a time, a minute apart, once held a drift against a way. A
+    way clearly slower than plain decoding on a text (below BEHIND) is timed on it once more, the
+    faster run counting; still that slow, it decodes no further text (STOPPED), and plain decoding
+    runs once a text when no way is left. Before a way runs after plain decoding, `pause` seconds
+    let the plain session's threads stop spinning."""
+    prompts, budgets = calibration_inputs(plain)
+    warm_up(plain, prompts[0])
+    time.sleep(pause)
+    for gen in ways.values():
+        warm_up(gen, prompts[0])
+    plain_rates: list[float] = []
+    rates: dict[str, list[float]] = {d: [] for d in ways}
+    for i, (prompt, tokens) in enumerate(zip(prompts, budgets, strict=True)):
+        live = [d for d in ways if len(rates[d]) == i]
+        first = decode_rate(plain, prompt, tokens)
+        if live:
+            time.sleep(pause)
+        for d in live:
+            rates[d].append(decode_rate(ways[d], prompt, tokens))
+        plain_rates.append(max(first, decode_rate(plain, prompt, tokens)) if live else first)
+        for d in (d for d in live if rates[d][i] < BEHIND * plain_rates[i]):
+            time.sleep(pause)
+            rates[d][i] = max(rates[d][i], decode_rate(ways[d], prompt, tokens))
+            if rates[d][i] < BEHIND * plain_rates[i]:
+                rates[d] += [STOPPED] * (len(prompts) - i - 1)
+    return tuple(plain_rates), {d: tuple(r) for d, r in rates.items()}
+
+
+def plain_generator(folder: Path) -> Generator:
+    """Plain decoding in 1-token steps, in a session of its own (spinning between passes, as chat
+    decodes plainly)."""
+    return Generator(OnnxModel(folder, spin=True, verify=False), None, SpecConfig(gamma=0), rows=SINGLE_STEPS)
+
+
+def speculative_generators(folder: Path, rows: RowPolicy, draft: OnnxModel,
+                           drafters: Sequence[str]) -> dict[str, Generator]:
+    """Speculation over an export with each drafter ("draft", "hybrid"), γ auto, its rows run as
+    its probe found when its passes were timed; the drafters share one target session."""
+    target = OnnxModel(folder, verify=False)
+    return {d: Generator(target, build_drafter(draft, ngram=d == "hybrid"), SpecConfig(gamma=4, auto_gamma=True),
+                         rows=rows) for d in drafters}
+
+
 def plain_rates(folder: Path) -> tuple[float, ...]:
-    """Plain decoding in 1-token steps, in a session of its own (as chat decodes plainly)."""
-    gen = Generator(OnnxModel(folder, spin=True, verify=False), None, SpecConfig(gamma=0), rows=SINGLE_STEPS)
-    return decode_rates(gen)
+    return decode_rates(plain_generator(folder))
 
 
 def speculative_rates(folder: Path, rows: RowPolicy, draft: OnnxModel, drafters: Sequence[str],
                       floor: Sequence[float]) -> dict[str, tuple[float, ...]]:
-    """Speculation over an export with each drafter ("draft", "hybrid") in turn, γ auto, its rows
-    run as its probe found when its passes were timed."""
-    target = OnnxModel(folder, verify=False)
-    gens = {d: Generator(target, build_drafter(draft, ngram=d == "hybrid"),
-                         SpecConfig(gamma=4, auto_gamma=True), rows=rows) for d in drafters}
-    return {d: decode_rates(gen, floor) for d, gen in gens.items()}
+    """Speculation over an export with each drafter in turn, against plain decoding's rates."""
+    return {d: decode_rates(gen, floor) for d, gen in speculative_generators(folder, rows, draft, drafters).items()}
+
+
+def interleaved_rates(folder: Path, rows: RowPolicy, draft: OnnxModel,
+                      drafters: Sequence[str]) -> tuple[tuple[float, ...], dict[str, tuple[float, ...]]]:
+    """Plain decoding and speculation over one export, text by text (`text_by_text`). Its sessions
+    are open at once: the plain session's own, and one the drafters share; where the export's
+    weights are in process memory (runtime/weight_pages.py) the two sessions share one copy."""
+    return text_by_text(plain_generator(folder), speculative_generators(folder, rows, draft, drafters))
 
 
 def released(value: T) -> T:
@@ -118,14 +181,25 @@ def trim_heap() -> None:
 def measure_ways(ways: Sequence[Way], exports: Mapping[str, Path], rows: Mapping[str, RowPolicy],
                  draft: Path | None) -> list[WayRun]:
     """Each way's decode speed on the calibration texts (the exports' files were verified when
-    their passes were timed: not read again here). Plain decoding runs first; where a speculative
-    way is as fast on every text, plain decoding runs again and the faster of the two counts:
-    drift on a shared machine is not taken for a speculative win."""
+    their passes were timed: not read again here). Where every speculative way is over the export
+    that plain decoding uses (one export measured), the ways and plain decoding take turns text by
+    text (`text_by_text`). Otherwise - two exports, whose weights (up to 1.6 GB each) one process
+    would then hold at once - each export decodes in turn: plain decoding first;
+    where a speculative way is as fast on every text, plain decoding runs again and the faster of
+    the two counts, so drift on a shared machine is not taken for a speculative win."""
     (plain,) = [w for w in ways if not w.speculates]
+    quants = list(dict.fromkeys(w.quant for w in ways if w.speculates))
+    draft_model = OnnxModel(draft, verify=False) if draft is not None else None
+    if quants == [plain.quant]:
+        drafters = [w.drafter for w in ways if w.speculates]
+        print(f"  decoding the calibration texts: {plain.quant} plainly and with {' and '.join(drafters)}, "
+              "text by text", file=sys.stderr, flush=True)
+        assert draft_model is not None
+        first, rates = released(interleaved_rates(exports[plain.quant], rows[plain.quant], draft_model, drafters))
+        return [WayRun(plain, first), *(WayRun(Way(plain.quant, d), r) for d, r in rates.items())]
     first = released(plain_rates(exports[plain.quant]))
     runs: list[WayRun] = []
-    draft_model = OnnxModel(draft, verify=False) if draft is not None else None
-    for quant in dict.fromkeys(w.quant for w in ways if w.speculates):
+    for quant in quants:
         drafters = [w.drafter for w in ways if w.speculates and w.quant == quant]
         print(f"  decoding the calibration texts: {quant} with {' and '.join(drafters)}", file=sys.stderr, flush=True)
         assert draft_model is not None

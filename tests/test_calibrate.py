@@ -1,6 +1,7 @@
 """The first-use calibration's child process dies with its caller, printing nothing (two first
 uses at once: tests/test_choose.py); a way that loses a text is timed on it once more; each text
-is decoded for its own budget."""
+is decoded for its own budget; plain decoding and the ways take turns text by text, so a machine
+whose speed drifts mid-calibration does not decide the verdict."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from specedge.calibrate import decode_rates
+from specedge.calibrate import decode_rates, measure, text_by_text
 from specedge.calibration import CALIBRATION, EDIT_TOKENS, TOKENS
-from specedge.choose import STOPPED
+from specedge.choose import STOPPED, Way, WayRun, pick
 
 ROOT = Path(__file__).resolve().parents[1]
 # a caller of the calibration: `python -c CALLER TARGET DRAFT QUANTS...`; the figures on stdout
@@ -134,3 +135,78 @@ def test_each_text_is_decoded_for_its_own_budget() -> None:
     gen = Timed([5.0] * len(CALIBRATION), context=128)
     decode_rates(gen)
     assert gen.budgets == [min(t.tokens, 64) for t in CALIBRATION]
+
+
+class Machine:
+    """A machine whose speed drifts: each generate() of a way decodes at its own rate times the
+    machine's speed at that moment, which drops to `slow` after `calls` calls (a VM's memory
+    bandwidth changing state, a laptop warming up). It logs which way ran, in order."""
+
+    def __init__(self, calls: int = 10**9, slow: float = 1.0) -> None:
+        self.calls, self.slow, self.log = calls, slow, []
+
+    def way(self, name: str, rates: list[float]) -> Drifting:
+        return Drifting(self, name, rates)
+
+
+class Drifting(Timed):
+    def __init__(self, machine: Machine, name: str, rates: list[float]) -> None:
+        super().__init__(rates)
+        self.machine, self.name = machine, name
+
+    def generate(self, prompt: list[int], max_new_tokens: int, ignore_eos: bool):
+        out = super().generate(prompt, max_new_tokens, ignore_eos)
+        if max_new_tokens > 4:
+            self.machine.log.append(self.name)
+            speed = self.machine.slow if len(self.machine.log) > self.machine.calls else 1.0
+            out.stats.tokens_per_s *= speed
+        return out
+
+
+def test_plain_decoding_runs_before_and_after_the_ways_on_each_text_and_its_faster_run_counts() -> None:
+    n = len(CALIBRATION)
+    machine = Machine()
+    plain = machine.way("plain", [10.0, 12.0] * n)
+    draft, hybrid = machine.way("draft", [11.0] * n), machine.way("hybrid", [13.0] * n)
+    rates, ways = text_by_text(plain, {"draft": draft, "hybrid": hybrid}, pause=0)
+    assert machine.log == ["plain", "draft", "hybrid", "plain"] * n
+    assert rates == (12.0,) * n and ways == {"draft": (11.0,) * n, "hybrid": (13.0,) * n}
+
+
+def test_a_way_behind_on_a_text_is_timed_again_then_stopped_and_plain_decoding_goes_on_alone() -> None:
+    n = len(CALIBRATION)
+    machine = Machine()
+    plain = machine.way("plain", [10.0] * (2 * 3 + n - 3))
+    # text 1: 8.5 then 9.5 (the faster counts, within BEHIND); text 2: 8.0 twice - stopped
+    draft = machine.way("draft", [11.0, 8.5, 9.5, 8.0, 8.0])
+    rates, ways = text_by_text(plain, {"draft": draft}, pause=0)
+    assert machine.log == ["plain", "draft", "plain", *["plain", "draft", "plain", "draft"] * 2, *["plain"] * (n - 3)]
+    assert ways["draft"] == (11.0, 9.5, 8.0, *[STOPPED] * (n - 3))
+    assert rates == (10.0,) * n and draft.rates == [] and plain.rates == []
+
+
+def test_a_machine_that_slows_mid_calibration_does_not_rule_a_faster_way_out() -> None:
+    """The machine loses 40% of its speed after the first text: a way 1.2x plain decoding is still
+    chosen, as plain decoding and the way are compared on each text in the same state."""
+    n = len(CALIBRATION)
+    machine = Machine(calls=3, slow=0.6)
+    plain = machine.way("plain", [10.0] * 2 * n)
+    draft = machine.way("draft", [12.0] * n)
+    rates, ways = text_by_text(plain, {"draft": draft}, pause=0)
+    kinds = [t.kind for t in CALIBRATION]
+    way, _ = pick([WayRun(Way("int4", "none"), rates), WayRun(Way("int4", "draft"), ways["draft"])], kinds)
+    assert way == Way("int4", "draft") and STOPPED not in ways["draft"]
+
+
+def test_one_export_is_measured_text_by_text_on_real_sessions(tiny_llama: tuple[Path, Path, Path],
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """One export: plain decoding (a session of its own) and both drafters (one session between
+    them) are open at once and take turns on each text."""
+    _, target, draft = tiny_llama
+    _, t_draft, runs = measure({"int4": target}, draft, every_way=True)
+    assert "int4 plainly and with draft and hybrid, text by text" in capsys.readouterr().err
+    assert [r.way for r in runs] == [Way("int4", "none"), Way("int4", "draft"), Way("int4", "hybrid")]
+    assert t_draft and all(len(r.rates) == len(CALIBRATION) for r in runs) and min(runs[0].rates) > 0
+    for run in runs[1:]:  # decoded to the end, or stopped after a text clearly slower than plain
+        measured = [r for r in run.rates if r != STOPPED]
+        assert all(r > 0 for r in measured) and all(r == STOPPED for r in run.rates[len(measured):])
