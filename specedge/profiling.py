@@ -105,21 +105,24 @@ def pass_model(model_dir: Path, manifest: Manifest, device: DeviceProfile, conte
 def time_widths(model: OnnxModel, widths: list[int], context: int = MEASURE_CONTEXT,
                 repeats: int = 7, rows: RowPolicy = ONE_ROW) -> dict[int, float]:
     """Median seconds of a pass of each width over a cache holding `context` tokens, run under
-    the row policy `rows` (a target verifying in row groups: the padded passes it runs)."""
+    the row policy `rows` (a target verifying in row groups: the padded passes it runs). The widths
+    take turns, a pass of each a round: a machine whose speed drifts meanwhile (a VM's memory
+    bandwidth changing state, a laptop warming up) slows them alike, so their ratios hold - timed a
+    width after another, the 2-row pass of the Zen 5 once came out at 1.42x the 1-row pass, where
+    in turns it is 1.00-1.08x."""
     context = min(context, model.manifest.context - 2 * max(widths) - 1)
     cache = model.new_cache()
     model.prefill([100 + i % 50 for i in range(context)], cache, rows)
-    out = {}
+    tokens = {width: [200 % model.manifest.vocab_size] * width for width in widths}
     for width in widths:
-        tokens = [200 % model.manifest.vocab_size] * width
-        model.forward(tokens, cache, rows=rows)  # warm-up
-        runs = []
-        for _ in range(repeats):
+        model.forward(tokens[width], cache, rows=rows)  # warm-up
+    runs: dict[int, list[float]] = {width: [] for width in widths}
+    for _ in range(repeats):
+        for width in widths:
             start = time.perf_counter()
-            model.forward(tokens, cache, rows=rows)
-            runs.append(time.perf_counter() - start)
-        out[width] = statistics.median(runs)
-    return out
+            model.forward(tokens[width], cache, rows=rows)
+            runs[width].append(time.perf_counter() - start)
+    return {width: statistics.median(r) for width, r in runs.items()}
 
 
 def alpha_from_tokens_per_round(tokens: float, gamma: int) -> float:
