@@ -101,7 +101,8 @@ def text_by_text(plain: Generator, ways: Mapping[str, Generator],
     decoding, then each way, then plain decoding again (the faster of its two runs counts), so a
     way is compared with plain decoding in the state the machine was in then - a machine's speed
     drifts over a calibration (a laptop warming up, a VM whose memory bandwidth changes for minutes
-    at a time), and rates taken a way at a time, a minute apart, once held a drift against a way. A
+    at a time), and rates taken a way at a time, up to twenty seconds apart, once held a drift
+    against a way. A
     way clearly slower than plain decoding on a text (below BEHIND) is timed on it once more, the
     faster run counting; still that slow, it decodes no further text (STOPPED), and plain decoding
     runs once a text when no way is left. Before a way runs after plain decoding, `pause` seconds
@@ -184,9 +185,9 @@ def measure_ways(ways: Sequence[Way], exports: Mapping[str, Path], rows: Mapping
     their passes were timed: not read again here). Where every speculative way is over the export
     that plain decoding uses (one export measured), the ways and plain decoding take turns text by
     text (`text_by_text`). Otherwise - two exports, whose weights (up to 1.6 GB each) one process
-    would then hold at once - each export decodes in turn: plain decoding first;
-    where a speculative way is as fast on every text, plain decoding runs again and the faster of
-    the two counts, so drift on a shared machine is not taken for a speculative win."""
+    would then hold at once - each export decodes in turn: plain decoding first; where a
+    speculative way is as fast on every text, plain decoding runs again and the faster of the two
+    counts, so drift on a shared machine is not taken for a speculative win."""
     (plain,) = [w for w in ways if not w.speculates]
     quants = list(dict.fromkeys(w.quant for w in ways if w.speculates))
     draft_model = OnnxModel(draft, verify=False) if draft is not None else None
