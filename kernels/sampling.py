@@ -71,6 +71,12 @@ def argmax(logits: np.ndarray) -> np.ndarray:
     return np.argmax(logits, axis=-1)
 
 
+def top_probability(logits: np.ndarray) -> float:
+    """The largest probability of the softmax of a row of logits [V] (float32 arithmetic: a
+    confidence for deciding how far to draft, never part of a law)."""
+    return 1.0 / float(np.exp(logits - logits.max()).sum())
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     """Numerically stable softmax along the last axis, in float64."""
     z = logits.astype(np.float64)

@@ -33,7 +33,7 @@ from specedge.core.errors import SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_rejection, accept_sampled
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count, probabilities
 from specedge.runtime.constraints import Constraint, Guide, mask_rows
-from specedge.runtime.drafters import Draft, Drafter, NgramDrafter
+from specedge.runtime.drafters import Draft, Drafter, GoOn, NgramDrafter
 from specedge.runtime.gamma import GammaController, RoundCosts
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
@@ -148,15 +148,16 @@ def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int], rows: RowP
 
 def draft_round(drafter: Drafter | None, guide: Guide | None, context: list[int], k: int, room: int,
                 widths: Sequence[int], params: SamplingParams, draws: Draws, source: str | None,
-                forcing: bool) -> Draft:
+                forcing: bool, go_on: GoOn | None = None) -> Draft:
     """This round's drafts: what the grammar forces next (`forcing`: where a pass may hold them),
-    then up to k from the drafter after those, all trimmed to an exported verification width
-    (the guide rolled back to match); `Draft.forced` marks the tokens no model drew."""
+    then up to k from the drafter after those (the draft model stopping where `go_on` says), all
+    trimmed to an exported verification width (the guide rolled back to match); `Draft.forced`
+    marks the tokens no model drew."""
     forced = guide.follow(guide.constraint.forced()[:min(room, max(widths) - 1)]) if guide and forcing else []
     draft = Draft(tokens=[])
     if drafter is not None and (k := min(k, room - len(forced))) > 0:
         draft = drafter.propose([*context, *forced] if forced else context, k, params, draws, source=source,
-                                guide=guide)
+                                guide=guide, go_on=go_on)
     n = fit_width(len(forced) + len(draft.tokens), widths)
     if guide is not None:
         guide.back_to(n)
@@ -215,14 +216,17 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
     while len(context) <= capacity:  # the pending token still fits
         # plan: the source and the number of drafts, capped by the context and max_new_tokens
         remaining = config.max_new_tokens - produced
-        source, gamma = None, config.gamma if drafter is not None else 0
+        source, gamma, go_on = None, config.gamma if drafter is not None else 0, None
         if controller is not None and drafter is not None:
             source, gamma = controller.plan(drafter.sources(context))
+            # the draft model drafts as far as each draft pays (runtime/gamma.py), up to the reach
+            go_on = controller.drafting_rule(source) if gamma > 0 and source == "model" else None
+        asked = max(gamma, controller.reach) if go_on is not None and controller is not None else gamma
         room = min(capacity - len(context), max(remaining - 1, 0))
         # draft: forced tokens, then up to γ from the drafter, trimmed to an exported verification width
         t, c = time.perf_counter(), clock()
-        draft = draft_round(drafter if gamma > 0 else None, guide, context, min(gamma, room), room, widths, params,
-                            draws, source, forcing)
+        draft = draft_round(drafter if gamma > 0 else None, guide, context, min(asked, room), room, widths, params,
+                            draws, source, forcing, go_on)
         drafting = drafter is not None and gamma > 0
         t_draft, c_draft = (time.perf_counter() - t, clock() - c) if drafting else (0.0, 0.0)
         stats.time_draft_s += t_draft
@@ -247,7 +251,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         n_guesses = result.n_accepted - n_drafts
         n_forced = draft.forced_in(n_drafts)  # always accepted: the drafter's own are the rest
         own, own_accepted = drafted - draft.forced_in(drafted), n_drafts - n_forced
-        stats.record_round(own, own_accepted, gamma, guessed=draft.guesses,
+        stats.record_round(own, own_accepted, own if go_on is not None else gamma, guessed=draft.guesses,
                            guessed_accepted=n_guesses, source=draft.source, forced=n_forced)
         if controller is not None:  # judged on the source's own drafts; the pass time is the padded one's
             controller.observe(own, own_accepted, c_draft, c_verify, source or "model", guessed_accepted=n_guesses,

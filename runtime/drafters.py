@@ -11,21 +11,28 @@ position's noise in `Draws`, the noise the target draws its own token with there
 agrees with the target's draw as often as q and p allow (kernels/acceptance.py); the n-gram
 drafter proposes deterministically. `sources(context)` names where this round's drafts could
 come from ("ngram", "model", "prediction"), best first, so γ auto can judge each source on its own record;
-`propose(..., source=...)` takes drafts from the one it picked.
+`propose(..., source=...)` takes drafts from the one it picked. The draft model may also be given
+`go_on(drafted, confidence)`, asked after each draft whether to draft another (`confidence`: the
+product, over its drafts so far, of the largest probability of the draft's distribution at each;
+runtime/gamma.py's rule): a round then ends early where the draft is unsure, and runs longer where
+it is sure. The rule reads only the draft's distributions at the tokens it drew, so the verified law
+is the target's still.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
-from specedge.kernels.sampling import Draws, SamplingParams, argmax, probabilities
+from specedge.kernels.sampling import Draws, SamplingParams, argmax, probabilities, top_probability
 from specedge.runtime.constraints import Guide, mask_rows
 from specedge.runtime.model import OnnxModel
 from specedge.runtime.traffic import Traffic
+
+GoOn = Callable[[int, float], bool]  # (tokens drafted, the draft's confidence in them) -> draft another
 
 
 @dataclass
@@ -58,10 +65,11 @@ class Drafter(Protocol):
         """Where drafts for this context can come from, best first (empty: none this round)."""
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None) -> Draft:
+                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
         """Up to k tokens to follow context, from `source` (default: the drafter's first choice);
         a sampled token at position len(context) + j is drawn with `draws` at that position.
-        guide: a grammar's masks (runtime/constraints.py), which every token proposed is consumed by."""
+        guide: a grammar's masks (runtime/constraints.py), which every token proposed is consumed by.
+        go_on: asked after each token a model drafts whether to draft another (others ignore it)."""
 
     def keep(self, committed: int) -> None:
         """The first `committed` tokens of the context are final; forget anything beyond."""
@@ -100,7 +108,7 @@ class NgramDrafter:
         return ("ngram",) if self.lookup(context, 1) else ()
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None) -> Draft:
+                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
         return Draft(tokens=guided(self.lookup(context, k) if k > 0 else [], guide), source="ngram")
 
 
@@ -125,7 +133,7 @@ class DraftModelDrafter:
         return ("model",)
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None) -> Draft:
+                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
         k = min(k, self.model.manifest.context - len(context) + 1)
         feed = self.model.catch_up(context, self.cache)  # the tokens the draft has not seen, pending last
         tokens: list[int] = []
@@ -133,6 +141,7 @@ class DraftModelDrafter:
         forced: list[bool] = []
         traffic = Traffic()
         calls = 0
+        confidence = 1.0  # the draft's probability of its drafts so far, read only with go_on
         while len(tokens) < k:
             out = self.model.forward(feed, self.cache, all_logits=False)
             traffic.add(out.traffic)
@@ -143,10 +152,12 @@ class DraftModelDrafter:
                 break  # its head scores none of the tokens the grammar allows here (a truncated head)
             if params.greedy:
                 token = int(out.next_ids[-1]) if guide is None else int(argmax(logits))
+                confidence *= top_probability(logits) if go_on is not None else 1.0
             else:  # a truncated head's q covers the first ids only: the others have probability 0
                 q = probabilities(logits, params)
                 token = draws.sample(q, len(context) + len(tokens))  # drawn from this very q (the race is exact)
                 qs.append(q)
+                confidence *= float(q.max())
             tokens.append(token)
             forced.append(False)
             feed = [token]
@@ -157,6 +168,8 @@ class DraftModelDrafter:
                 qs += [None] * len(free) if qs else []
                 forced += [True] * len(free)
                 feed += free
+            if go_on is not None and len(tokens) < k and not go_on(len(tokens), confidence):
+                break
         return Draft(tokens=tokens, calls=calls, traffic=traffic, q=qs, source="model", forced=forced)
 
 
@@ -189,10 +202,10 @@ class HybridDrafter:
         return ("ngram",) if tokens and n >= self.min_match else ("model",)
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None) -> Draft:
+                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
         if (source or self.sources(context)[0]) == "ngram":
             return self.ngram.propose(context, k, params, draws, guide=guide)
-        return self.model.propose(context, k, params, draws, guide=guide)
+        return self.model.propose(context, k, params, draws, guide=guide, go_on=go_on)
 
 
 class PredictionDrafter:
@@ -231,7 +244,7 @@ class PredictionDrafter:
         return ("prediction",) if self.place(context) >= 0 else ()
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None) -> Draft:
+                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
         start = self.place(context)
         if start < 0 or k <= 0:
             return Draft(tokens=[], source="prediction")
@@ -261,10 +274,10 @@ class PredictedDrafter:
         return self.prediction.sources(context) + (self.other.sources(context) if self.other is not None else ())
 
     def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None) -> Draft:
+                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
         if self.other is None or (source or next(iter(self.sources(context)), "")) == "prediction":
             return self.prediction.propose(context, k, params, draws, guide=guide)
-        return self.other.propose(context, k, params, draws, source=source, guide=guide)
+        return self.other.propose(context, k, params, draws, source=source, guide=guide, go_on=go_on)
 
 
 def guided(tokens: list[int], guide: Guide | None) -> list[int]:

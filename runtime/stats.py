@@ -14,9 +14,10 @@ class GenerationStats:
     n_tokens: int = 0  # generated tokens (EOS excluded)
     prompt_tokens: int = 0
     stop_reason: str = ""  # "eos", "max_new_tokens", "stop_string", "context"
-    gamma: int = 0  # the γ most rounds asked for (fixed or chosen by γ auto; 0: plain decoding)
+    gamma: int = 0  # the γ most rounds asked for (fixed or chosen by γ auto; 0: plain decoding); where the
+    # draft model drafts as far as each draft pays (runtime/gamma.py), the drafts the round made
     gamma_auto: bool = False
-    gamma_counts: dict[int, int] = field(default_factory=dict)  # γ asked for -> rounds
+    gamma_counts: dict[int, int] = field(default_factory=dict)  # γ asked for (or drafts made, as above) -> rounds
     drafter: str = "none"
     acceptance_rule: str = "greedy"  # how drafts were verified: greedy, race or rejection (runtime/decoding.py)
     target_calls: int = 0  # target passes after prefill (plain steps and verifications)

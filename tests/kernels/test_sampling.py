@@ -2,7 +2,15 @@ import numpy as np
 import pytest
 
 from specedge.core.errors import SpecEdgeError
-from specedge.kernels.sampling import Draws, SamplingParams, keyed_exponentials, probabilities, race, softmax
+from specedge.kernels.sampling import (
+    Draws,
+    SamplingParams,
+    keyed_exponentials,
+    probabilities,
+    race,
+    softmax,
+    top_probability,
+)
 from tests.stats_tools import fits, power, shifted
 
 LOGITS = np.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
@@ -128,3 +136,12 @@ def test_keyed_noise_is_pinned() -> None:
     np.testing.assert_allclose(keyed_exponentials(0, 0, 3), [1.6620136715169624, 0.7899358414700337, 0.657203177030759],
                                rtol=1e-15)
     np.testing.assert_allclose(keyed_exponentials(42, 1000, 2), [0.05881666512569318, 1.9239118737380783], rtol=1e-15)
+
+
+def test_top_probability_is_the_softmax_maximum_and_ignores_masked_ids() -> None:
+    logits = np.random.default_rng(3).normal(size=1000).astype(np.float32) * 4
+    assert top_probability(logits) == pytest.approx(softmax(logits).max(), rel=1e-5)
+    masked = logits.copy()
+    masked[10:] = -np.inf  # a grammar's mask: only the first 10 ids allowed
+    assert top_probability(masked) == pytest.approx(softmax(logits[:10]).max(), rel=1e-5)
+    assert top_probability(np.zeros(4, np.float32)) == pytest.approx(0.25)

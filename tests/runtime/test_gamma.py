@@ -152,3 +152,20 @@ def test_shared_costs_with_nothing_measured_yet_fall_back_to_the_streams_own_tim
     assert choose(ctrl) == 4  # nothing measured: the start γ
     feed(ctrl, 0.9, t_draft=0.005, t_verify={1: 0.05, 5: 0.06, 9: 0.07})
     assert choose(ctrl) >= 4 and ctrl.rate(0) > 0
+
+
+def test_the_draft_model_drafts_on_while_its_confidence_pays_for_a_draft() -> None:
+    """Another draft pays while confidence x acceptance x a plain step > a draft step + the row it
+    adds to the verification; nothing is decided before the costs are measured."""
+    ctrl = GammaController.for_widths(DEFAULT_WIDTHS)
+    assert ctrl.drafting_rule("model") is None and ctrl.reach == max(ctrl.choices) == 12
+    feed(ctrl, alpha=0.8, t_draft=0.3, t_verify={1: 1.0, 2: 1.05, 3: 1.1, 5: 1.2})
+    go_on = ctrl.drafting_rule("model")
+    assert go_on is not None
+    alpha = ctrl.stats("model").alpha
+    threshold = (0.3 + 0.05) / (alpha * 1.0)  # a draft step and the 2nd row, over α x a plain step
+    assert go_on(1, threshold * 1.01) and not go_on(1, threshold * 0.99)
+    assert go_on(1, 0.99) and not go_on(3, 0.3)  # sure: on; unsure after three drafts: stop
+    expensive = GammaController.for_widths(DEFAULT_WIDTHS)
+    feed(expensive, alpha=0.8, t_draft=0.9, t_verify={1: 1.0, 2: 1.05, 3: 1.1, 5: 1.2})
+    assert not expensive.drafting_rule("model")(1, 0.99)  # type: ignore[misc]  # a draft as dear as a step

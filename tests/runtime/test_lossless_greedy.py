@@ -91,3 +91,25 @@ def test_a_draft_with_a_truncated_head_stays_lossless(tiny_pair: tuple[Path, Pat
     plain = plain_tokens(target, LONG_PROMPT, 24)
     assert result.token_ids == plain
     assert result.stats.accepted > 0
+
+
+def test_rounds_the_draft_rule_lengthens_and_cuts_stay_lossless(tiny_pair: tuple[Path, Path, Path],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """γ auto with the per-draft rule (runtime/gamma.py): rounds ask for up to the reach, past the γ
+    planned (2 here), the draft model stops where the rule says (after 1, 4 or 7 drafts in turn),
+    and the tokens are still plain decoding's."""
+    from specedge.runtime.gamma import GammaController
+
+    lengths = iter([1, 4, 7] * 100)  # drafts a round of the exported widths 2, 5 and 8 holds
+
+    def rule(self: GammaController, source: str):
+        n = next(lengths)
+        return lambda drafted, confidence: drafted < n
+
+    monkeypatch.setattr(GammaController, "drafting_rule", rule)
+    monkeypatch.setattr(GammaController, "plan", lambda self, sources: (sources[0], 2))  # drafts every round
+    _, target, draft = tiny_pair
+    config = SpecConfig(gamma=2, auto_gamma=True, max_new_tokens=60, ignore_eos=True)
+    result = Generator.load(target, draft=draft, config=config).generate(LONG_PROMPT)
+    assert result.token_ids == plain_tokens(target, LONG_PROMPT, 60)
+    assert {1, 4, 7} <= set(result.stats.gamma_counts), result.stats.gamma_counts  # the drafts each round made

@@ -298,13 +298,29 @@ def correction_from_p(p: np.ndarray, q: np.ndarray | None, drafted: int) -> np.n
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["draft-model", "hybrid", "truncated-draft", "broken rule"])
+@pytest.mark.parametrize("mode", ["draft-model", "hybrid", "truncated-draft", "draft cut short", "broken rule"])
 def test_the_rejection_rule_through_the_loop_follows_the_target_law(small_vocab_pair: tuple[Path, Path, Path],
                                                                    mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The min(1, p/q) rule (kernels/acceptance.accept_rejection) through the real Generator: the draft
     model's q as sampled (a truncated head's q over 8 of the 12 ids), hybrid rounds' one-hot lookups;
     20,000 draws at temperature 1, the power as above. The negative control ("broken rule": the draft
-    model with corrections drawn from p) through the same harness must fail it."""
+    model with corrections drawn from p) through the same harness must fail it. "draft cut short": the
+    draft model stops a round where its confidence in the drafts so far falls to 0.25 (runtime/gamma.py's
+    per-draft rule, with a fixed threshold): a round's length then depends on what the draft drew."""
+    cut_short = mode == "draft cut short"
+    cuts: list[int] = []  # drafts a round made, where they were cut short
+    if cut_short:
+        from specedge.runtime.drafters import DraftModelDrafter
+
+        propose = DraftModelDrafter.propose
+
+        def propose_cut(self: DraftModelDrafter, *args: object, **kwargs: object) -> Draft:
+            draft = propose(self, *args, **{**kwargs, "go_on": lambda drafted, confidence: confidence > 0.25})
+            cuts.append(len(draft.tokens))
+            return draft
+
+        monkeypatch.setattr(DraftModelDrafter, "propose", propose_cut)
+        mode = "draft-model"
     broken = mode == "broken rule"
     if broken:
         from specedge.kernels import acceptance
@@ -323,6 +339,7 @@ def test_the_rejection_rule_through_the_loop_follows_the_target_law(small_vocab_
         results.append(ok)
         assert ok or broken, f"token {position + 1}: chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
     assert not broken or not all(results), "the broken rule passed the law test"
+    assert not cut_short or {1, 2} <= set(cuts), sorted(set(cuts))  # some rounds cut, others not
 
 
 def test_the_rule_follows_the_seed(small_vocab_pair: tuple[Path, Path, Path]) -> None:
