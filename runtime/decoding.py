@@ -49,6 +49,9 @@ OnLogits = Callable[[np.ndarray, list[int]], None]
 class SpecConfig:
     gamma: int = 4  # draft tokens a round asks for (0 decodes plainly); with auto_gamma, the first round's
     auto_gamma: bool = False  # choose γ each round from measured acceptance and pass times
+    # with auto_gamma: the draft model drafts as far as each draft pays (runtime/gamma.py), up to the
+    # longest verification width; False: each round drafts γ auto's γ (benchmarks compare the two)
+    per_draft: bool = True
     max_new_tokens: int = 128
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop_strings: tuple[str, ...] = ()
@@ -220,7 +223,7 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         if controller is not None and drafter is not None:
             source, gamma = controller.plan(drafter.sources(context))
             # the draft model drafts as far as each draft pays (runtime/gamma.py), up to the reach
-            go_on = controller.drafting_rule(source) if gamma > 0 and source == "model" else None
+            go_on = controller.drafting_rule(source) if config.per_draft and gamma > 0 and source == "model" else None
         asked = max(gamma, controller.reach) if go_on is not None and controller is not None else gamma
         room = min(capacity - len(context), max(remaining - 1, 0))
         # draft: forced tokens, then up to γ from the drafter, trimmed to an exported verification width

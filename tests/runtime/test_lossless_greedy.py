@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,6 @@ def test_rounds_the_draft_rule_lengthens_and_cuts_stay_lossless(tiny_pair: tuple
     result = Generator.load(target, draft=draft, config=config).generate(LONG_PROMPT)
     assert result.token_ids == plain_tokens(target, LONG_PROMPT, 60)
     assert {1, 4, 7} <= set(result.stats.gamma_counts), result.stats.gamma_counts  # the drafts each round made
+    off = dataclasses.replace(config, per_draft=False)  # γ auto's γ each round: the rule unused
+    result = Generator.load(target, draft=draft, config=off).generate(LONG_PROMPT)
+    assert result.token_ids == plain_tokens(target, LONG_PROMPT, 60) and set(result.stats.gamma_counts) == {2}
