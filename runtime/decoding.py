@@ -33,7 +33,7 @@ from specedge.core.errors import SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_rejection, accept_sampled
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count, probabilities
 from specedge.runtime.constraints import Constraint, Guide, mask_rows
-from specedge.runtime.drafters import Draft, Drafter, GoOn, NgramDrafter
+from specedge.runtime.drafters import Draft, Drafter, GoOn, NgramDrafter, rule
 from specedge.runtime.gamma import GammaController, RoundCosts
 from specedge.runtime.kv_cache import KVCache
 from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
@@ -160,7 +160,7 @@ def draft_round(drafter: Drafter | None, guide: Guide | None, context: list[int]
     draft = Draft(tokens=[])
     if drafter is not None and (k := min(k, room - len(forced))) > 0:
         draft = drafter.propose([*context, *forced] if forced else context, k, params, draws, source=source,
-                                guide=guide, go_on=go_on)
+                                guide=guide, **rule(go_on))
     n = fit_width(len(forced) + len(draft.tokens), widths)
     if guide is not None:
         guide.back_to(n)

@@ -205,7 +205,7 @@ class HybridDrafter:
                 source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
         if (source or self.sources(context)[0]) == "ngram":
             return self.ngram.propose(context, k, params, draws, guide=guide)
-        return self.model.propose(context, k, params, draws, guide=guide, go_on=go_on)
+        return self.model.propose(context, k, params, draws, guide=guide, **rule(go_on))
 
 
 class PredictionDrafter:
@@ -277,7 +277,13 @@ class PredictedDrafter:
                 source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
         if self.other is None or (source or next(iter(self.sources(context)), "")) == "prediction":
             return self.prediction.propose(context, k, params, draws, guide=guide)
-        return self.other.propose(context, k, params, draws, source=source, guide=guide, go_on=go_on)
+        return self.other.propose(context, k, params, draws, source=source, guide=guide, **rule(go_on))
+
+
+def rule(go_on: GoOn | None) -> dict[str, GoOn]:
+    """go_on as a keyword only where there is one: a drafter written before it (a caller's own)
+    is still asked as it was."""
+    return {"go_on": go_on} if go_on is not None else {}
 
 
 def guided(tokens: list[int], guide: Guide | None) -> list[int]:
