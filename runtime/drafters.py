@@ -141,7 +141,7 @@ class DraftModelDrafter:
         forced: list[bool] = []
         traffic = Traffic()
         calls = 0
-        confidence = 1.0  # the draft's probability of its drafts so far, read only with go_on
+        confidence = 1.0  # the product of its distribution's largest probability at each draft, for go_on
         while len(tokens) < k:
             out = self.model.forward(feed, self.cache, all_logits=False)
             traffic.add(out.traffic)
