@@ -220,11 +220,12 @@ def decode_tokens(target: OnnxModel, cache: KVCache, drafter: Drafter | None, pr
         # plan: the source and the number of drafts, capped by the context and max_new_tokens
         remaining = config.max_new_tokens - produced
         source, gamma, go_on = None, config.gamma if drafter is not None else 0, None
+        asked = gamma
         if controller is not None and drafter is not None:
             source, gamma = controller.plan(drafter.sources(context))
             # the draft model drafts as far as each draft pays (runtime/gamma.py), up to the reach
             go_on = controller.drafting_rule(source) if config.per_draft and gamma > 0 and source == "model" else None
-        asked = max(gamma, controller.reach) if go_on is not None and controller is not None else gamma
+            asked = max(gamma, controller.reach) if go_on is not None else gamma
         room = min(capacity - len(context), max(remaining - 1, 0))
         # draft: forced tokens, then up to γ from the drafter, trimmed to an exported verification width
         t, c = time.perf_counter(), clock()

@@ -152,12 +152,13 @@ class DraftModelDrafter:
                 break  # its head scores none of the tokens the grammar allows here (a truncated head)
             if params.greedy:
                 token = int(out.next_ids[-1]) if guide is None else int(argmax(logits))
-                confidence *= top_probability(logits) if go_on is not None else 1.0
+                top = top_probability(logits) if go_on is not None else 1.0
             else:  # a truncated head's q covers the first ids only: the others have probability 0
                 q = probabilities(logits, params)
                 token = draws.sample(q, len(context) + len(tokens))  # drawn from this very q (the race is exact)
                 qs.append(q)
-                confidence *= float(q.max())
+                top = float(q.max()) if go_on is not None else 1.0
+            confidence *= top
             tokens.append(token)
             forced.append(False)
             feed = [token]

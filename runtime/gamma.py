@@ -113,7 +113,7 @@ class GammaController:
         one more token pays, by this source's measured acceptance and draft step and the measured
         verification passes; None until they are measured."""
         s = self.stats(source)
-        if s.t_draft is None or (not self.t_verify and self.costs is None):
+        if s.t_draft is None:  # a round with drafts measured both the draft step and its verification
             return None
         draft_step, step = s.t_draft, self.verify_seconds(1)
 
