@@ -11,7 +11,15 @@ importing specedge (or building the CLI) loads no ONNX Runtime.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+# ONNX Runtime's official builds (>= 1.29 on Linux and macOS) send usage telemetry and write a device id
+# under ~/.cache/Microsoft unless told not to before the library is first imported; every entry point
+# (the CLI, the server, `import specedge`, every subpackage) imports this package first. docs/security.md
+TELEMETRY_OFF = ("ORT_DISABLE_TELEMETRY", "ORT_TELEMETRY_DISABLED")  # the name 1.29-1.32 read, and the later one
+for _name in TELEMETRY_OFF:
+    os.environ.setdefault(_name, "1")
 
 __version__ = "0.2.0"
 __all__ = ["Grammar", "Model", "Reply", "SpecEdgeError", "ToolCall", "__version__", "load"]
