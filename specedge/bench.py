@@ -32,7 +32,7 @@ from pathlib import Path
 
 from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import CpuInfo, cpu_info
-from specedge.kernels.sampling import SamplingParams
+from specedge.kernels.sampling import SamplingParams, is_count
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.drafters import Drafter, build_drafter
 from specedge.runtime.row_groups import probe_rows
@@ -57,6 +57,9 @@ class Run:
     host_fraction: float  # share of decoding spent outside model passes
     acceptance_by_position: tuple[float, ...] = ()  # accepted share of the drafts at each place in a round
     mb_per_token: float = 0.0  # bytes every decoded token cost (target and draft weights, KV, logits), in MB
+    round: int = 0  # which pass over the prompts
+    setting: str = ""  # the sampling setting's name where a run has several (SAMPLING_MATRIX)
+    base_mode: str = ""  # the mode without its setting
 
 
 def load_prompts(path: Path) -> list[dict[str, str]]:
@@ -77,6 +80,11 @@ class Job:
     config: SpecConfig
     reference: str = "plain"  # the mode whose tokens this one must reproduce
     rows: RowPolicy = ONE_ROW  # the target's row policy, probed once (or SINGLE_STEPS)
+    setting: str = ""  # the sampling setting's name where a run has several
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode} @ {self.setting}" if self.setting else self.mode
 
 
 def modes(target: OnnxModel, draft: OnnxModel, gammas: Sequence[int], plain_target: OnnxModel,
@@ -133,32 +141,55 @@ def default_job(way, target_dir: Path, baseline_dir: Path | None, draft: OnnxMod
                rows=probe_rows(model))
 
 
-def run_prompt(index: int, row: dict[str, str], jobs: Sequence[Job], max_new_tokens: int) -> list[Run]:
-    """Each job on one prompt, in order; the first (plain decoding) sets the ratios' base."""
-    runs, tokens, plain_speed = [], {}, 0.0
+def rotated(jobs: Sequence[Job], shift: int) -> list[Job]:
+    """The jobs in turn from the one at `shift` on: each round and prompt starts with another mode, so
+    none is always first after a long pause or always last on a machine that slows under load."""
+    shift %= len(jobs)
+    return [*jobs[shift:], *jobs[:shift]]
+
+
+def decode(job: Job, row: dict[str, str], max_new_tokens: int):  # type: ignore[no-untyped-def]
+    gen = Generator(job.model, job.drafter, dataclasses.replace(job.config, max_new_tokens=max_new_tokens),
+                    rows=job.rows)
+    return gen.generate(row["prompt"], chat=True)
+
+
+def run_prompt(index: int, row: dict[str, str], jobs: Sequence[Job], max_new_tokens: int, round_: int = 0
+               ) -> list[Run]:
+    """Each job on one prompt, taking turns from the one `round_ + index` names; each run's ratio is to
+    plain decoding of the same prompt, round and sampling setting, its tokens compared with those of
+    the mode it must reproduce (`Job.reference`) under the same setting."""
+    results = {id(job): decode(job, row, max_new_tokens) for job in rotated(jobs, round_ + index)}
+    plain = {job.setting: results[id(job)].stats.tokens_per_s for job in jobs if job.mode == "plain"}
+    tokens = {}
     for job in jobs:
-        gen = Generator(job.model, job.drafter, dataclasses.replace(job.config, max_new_tokens=max_new_tokens),
-                        rows=job.rows)
-        result = gen.generate(row["prompt"], chat=True)
-        s = result.stats
-        tokens.setdefault(job.reference, result.token_ids)
-        plain_speed = plain_speed or s.tokens_per_s
-        runs.append(Run(prompt=index, kind=row["kind"], mode=job.mode, tokens=s.n_tokens, tokens_per_s=s.tokens_per_s,
+        tokens.setdefault((job.setting, job.reference), results[id(job)].token_ids)
+    runs = []
+    for job in jobs:
+        result = results[id(job)]
+        s, base = result.stats, plain.get(job.setting, 0.0)
+        runs.append(Run(prompt=index, kind=row["kind"], mode=job.label, tokens=s.n_tokens, tokens_per_s=s.tokens_per_s,
                         e2e_tokens_per_s=s.n_tokens / s.time_total_s if s.time_total_s else 0.0,
-                        ttft_s=s.time_prefill_s, ratio=s.tokens_per_s / plain_speed if plain_speed else 0.0,
+                        ttft_s=s.time_prefill_s, ratio=s.tokens_per_s / base if base else 0.0,
                         ratio_best_plain=0.0,  # set below, once both plain decodings have run
                         tokens_per_pass=s.tokens_per_target_pass, acceptance=s.acceptance_rate,
-                        identical=result.token_ids == tokens[job.reference], gamma=s.gamma,
+                        identical=result.token_ids == tokens[(job.setting, job.reference)], gamma=s.gamma,
                         host_fraction=s.time_host_s / s.time_decode_s if s.time_decode_s else 0.0,
                         acceptance_by_position=tuple(round(a, 4) for a in s.acceptance_by_position),
-                        mb_per_token=s.bytes_per_token["total_bytes"] / 1e6))
+                        mb_per_token=s.bytes_per_token["total_bytes"] / 1e6, round=round_, setting=job.setting,
+                        base_mode=job.mode))
     return with_best_plain(runs)
 
 
 def with_best_plain(runs: list[Run]) -> list[Run]:
-    """Each run's ratio to the faster plain decoding (the target's or the baseline's) of its prompt."""
-    best = max(r.tokens_per_s for r in runs if r.mode in ("plain", BASELINE))
-    return [dataclasses.replace(r, ratio_best_plain=r.tokens_per_s / best if best else 0.0) for r in runs]
+    """Each run's ratio to the faster plain decoding (the target's or the baseline's) of its prompt
+    and sampling setting."""
+    best = {}
+    for r in runs:
+        if r.base_mode in ("plain", BASELINE):
+            best[r.setting] = max(best.get(r.setting, 0.0), r.tokens_per_s)
+    return [dataclasses.replace(r, ratio_best_plain=r.tokens_per_s / best[r.setting] if best.get(r.setting) else 0.0)
+            for r in runs]
 
 
 def time_curve(model: OnnxModel, widths: range, rows: RowPolicy = ONE_ROW) -> dict[int, float]:
@@ -167,8 +198,20 @@ def time_curve(model: OnnxModel, widths: range, rows: RowPolicy = ONE_ROW) -> di
     return time_widths(model, [w for w in widths if w in model.manifest.widths], rows=rows)
 
 
+SPREAD_WARNING = 0.2  # a mode whose own runs of one prompt differ by more is reported: the machine's speed moved
+
+
+def spread(runs: Sequence[Run]) -> float:
+    """How far one mode's runs of the same prompt apart (over rounds) differ at most: max / min - 1 of
+    their decoding tokens/s, the largest over the prompts; 0 with one round."""
+    by_prompt: dict[int, list[float]] = {}
+    for r in runs:
+        by_prompt.setdefault(r.prompt, []).append(r.tokens_per_s)
+    return max((max(v) / min(v) - 1.0 if min(v) > 0 else 0.0) for v in by_prompt.values())
+
+
 def summarize(runs: list[Run]) -> dict[str, dict[str, dict[str, float]]]:
-    """kind -> mode -> median tokens/s, median ratio, mean tokens/pass, identical count."""
+    """kind -> mode -> median tokens/s, median ratio, mean tokens/pass, identical count, spread."""
     table: dict[str, dict[str, dict[str, float]]] = {}
     for kind in [*sorted({r.kind for r in runs}), "all"]:
         table[kind] = {}
@@ -185,8 +228,56 @@ def summarize(runs: list[Run]) -> dict[str, dict[str, dict[str, float]]]:
                 "mb_per_token": statistics.median(r.mb_per_token for r in sel),
                 "identical": sum(r.identical for r in sel),
                 "prompts": len(sel),
+                "spread": spread(sel),
             }
     return table
+
+
+def spread_warnings(runs: Sequence[Run]) -> list[str]:
+    """A line for each mode and prompt whose runs differ by more than SPREAD_WARNING."""
+    lines = []
+    for mode in dict.fromkeys(r.mode for r in runs):
+        for prompt in dict.fromkeys(r.prompt for r in runs):
+            speeds = [r.tokens_per_s for r in runs if r.mode == mode and r.prompt == prompt]
+            if len(speeds) > 1 and min(speeds) > 0 and max(speeds) / min(speeds) - 1 > SPREAD_WARNING:
+                lines.append(f"{mode}: its runs of prompt {prompt} differ by {max(speeds) / min(speeds) - 1:.0%} "
+                             f"({min(speeds):.1f} to {max(speeds):.1f} tokens/s)")
+    return lines
+
+
+def matrix_rows(runs: Sequence[Run]) -> list[dict[str, float | str]]:
+    """Per sampling setting: plain decoding's median tokens/s and its median ratio to greedy plain
+    decoding of the same prompt and round, and for each other mode its median ratio to plain decoding
+    (its gain) and that gain over the same mode's greedy gain (MODE-rejection: over MODE's)."""
+    greedy_plain = {(r.prompt, r.round): r.tokens_per_s for r in runs if r.mode == "plain @ greedy"}
+    greedy_gain = {mode: statistics.median(r.ratio for r in runs if r.setting == "greedy" and r.base_mode == mode)
+                   for mode in {r.base_mode for r in runs if r.setting == "greedy"}}
+    rows = []
+    for setting in dict.fromkeys(r.setting for r in runs):
+        row: dict[str, float | str] = {"setting": setting}
+        for mode in dict.fromkeys(r.base_mode for r in runs if r.setting == setting):
+            sel = [r for r in runs if r.setting == setting and r.base_mode == mode]
+            row[f"{mode} tokens/s"] = statistics.median(r.tokens_per_s for r in sel)
+            if mode == "plain":
+                row["plain / greedy plain"] = statistics.median(
+                    [r.tokens_per_s / greedy_plain[(r.prompt, r.round)] for r in sel
+                     if greedy_plain.get((r.prompt, r.round))] or [0.0])
+                continue
+            row[f"{mode} / plain"] = gain = statistics.median(r.ratio for r in sel)
+            if greedy_gain.get(mode.removesuffix("-rejection")):
+                row[f"{mode} gain / greedy gain"] = gain / greedy_gain[mode.removesuffix("-rejection")]
+        rows.append(row)
+    return rows
+
+
+def matrix_markdown(rows: Sequence[dict[str, float | str]]) -> list[str]:
+    columns = list(dict.fromkeys(k for row in rows for k in row if k != "setting"))
+    lines = ["## sampling settings (medians over prompts and rounds)", "",
+             "| setting | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [f"{row[c]:.2f}" if isinstance(row.get(c), float) else "" for c in columns]
+        lines.append(f"| {row['setting']} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def cpu_label(meta: dict) -> str:
@@ -196,40 +287,51 @@ def cpu_label(meta: dict) -> str:
 
 def decoding_label(meta: dict) -> str:
     """What decoding ran: greedy, or sampling with its temperature, cuts, seed and acceptance rules."""
+    rules = " and ".join(meta.get("rules") or ("race", "rejection"))
+    verified = (f"speculative modes verified by the {rules} rule{'s' if ' and ' in rules else ''} (MODE: the race; "
+                "MODE-rejection: min(1, p/q), the rule a request without a seed gets)")
+    if len(meta.get("settings") or ()) > 1:
+        names = "; ".join(meta["settings"])
+        return f"under each sampling setting ({names}), seed {meta.get('seed')}, {verified}"
     sampling = meta.get("sampling")
     if not sampling or not sampling.get("temperature"):
         return "greedy"
-    cuts = "".join(f", {k} {sampling[k]:g}" for k in ("top_k", "top_p") if sampling.get(k) not in (None, 0, 1.0))
-    rules = " and ".join(meta.get("rules") or ("race", "rejection"))
-    return (f"sampled at temperature {sampling['temperature']:g}{cuts}, seed {meta.get('seed')}, speculative modes "
-            f"verified by the {rules} rule{'s' if ' and ' in rules else ''} (MODE: the race; MODE-rejection: "
-            "min(1, p/q))")
+    return f"sampled at {setting_name(SamplingParams(**sampling))}, seed {meta.get('seed')}, {verified}"
 
 
-def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict) -> str:
+def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict, runs: Sequence[Run] = ()) -> str:
     lines = [f"# specedge bench - {meta['target']} + {meta['draft']}", "",
              f"`{meta['command']}`", "",
              f"{meta['prompts']} prompts, {decoding_label(meta)}, up to {meta['max_new_tokens']} new tokens, "
-             f"{meta['date']}; "
+             f"{meta.get('rounds', 1)} round{'s' if meta.get('rounds', 1) > 1 else ''}, the modes taking turns prompt "
+             f"by prompt (each round and prompt starting with the next mode), {meta['date']}; "
              f"peak memory {meta['peak_rss_gib']:.1f} GiB; CPU {cpu_label(meta)}. tokens/s is decoding after the "
              "first token; end-to-end counts every token over the whole time, prefill included. Ratios (of "
-             "decoding tokens/s) are to plain decoding of the same prompt "
-             "(median over the kind); 'same' counts prompts whose tokens equal plain decoding's; MB/token is what "
-             "each decoded token cost in bytes read (target and draft weights, KV cache, logits; median)."]
+             "decoding tokens/s) are to plain decoding of the same prompt in the same round "
+             "(median over the kind and rounds); 'same' counts runs whose tokens equal plain decoding's; MB/token is "
+             "what each decoded token cost in bytes read (target and draft weights, KV cache, logits; median); "
+             "'spread' is how far a mode's own runs of one prompt differ (max / min - 1, the worst prompt)."]
     if meta.get("baseline"):
         lines.append(f"'{BASELINE}' is plain decoding of {meta['baseline']} in 1-token steps; 'vs best plain' is "
                      "the ratio to the faster of the two plain decodings of the same prompt. 'baseline-rows' is its "
                      "plain decoding in row pairs, whose tokens the baseline's other modes are compared with.")
+    warnings = spread_warnings(runs)
+    if warnings:
+        lines += ["", f"**The machine's speed moved during this run**: {len(warnings)} mode and prompt pairs have runs "
+                  f"more than {SPREAD_WARNING:.0%} apart (trust the ratios, taken in turns, over the tokens/s):", "",
+                  *(f"- {w}" for w in warnings)]
     lines.append("")
+    if len(meta.get("settings") or ()) > 1:
+        lines += matrix_markdown(matrix_rows(runs))
     for kind, modes_ in summary.items():
         lines += [f"## {kind}", "", "| mode | tokens/s | end-to-end tokens/s | time to first token | ratio to plain | "
-                  "worst ratio | vs best plain | tokens/target pass | MB/token | same |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  "worst ratio | vs best plain | tokens/target pass | MB/token | spread | same |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for mode, m in modes_.items():
             lines.append(f"| {mode} | {m['tokens_per_s']:.1f} | {m['e2e_tokens_per_s']:.1f} | {m['ttft_ms']:.0f} ms | "
                          f"{m['ratio']:.2f} | {m['min_ratio']:.2f} | "
                          f"{m['ratio_best_plain']:.2f} | {m['tokens_per_pass']:.2f} | {m.get('mb_per_token', 0):.0f} | "
-                         f"{m['identical']}/{m['prompts']} |")
+                         f"{m.get('spread', 0):.0%} | {m['identical']}/{m['prompts']} |")
         lines.append("")
     lines += ["## cost of a pass t(S), relative to t(1), at 512 tokens of context", "",
               "| graph | " + " | ".join(f"S={w}" for w in next(iter(curves.values()))) + " |",
@@ -263,6 +365,21 @@ def plot(summary: dict, gammas: Sequence[int], path: Path) -> bool:
     return True
 
 
+def setting_name(params: SamplingParams) -> str:
+    """'greedy', or the temperature and each cut that is on: 'temperature 0.7, top_p 0.9'."""
+    if params.greedy:
+        return "greedy"
+    cuts = [f"{k} {getattr(params, k):g}" for k, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0))
+            if getattr(params, k) != off]
+    return ", ".join([f"temperature {params.temperature:g}", *cuts])
+
+
+# the settings clients send (issue: sampling at greedy's speed): greedy; a temperature alone; with top-p;
+# Qwen2.5 instruct's own generation defaults (temperature 0.7, top_p 0.8, top_k 20); llama-server's min-p
+SAMPLING_MATRIX = (SamplingParams(), SamplingParams(temperature=0.7), SamplingParams(temperature=0.7, top_p=0.9),
+                   SamplingParams(temperature=0.7, top_k=20, top_p=0.8), SamplingParams(temperature=0.7, min_p=0.05))
+
+
 def sampled(jobs: list[Job], sampling: SamplingParams, seed: int, rules: Sequence[str] = ("race", "rejection")
             ) -> list[Job]:
     """The jobs sampling with `sampling` and `seed`: each speculative one under each of `rules` - by
@@ -279,56 +396,109 @@ def sampled(jobs: list[Job], sampling: SamplingParams, seed: int, rules: Sequenc
     return out
 
 
-def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path, max_new_tokens: int = 128,
-              gammas: Sequence[int] = tuple(range(1, 9)), limit: int | None = None, command: str = "",
-              only: Sequence[str] | None = None, baseline_dir: Path | None = None, default=None,
-              sampling: SamplingParams | None = None, seed: int = 0,
-              rules: Sequence[str] = ("race", "rejection")) -> Path:
-    """default: how chat decodes here (a defaults.Decoding), run as the mode 'default' when `only` names it.
-    sampling: sample (temperature > 0) instead of greedy decoding, each speculative mode under both rules."""
-    rows = load_prompts(prompts_file)[:limit]
+def under_settings(jobs: list[Job], settings: Sequence[SamplingParams], seed: int, rules: Sequence[str]) -> list[Job]:
+    """The jobs under each sampling setting (greedy as they are, sampled ones by `sampled`); with
+    several settings each job is labelled by its setting's name."""
+    out = []
+    for params in settings:
+        some = jobs if params.greedy else sampled(jobs, params, seed, rules)
+        out += [dataclasses.replace(j, setting=setting_name(params)) if len(settings) > 1 else j for j in some]
+    return out
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What `run_bench` runs besides the pair and the prompts."""
+
+    max_new_tokens: int = 128
+    gammas: Sequence[int] = tuple(range(1, 9))
+    limit: int | None = None  # only the first N prompts
+    command: str = ""  # the command line, for the report
+    only: Sequence[str] | None = None  # only these modes besides plain decoding
+    baseline_dir: Path | None = None  # another export of the target whose plain decoding runs too
+    default: object = None  # how chat decodes here (a defaults.Decoding), the mode 'default' when `only` names it
+    settings: Sequence[SamplingParams] = (SamplingParams(),)  # greedy; or sampled, each speculative mode by `rules`
+    seed: int = 0
+    rules: Sequence[str] = ("race", "rejection")
+    rounds: int = 2  # passes over the prompts, the modes taking turns in each
+
+    def __post_init__(self) -> None:
+        if not is_count(self.rounds) or self.rounds < 1:
+            raise SpecEdgeError(f"rounds must be an integer >= 1, got {self.rounds!r}", "pass --rounds 2")
+        if not self.settings:
+            raise SpecEdgeError("no sampling setting to run", "pass --temperature 0 for greedy decoding")
+
+
+def build_jobs(target_dir: Path, draft_dir: Path, options: BenchOptions
+               ) -> tuple[list[Job], dict[str, OnnxModel], RowPolicy]:
+    """Every job of the run, the models they decode with (target, draft, the baseline's 1-token
+    steps where it runs) and the target's row policy."""
     target, draft = OnnxModel(target_dir), OnnxModel(draft_dir)
     plain_target = OnnxModel(target_dir, spin=True)  # plain decoding as a user gets it: the session alone
     policy = probe_rows(target)  # the same graph on the same CPU: one verdict for both sessions
-    jobs = modes(target, draft, gammas, plain_target, policy)
-    if only:  # plain decoding always runs first: every ratio is to it
-        jobs = [j for j in jobs if j.mode == "plain" or j.mode in only]
-    extra = baseline_jobs(baseline_dir, draft, only) if baseline_dir else []
+    jobs = modes(target, draft, options.gammas, plain_target, policy)
+    if options.only:
+        jobs = [j for j in jobs if j.mode == "plain" or j.mode in options.only]
+    extra = baseline_jobs(options.baseline_dir, draft, options.only) if options.baseline_dir else []
     jobs[1:1] = extra  # the baseline's modes right after plain decoding
-    if default is not None:
-        jobs.append(default_job(default, target_dir, baseline_dir, draft))
-    if sampling is not None and not sampling.greedy:
-        jobs = sampled(jobs, sampling, seed, rules)
+    if options.default is not None:
+        jobs.append(default_job(options.default, target_dir, options.baseline_dir, draft))
+    models = {"target": target, "plain": plain_target, "draft": draft}
     single = next((j.model for j in extra if j.rows == SINGLE_STEPS), None)
-    for model in (target, plain_target):
-        Generator(model, None, SpecConfig(gamma=0, max_new_tokens=8), rows=policy).generate("warm up")
-    for job in jobs[-1:] if default is not None else []:
-        Generator(job.model, job.drafter, SpecConfig(gamma=job.config.gamma, auto_gamma=job.config.auto_gamma,
-                                                     max_new_tokens=8), rows=job.rows).generate("warm up")
     if single is not None:
-        Generator(single, None, SpecConfig(gamma=0, max_new_tokens=8), rows=SINGLE_STEPS).generate("warm up")
+        models["baseline"] = single
+    return under_settings(jobs, options.settings, options.seed, options.rules), models, policy
+
+
+def warm_up(jobs: Sequence[Job]) -> None:
+    """One short greedy decoding by each distinct model, drafter and row policy: sessions allocate
+    their buffers and threads before anything is timed."""
+    seen = set()
+    for job in jobs:
+        key = (id(job.model), id(job.drafter), job.rows)
+        if key not in seen:
+            seen.add(key)
+            Generator(job.model, job.drafter, SpecConfig(gamma=job.config.gamma, auto_gamma=job.config.auto_gamma,
+                                                         max_new_tokens=8), rows=job.rows).generate("warm up")
+
+
+def run_bench(target_dir: Path, draft_dir: Path, prompts_file: Path, out: Path,
+              options: BenchOptions | None = None) -> Path:
+    """Every mode on every prompt, the modes taking turns prompt by prompt over `options.rounds`
+    rounds; results.json, results.md (and speedup.png with every fixed γ) in `out`."""
+    options = options or BenchOptions()
+    rows = load_prompts(prompts_file)[:options.limit]
+    jobs, models, policy = build_jobs(target_dir, draft_dir, options)
+    warm_up(jobs)
     runs: list[Run] = []
-    for i, row in enumerate(rows):
-        runs += run_prompt(i, row, jobs, max_new_tokens)
-        done = [r for r in runs if r.prompt == i]
-        print(f"[{i + 1}/{len(rows)}] {row['kind']}: " + ", ".join(f"{r.mode} {r.ratio:.2f}" for r in done),
-              file=sys.stderr)
-    curves = {"target": time_curve(target, range(1, 10), policy), "draft": time_curve(draft, range(1, 10))}
-    if single is not None:
-        curves["baseline"] = time_curve(single, range(1, 10))
+    for round_ in range(options.rounds):
+        for i, row in enumerate(rows):
+            done = run_prompt(i, row, jobs, options.max_new_tokens, round_)
+            runs += done
+            print(f"[{round_ + 1}.{i + 1}/{len(rows)}] {row['kind']}: " +
+                  ", ".join(f"{r.mode} {r.ratio:.2f}" for r in done), file=sys.stderr)
+    curves = {"target": time_curve(models["target"], range(1, 10), policy),
+              "draft": time_curve(models["draft"], range(1, 10))}
+    if "baseline" in models:
+        curves["baseline"] = time_curve(models["baseline"], range(1, 10))
     summary = summarize(runs)
-    meta = {"target": target_dir.name, "draft": draft_dir.name, "prompts": len(rows), "command": command,
-            "default": default.line if default is not None else None,
-            "baseline": baseline_dir.name if baseline_dir else None,
-            "max_new_tokens": max_new_tokens, "date": time.strftime("%Y-%m-%d"), "cpu": cpu_info().to_dict(),
-            "sampling": dataclasses.asdict(sampling) if sampling is not None else None,
-            "seed": seed if sampling is not None and not sampling.greedy else None,
-            "rules": list(rules) if sampling is not None and not sampling.greedy else None,
+    sampled_run = any(not p.greedy for p in options.settings)
+    meta = {"target": target_dir.name, "draft": draft_dir.name, "prompts": len(rows), "command": options.command,
+            "default": getattr(options.default, "line", None),
+            "baseline": options.baseline_dir.name if options.baseline_dir else None,
+            "max_new_tokens": options.max_new_tokens, "rounds": options.rounds, "date": time.strftime("%Y-%m-%d"),
+            "cpu": cpu_info().to_dict(),
+            "sampling": dataclasses.asdict(options.settings[0]) if len(options.settings) == 1 else None,
+            "settings": [setting_name(p) for p in options.settings],
+            "seed": options.seed if sampled_run else None,
+            "rules": list(options.rules) if sampled_run else None,
             "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"meta": meta, "summary": summary, "t_of_s": curves,
                                                   "runs": [asdict(r) for r in runs]}, indent=1))
-    (out / "results.md").write_text(markdown(summary, curves, meta))
-    if {f"draft-g{g}" for g in gammas} <= {j.mode for j in jobs}:
-        plot(summary, gammas, out / "speedup.png")
+    (out / "results.md").write_text(markdown(summary, curves, meta, runs))
+    for line in spread_warnings(runs):
+        print(f"specedge bench: {line}", file=sys.stderr)
+    if {f"draft-g{g}" for g in options.gammas} <= {j.label for j in jobs}:
+        plot(summary, options.gammas, out / "speedup.png")
     return out / "results.md"

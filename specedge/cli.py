@@ -31,6 +31,7 @@ from specedge.options import (
     artifact_arg,
     build_config,
     default_pair,
+    fraction,
     load_generator,
     nonnegative_float,
     nonnegative_int,
@@ -359,12 +360,12 @@ def add_profile(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from specedge.bench import run_bench
+    from specedge.bench import SAMPLING_MATRIX, BenchOptions, run_bench
+    from specedge.kernels.sampling import SamplingParams
 
     target, draft = pair_paths(args.pair, args.target, args.draft)
     if draft is None:
         raise SpecEdgeError("bench compares speculation with plain decoding: it needs a draft", "pass --draft")
-    gammas = tuple(int(g) for g in args.gammas.split(","))
     only = args.modes.split(",") if args.modes else None
     default = None
     if only and "default" in only:  # decode as chat does here, and say how
@@ -372,25 +373,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         default = pair_decoding(args.pair)
         print(f"specedge bench: mode 'default': {default.line}", file=sys.stderr)
-    from specedge.kernels.sampling import SamplingParams
-
-    report = run_bench(target, draft, Path(args.prompts), Path(args.out), max_new_tokens=args.max_new_tokens,
-                       gammas=gammas, limit=args.limit, command="specedge " + " ".join(sys.argv[1:]),
-                       only=only, baseline_dir=artifact_arg(args.baseline) if args.baseline else None,
-                       default=default, sampling=SamplingParams(temperature=args.temperature, top_p=args.top_p),
-                       seed=args.seed, rules=(args.acceptance,) if args.acceptance else ("race", "rejection"))
+    settings = SAMPLING_MATRIX if args.sampling_matrix else (
+        SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p),)
+    options = BenchOptions(max_new_tokens=args.max_new_tokens, gammas=tuple(int(g) for g in args.gammas.split(",")),
+                           limit=args.limit, command="specedge " + " ".join(sys.argv[1:]), only=only,
+                           baseline_dir=artifact_arg(args.baseline) if args.baseline else None, default=default,
+                           settings=settings, seed=args.seed,
+                           rules=(args.acceptance,) if args.acceptance else ("race", "rejection"), rounds=args.rounds)
+    report = run_bench(target, draft, Path(args.prompts), Path(args.out), options)
     print(report.read_text())
     return 0
 
 
 def add_bench(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="plain vs speculative decoding per prompt kind, in one run")
+    p = sub.add_parser("bench", help="plain vs speculative decoding per prompt kind, the modes taking turns")
     p.add_argument("--prompts", required=True, help="JSONL file: one {kind, prompt} per line")
     p.add_argument("--out", required=True, help="folder for results.json, results.md, speedup.png")
     add_pair_flags(p)
     p.add_argument("--max-new-tokens", type=positive_int, default=128)
     p.add_argument("--gammas", default="1,2,3,4,5,6,7,8", help="fixed γ values to run the draft model at")
     p.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts")
+    p.add_argument("--rounds", type=positive_int, default=2,
+                   help="passes over the prompts, the modes taking turns prompt by prompt (default 2)")
     p.add_argument("--modes", default=None, help="only these modes besides plain, e.g. draft-auto,ngram; 'default': "
                                                  "decode as `specedge chat` does on this machine (the --pair's choice)")
     p.add_argument("--baseline", default=None,
@@ -400,7 +404,14 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
                    help="sample at this temperature (default 0: greedy); each speculative mode then runs under both "
                         "acceptance rules: MODE by the race (tokens of plain sampling with --seed), MODE-rejection by "
                         "min(1, p/q)")
+    p.add_argument("--top-k", type=nonnegative_int, default=0, help="keep the k likeliest tokens when sampling "
+                                                                    "(default 0: all)")
     p.add_argument("--top-p", type=probability_mass, default=1.0, help="nucleus mass when sampling (default 1: all)")
+    p.add_argument("--min-p", type=fraction, default=0.0,
+                   help="drop tokens below this fraction of the likeliest one's probability when sampling (default 0)")
+    p.add_argument("--sampling-matrix", action="store_true",
+                   help="every mode under each setting clients send: greedy; temperature 0.7; with top_p 0.9; with "
+                        "top_p 0.8 and top_k 20; with min_p 0.05 (the sampling flags are then ignored)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="the seed of every sampled run (default 0)")
     p.add_argument("--acceptance", choices=["race", "rejection"], default=None,
                    help="when sampling, run the speculative modes under this rule only (default: both)")
