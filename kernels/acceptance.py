@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specedge.kernels.laws import Law, as_law
 from specedge.kernels.sampling import Draws
 
 
@@ -80,19 +81,66 @@ def accept_sampled(draft_tokens: np.ndarray, p: np.ndarray, draws: Draws, start:
 def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
     """One index of probs [V] (non-negative, not necessarily normalised) drawn in proportion to it."""
     cdf = np.cumsum(probs, dtype=np.float64)
-    index = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-    return min(index, len(cdf) - 1)
+    return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(cdf) - 1)
 
 
-def residual(p: np.ndarray, q: np.ndarray | None, drafted: int) -> np.ndarray:
-    """max(0, p - q) over p's ids (q may cover only the first ids: a truncated head), or p without
-    `drafted` where q is None (a deterministic draft: q = one-hot). Not normalised."""
-    out = p.astype(np.float64, copy=True)
+def residual(p: Law, q: Law | None, drafted: int) -> tuple[np.ndarray, np.ndarray]:
+    """max(0, p - q) (q may cover only the first ids: a truncated head), or p without `drafted`
+    where q is None (a deterministic draft: q = one-hot), on the ids either law names and `drafted`,
+    ascending: (ids, weights), not normalised. Laws with a tail have more ids where p > q: `correct`
+    draws from them apart."""
+    ids = np.union1d(p.ids, q.ids if q is not None else [drafted])
+    out = p.probs_at(ids)
     if q is None:
-        out[drafted] = 0.0
+        out[ids == drafted] = 0.0
     else:
-        out[:len(q)] = np.maximum(out[:len(q)] - q, 0.0)
-    return out
+        out = np.maximum(out - q.probs_at(ids), 0.0)
+    return ids, out
+
+
+def outside(law: Law, ids: np.ndarray) -> float:
+    """p's mass beyond `ids` (its tail's, where it has one)."""
+    return max(1.0 - float(law.probs_at(ids).sum()), 0.0) if law.tail is not None else 0.0
+
+
+def correct(p: Law, q: Law | None, drafted: int, rng: np.random.Generator) -> int:
+    """The correction after a rejected draft: one id drawn from max(0, p - q), or from p where that is
+    zero. Where p has a tail, the ids beyond the two laws' heads are drawn by rejection from p's
+    mass there (p - q <= p): one such id in proportion to p, kept with probability (p - q) / p, else
+    the whole draw again - each id still has exactly its share of max(0, p - q)."""
+    ids, rest = residual(p, q, drafted)
+    head, envelope = float(rest.sum()), outside(p, ids)
+    if head + envelope <= 0.0:
+        return draw_law(p, rng)
+    while True:
+        u = rng.random() * (head + envelope)
+        if u < head:
+            return pick(ids, rest, u)
+        token = draw_beyond(p, ids, rng)
+        p_token, q_token = p.prob(token), q.prob(token) if q is not None else 0.0
+        if rng.random() * p_token < p_token - q_token:
+            return token
+
+
+def pick(ids: np.ndarray, weights: np.ndarray, u: float) -> int:
+    """The id whose share of the cumulative weights holds u (0 <= u < their sum)."""
+    cdf = np.cumsum(weights, dtype=np.float64)
+    return int(ids[min(int(np.searchsorted(cdf, u, side="right")), len(cdf) - 1)])
+
+
+def draw_beyond(p: Law, ids: np.ndarray, rng: np.random.Generator) -> int:
+    """One id outside `ids` drawn in proportion to p (the whole row read: rare)."""
+    dense = p.dense()
+    dense[ids[ids < len(dense)]] = 0.0
+    return draw(dense, rng)
+
+
+def draw_law(p: Law, rng: np.random.Generator) -> int:
+    """One id drawn from p: its head by the cumulative weights, its tail (where the draw lands there,
+    with the tail's mass) from the whole row."""
+    head = float(p.weights.sum())
+    u = rng.random() * (head + (p.tail.total() if p.tail is not None else 0.0))
+    return pick(p.ids, p.weights, u) if u < head else draw_beyond(p, p.ids, rng)
 
 
 def accepts(p_drafted: float, q_drafted: float, u: float) -> bool:
@@ -100,21 +148,21 @@ def accepts(p_drafted: float, q_drafted: float, u: float) -> bool:
     return u * q_drafted < p_drafted
 
 
-def accept_rejection(draft_tokens: np.ndarray, q: Sequence[np.ndarray | None], p: np.ndarray,
+def accept_rejection(draft_tokens: np.ndarray, q: Sequence[Law | np.ndarray | None], p: Sequence[Law] | np.ndarray,
                      rng: np.random.Generator) -> AcceptResult:
-    """draft_tokens [k], each drawn from its q[i] (the draft's distribution after the same sampling
-    transform as p; None: a deterministic draft); p [k+1, V], the target's distributions. Accept
-    d_i with probability min(1, p_i(d_i) / q_i(d_i)); at the first rejection draw the correction
-    from max(0, p_i - q_i); after k acceptances draw the bonus from p_k."""
+    """draft_tokens [k], each drawn from its q[i] (the draft's law after the same sampling transform as
+    p: a Law, or probabilities [V']; None: a deterministic draft); p: the target's k+1 laws (Laws, or
+    probabilities [k+1, V]). Accept d_i with probability min(1, p_i(d_i) / q_i(d_i)); at the first
+    rejection draw the correction from max(0, p_i - q_i); after k acceptances draw the bonus from p_k."""
     for i, drafted in enumerate(int(t) for t in draft_tokens):
-        qi = q[i]
-        q_drafted = 1.0 if qi is None else (float(qi[drafted]) if drafted < len(qi) else 0.0)
-        if accepts(float(p[i, drafted]), q_drafted, rng.random()):
+        qi = None if q[i] is None else as_law(q[i])
+        pi = as_law(p[i])
+        q_drafted = 1.0 if qi is None else qi.prob(drafted)
+        if accepts(pi.prob(drafted), q_drafted, rng.random()):
             continue
-        rest = residual(p[i], qi, drafted)
-        return AcceptResult(n_accepted=i, next_token=draw(rest if rest.sum() > 0 else p[i], rng))
+        return AcceptResult(n_accepted=i, next_token=correct(pi, qi, drafted, rng))
     k = len(draft_tokens)
-    return AcceptResult(n_accepted=k, next_token=draw(p[k], rng))
+    return AcceptResult(n_accepted=k, next_token=draw_law(as_law(p[k]), rng))
 
 
 def acceptance_probability(p: np.ndarray, q: np.ndarray | None, drafted: int | None = None) -> float:

@@ -1,12 +1,14 @@
 """Logits → probabilities under the sampling transforms (temperature, top-k, top-p, min-p), and the
 draws that pick a token from them.
 
-The transformed distribution *is* the distribution the user asked for: the target's p and the
-draft's q are both built here. A token is drawn by an exponential race, argmin_i E_i / p_i over
-i.i.d. E_i ~ Exp(1), which picks i with probability p_i exactly. `Draws` keys the noise E by
-(seed, position): whoever draws the token at a position - the draft from q, the target from p,
-in a round of any γ or in plain decoding - races the same noise, so the target's token at each
-position is a function of the seed, the position and p alone (see acceptance.py).
+The transformed distribution *is* the distribution the user asked for: `probabilities` defines it
+over the whole vocabulary in float64 (the reference the tests hold the decoding to); the decoding
+loop computes the same law on the ids that can be drawn (kernels/laws.py). A token is drawn by an
+exponential race, argmin_i E_i / p_i over i.i.d. E_i ~ Exp(1), which picks i with probability p_i
+exactly. `Draws` keys the noise E by (seed, position) (kernels/noise.py): whoever draws the token at
+a position - the draft from q, the target from p, in a round of any γ or in plain decoding - races
+the same noise, so the target's token at each position is a function of the seed, the position and
+p alone (see acceptance.py).
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specedge.core.errors import SpecEdgeError
-
-TOKEN_NOISE = 0  # the purpose in a noise key: the Exp(1) race that picks the token at a position
+from specedge.kernels.noise import TOKEN_NOISE, KeyedNoise
 
 
 def is_count(value: object) -> bool:
@@ -89,7 +90,7 @@ def _top_k_mask(logits: np.ndarray, k: int) -> np.ndarray:
     """True where a logit is among the k largest of its row (ties at the edge are kept)."""
     if k <= 0 or k >= logits.shape[-1]:
         return np.ones(logits.shape, dtype=bool)
-    kth = np.partition(logits, -k, axis=-1)[..., -k : -k + 1]  # [..., 1]
+    kth = np.partition(logits, -k, axis=-1)[..., -k, None]  # [..., 1] (a slice -k:-k+1 is empty at k = 1)
     return logits >= kth
 
 
@@ -140,18 +141,10 @@ def race(probs: np.ndarray, noise: np.ndarray) -> int:
         return int(np.argmin(np.where(probs > 0, noise / probs, np.inf)))
 
 
-def keyed_exponentials(seed: int, position: int, size: int, purpose: int = TOKEN_NOISE) -> np.ndarray:
-    """[size] i.i.d. Exp(1) of their own for (seed, position, purpose), whatever was drawn before:
-    -log(1 - u) of the 53-bit uniforms u of a Philox stream keyed by them. Raw bit streams and
-    SeedSequence, unlike Generator's methods, stay the same across numpy versions."""
-    bits = np.random.Philox(np.random.SeedSequence(seed, spawn_key=(purpose, position))).random_raw(size)
-    return -np.log1p(-(bits >> np.uint64(11)).astype(np.float64) * 2.0**-53)
-
-
 class Draws:
     """The randomness of one sampled generation, keyed by (seed, position): the noise of the token
-    at a position, drawn once and kept while a round may still ask for it (the draft's draw and
-    the target's at the same position race the same noise).
+    at a position (kernels/noise.py), made once and kept while a round may still ask for it (the
+    draft's draw and the target's at the same position race the same noise).
 
     seed None: a fresh seed from the OS (see `seed`)."""
 
@@ -160,17 +153,26 @@ class Draws:
         self.seed = int(np.random.SeedSequence().entropy if seed is None else seed)  # type: ignore[arg-type]
         self.vocab_size = vocab_size
         self.keep = keep  # positions held; a round asks for at most γ + 1 <= 13
-        self._noise: dict[int, np.ndarray] = {}
+        self._noise: dict[int, KeyedNoise] = {}
 
-    def noise(self, position: int) -> np.ndarray:
-        """[V] i.i.d. Exp(1) of the token at `position` (an index in prompt + generated tokens)."""
+    def position_noise(self, position: int) -> KeyedNoise:
+        """The noise of the token at `position` (an index in prompt + generated tokens)."""
         if position not in self._noise:
             if len(self._noise) >= self.keep:
                 del self._noise[min(self._noise)]
-            self._noise[position] = keyed_exponentials(self.seed, position, self.vocab_size)
+            self._noise[position] = KeyedNoise(self.seed, position, self.vocab_size, TOKEN_NOISE)
         return self._noise[position]
 
-    def sample(self, probs: np.ndarray, position: int) -> int:
-        """The token at `position` drawn from probs with that position's noise. probs may cover
-        only the first ids (a draft with a truncated head): the others have probability 0."""
-        return race(probs, self.noise(position)[:probs.shape[-1]])
+    def noise(self, position: int) -> np.ndarray:
+        """[V] i.i.d. Exp(1) of the token at `position`, every id's (a reference: a race reads only
+        the ids it needs)."""
+        return self.position_noise(position).dense()
+
+    def sample(self, probs, position: int) -> int:  # type: ignore[no-untyped-def]
+        """The token at `position` drawn from `probs` with that position's noise: a Law
+        (kernels/laws.py), or a probability vector [V'] (V' <= V: a draft with a truncated head scores
+        only the first ids, the others have probability 0)."""
+        noise = self.position_noise(position)
+        if isinstance(probs, np.ndarray):
+            return race(probs, noise.at(np.arange(probs.shape[-1], dtype=np.int64)))
+        return probs.race(noise)

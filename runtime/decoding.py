@@ -31,7 +31,8 @@ import numpy as np
 
 from specedge.core.errors import SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_rejection, accept_sampled
-from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count, probabilities
+from specedge.kernels.laws import Laws, law
+from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count
 from specedge.runtime.constraints import Constraint, Guide, mask_rows
 from specedge.runtime.drafters import Draft, Drafter, GoOn, NgramDrafter, rule
 from specedge.runtime.gamma import GammaController, RoundCosts
@@ -106,7 +107,7 @@ def pick_token(logits: np.ndarray, params: SamplingParams, draws: Draws, positio
     """The target's own token at `position` from that position's row of logits [V]."""
     if params.greedy:
         return int(argmax(logits))
-    return draws.sample(probabilities(logits, params), position)
+    return draws.sample(law(logits, params), position)
 
 
 def fit_width(k: int, widths: Sequence[int]) -> int:
@@ -133,7 +134,7 @@ def accept(draft: Draft, out: ForwardOutput, params: SamplingParams, draws: Draw
     tokens = np.asarray(draft.tokens, dtype=np.int64)
     if params.greedy:
         return accept_greedy(tokens, out.next_ids)
-    p = probabilities(out.logits, params)
+    p = Laws(out.logits, params)  # each row's law when the rule first reads it
     if rule == "rejection" and rng is not None:
         return accept_rejection(tokens, [draft.q_of(i) for i in range(len(tokens))], p, rng)
     return accept_sampled(tokens, p, draws, start)

@@ -27,7 +27,8 @@ from typing import Protocol
 
 import numpy as np
 
-from specedge.kernels.sampling import Draws, SamplingParams, argmax, probabilities, top_probability
+from specedge.kernels.laws import Law, law
+from specedge.kernels.sampling import Draws, SamplingParams, argmax, top_probability
 from specedge.runtime.constraints import Guide, mask_rows
 from specedge.runtime.model import OnnxModel
 from specedge.runtime.traffic import Traffic
@@ -42,7 +43,7 @@ class Draft:
     traffic: Traffic = field(default_factory=Traffic)  # bytes those passes moved
     # sampling: the distribution each token was drawn from (the draft model's transformed q), None for a
     # deterministic token (lookup, pad guesses): what the rejection rule accepts against
-    q: list[np.ndarray | None] = field(default_factory=list)
+    q: list[Law | None] = field(default_factory=list)
     source: str = ""  # where the tokens came from: "model", "ngram", "prediction" ("" none)
     forced: list[bool] = field(default_factory=list)  # per token: a grammar forced it (no pass drew it)
     guesses: int = 0  # the last `guesses` tokens are prompt-lookup guesses in a row group's pad rows, not drafts
@@ -51,7 +52,7 @@ class Draft:
         """How many of the first n tokens a grammar forced."""
         return sum(self.forced[:n])
 
-    def q_of(self, i: int) -> np.ndarray | None:
+    def q_of(self, i: int) -> Law | None:
         return self.q[i] if i < len(self.q) else None
 
 
@@ -137,7 +138,7 @@ class DraftModelDrafter:
         k = min(k, self.model.manifest.context - len(context) + 1)
         feed = self.model.catch_up(context, self.cache)  # the tokens the draft has not seen, pending last
         tokens: list[int] = []
-        qs: list[np.ndarray | None] = []
+        qs: list[Law | None] = []
         forced: list[bool] = []
         traffic = Traffic()
         calls = 0
@@ -154,10 +155,10 @@ class DraftModelDrafter:
                 token = int(out.next_ids[-1]) if guide is None else int(argmax(logits))
                 top = top_probability(logits) if go_on is not None else 1.0
             else:  # a truncated head's q covers the first ids only: the others have probability 0
-                q = probabilities(logits, params)
+                q = law(logits, params)
                 token = draws.sample(q, len(context) + len(tokens))  # drawn from this very q (the race is exact)
                 qs.append(q)
-                top = float(q.max()) if go_on is not None else 1.0
+                top = q.top() if go_on is not None else 1.0
             confidence *= top
             tokens.append(token)
             forced.append(False)

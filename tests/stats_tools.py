@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specedge.kernels.noise import DenseNoise
 from specedge.kernels.sampling import Draws
 
 ALPHA_Z = 4.4  # two-sided per-cell threshold; with up to ~30 cells a false alarm is < 1 in 3000
@@ -79,5 +80,5 @@ class PresetDraws(Draws):
         self.rows = noise
         self.start = start
 
-    def noise(self, position: int) -> np.ndarray:
-        return self.rows[position - self.start]
+    def position_noise(self, position: int) -> DenseNoise:  # type: ignore[override]
+        return DenseNoise(self.rows[position - self.start])

@@ -22,6 +22,7 @@ import pytest
 
 from specedge.kernels import acceptance
 from specedge.kernels.acceptance import AcceptResult, accept_rejection, acceptance_probability, draw
+from specedge.kernels.laws import Law
 from tests.stats_tools import fits_counts, power
 
 V = 6
@@ -102,10 +103,11 @@ def test_every_drafter_and_gamma_emit_the_targets_law(mode: str, gamma: int | st
     assert ok, (mode, gamma, chi_z, cell_z)
 
 
-def residual_without_max(p: np.ndarray, q: np.ndarray | None, drafted: int) -> np.ndarray:
+def residual_without_max(p: Law, q: Law | None, drafted: int) -> tuple[np.ndarray, np.ndarray]:
     if q is None:
         return acceptance.residual(p, q, drafted)
-    return np.abs(p - q)  # the bug: no max(0, ·) (a non-negative stand-in for p - q)
+    ids = np.arange(V)
+    return ids, np.abs(p.probs_at(ids) - q.probs_at(ids))  # the bug: no max(0, ·) (a non-negative stand-in)
 
 
 def bonus_from_q(draft_tokens, q, p, rng) -> AcceptResult:
@@ -163,7 +165,7 @@ def test_a_truncated_heads_q_covers_the_first_ids_only() -> None:
     rng = np.random.default_rng(1)
     p = np.array([[0.1, 0.1, 0.1, 0.1, 0.3, 0.3]] * 2)
     q = np.array([0.25, 0.25, 0.25, 0.25])
-    rest = acceptance.residual(p[0], q, 0)
-    assert np.allclose(rest, [0, 0, 0, 0, 0.3, 0.3])
+    ids, rest = acceptance.residual(Law.of_probs(p[0]), Law.of_probs(q), 0)
+    assert ids.tolist() == list(range(6)) and np.allclose(rest, [0, 0, 0, 0, 0.3, 0.3])
     corrections = [accept_rejection(np.array([0]), [q], p, rng) for _ in range(2000)]
     assert all(r.n_accepted == 1 or r.next_token in (4, 5) for r in corrections)

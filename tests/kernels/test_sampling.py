@@ -5,7 +5,6 @@ from specedge.core.errors import SpecEdgeError
 from specedge.kernels.sampling import (
     Draws,
     SamplingParams,
-    keyed_exponentials,
     probabilities,
     race,
     softmax,
@@ -132,10 +131,11 @@ def test_keyed_draws_follow_probs() -> None:
 
 def test_keyed_noise_is_pinned() -> None:
     """What a seed gives must not drift with numpy's releases or a refactoring: these values are
-    part of the promise that a seed reproduces a run."""
-    np.testing.assert_allclose(keyed_exponentials(0, 0, 3), [1.6620136715169624, 0.7899358414700337, 0.657203177030759],
+    part of the promise that a seed reproduces a run (kernels/noise.py)."""
+    np.testing.assert_allclose(Draws(0, 3).noise(0), [0.2870755199907489, 1.303199365309439, 5.025529371209983],
                                rtol=1e-15)
-    np.testing.assert_allclose(keyed_exponentials(42, 1000, 2), [0.05881666512569318, 1.9239118737380783], rtol=1e-15)
+    noise = Draws(42, 151936).position_noise(1000)
+    np.testing.assert_allclose(noise.at(np.array([0, 151935])), [2.220481807246197, 1.5265849936627547], rtol=1e-15)
 
 
 def test_top_probability_is_the_softmax_maximum_and_ignores_masked_ids() -> None:

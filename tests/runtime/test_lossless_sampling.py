@@ -37,6 +37,7 @@ import pytest
 
 from specedge.core.errors import SpecEdgeError
 from specedge.kernels.acceptance import accept_sampled
+from specedge.kernels.laws import Law
 from specedge.kernels.sampling import Draws, SamplingParams, probabilities
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.drafters import Draft, Drafter, HybridDrafter, NgramDrafter
@@ -292,9 +293,9 @@ def test_sampled_tokens_follow_target_law(small_vocab_pair: tuple[Path, Path, Pa
         assert ok, f"token {position + 1}: chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
 
 
-def correction_from_p(p: np.ndarray, q: np.ndarray | None, drafted: int) -> np.ndarray:
+def correction_from_p(p: Law, q: Law | None, drafted: int) -> tuple[np.ndarray | None, np.ndarray]:
     """A broken rejection rule's residual: the correction drawn from p itself, not max(0, p - q)."""
-    return p.astype(np.float64, copy=True)
+    return None, p.dense()
 
 
 @pytest.mark.slow
