@@ -246,19 +246,44 @@ def test_a_thinking_models_reasoning_comes_apart_alike(qwen_pair: tuple[Path, Pa
         assert served_chat(http, max_tokens=48, response_format=FORMAT) == (answer, "stop", reasoning)
 
 
+# what a template may test of what it is given (Mistral's and Llama 3's test `tools is not none`)
+PROBE = ("{{ tools is none }} {{ documents is none }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}"
+         "{% endfor %}<|assistant|>")
+
+
+def test_a_template_is_given_what_transformers_gives_it(qwen_pair: tuple[Path, Path, Path]) -> None:
+    """Through every door, a template sees tools and documents None where none are given, and no
+    key of a message whose value is None (an assistant message's null content is absent, not the
+    text "None"), as transformers passes them."""
+    model = specedge.load(qwen_pair[1], draft=qwen_pair[2], chat_template=PROBE)
+    gen = generator(qwen_pair)
+    gen.codec.use_template(PROBE)
+    with served_here(gen) as http:
+        for tools in (None, TOOLS):
+            want = tokens_of(qwen_pair, render_as_transformers(PROBE, as_transformers_takes(AGENT), tools))
+            model.chat(AGENT, tools=tools, max_tokens=1)
+            assert model.generator.cache.tokens == want
+            body = {"model": "tiny", "messages": AGENT, "max_tokens": 1, **({"tools": tools} if tools else {})}
+            assert http.post("/v1/chat/completions", json=body).status_code == 200
+            assert gen.cache.tokens == want
+    ChatSession(gen, out=io.StringIO(), max_new_tokens=1).run(["hi"])
+    assert gen.cache.tokens == tokens_of(qwen_pair, render_as_transformers(PROBE, ASK))
+
+
 @pytest.mark.reference
 def test_the_prompts_built_here_are_transformers_own(qwen_pair: tuple[Path, Path, Path]) -> None:
     """What the tests above expect is what transformers' apply_chat_template renders and tokenizes,
-    on the same tokenizer and template: the agent's request with and without its tools, and a
-    conversation of plain turns."""
+    on the same tokenizer: the agent's request with and without its tools, and a conversation of
+    plain turns, through Qwen2.5's template and the probe."""
     transformers = pytest.importorskip("transformers")
 
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(qwen_pair[0] / "tokenizer.json"),
-                                               chat_template=QWEN_TEMPLATE, **SPECIAL)
     turns = [*AGENT[:3], {"role": "user", "content": "Et demain ?"}]
-    for messages, tools in ((as_transformers_takes(AGENT), TOOLS), (as_transformers_takes(AGENT), None),
-                            (turns, None), (ASK, None)):
-        text = render_as_transformers(QWEN_TEMPLATE, messages, tools)
-        assert text == tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
-        ids = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, return_dict=True)
-        assert tokens_of(qwen_pair, text) == list(ids["input_ids"])
+    for template in (QWEN_TEMPLATE, PROBE):
+        tok = transformers.PreTrainedTokenizerFast(tokenizer_file=str(qwen_pair[0] / "tokenizer.json"),
+                                                   chat_template=template, **SPECIAL)
+        for messages, tools in ((as_transformers_takes(AGENT), TOOLS), (as_transformers_takes(AGENT), None),
+                                (turns, None), (ASK, None)):
+            text = render_as_transformers(template, messages, tools)
+            assert text == tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+            ids = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, return_dict=True)
+            assert tokens_of(qwen_pair, text) == list(ids["input_ids"])
