@@ -117,12 +117,13 @@ class TextCodec:
                     template_kwargs: Mapping[str, Any] | None = None) -> str:
         """The conversation as the chat template writes it; with `tools` (OpenAI's tool objects),
         the tools as it lists them (runtime/tools.py); template_kwargs: extra variables for this
-        render, over those of `use_template`."""
+        render, over those of `use_template`. As transformers renders: `tools` and `documents` are
+        None where none are given (templates test `tools is not none`)."""
         env, template = self.chat_template()
         eos = self.manifest.eos_token_ids[0] if self.manifest.eos_token_ids else None
-        extra = {**self.template_kwargs, **(check_template_kwargs(template_kwargs) if template_kwargs else {})}
-        if tools:
-            extra["tools"] = list(tools)
+        extra = {"documents": None, **self.template_kwargs,
+                 **(check_template_kwargs(template_kwargs) if template_kwargs else {})}
+        extra["tools"] = list(tools) if tools is not None else None
         with self._rendering:
             return self._guard(lambda: env.render_bounded(
                 template, **extra, messages=template_messages(messages), add_generation_prompt=add_generation_prompt,

@@ -189,10 +189,12 @@ def arguments_schema(tool: Mapping[str, Any], lazy: bool) -> Any:
 
 def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Messages as chat templates expect them: an assistant's tool-call arguments as objects (the
-    API carries JSON text; templates such as Qwen2.5's write them with `tojson`)."""
+    API carries JSON text; templates such as Qwen2.5's write them with `tojson`), and no key whose
+    value is None (as transformers drops them: an OpenAI assistant message's null content is no
+    content, not the text "None")."""
     out = []
     for message in messages:
-        message = dict(message)
+        message = {key: value for key, value in message.items() if value is not None}
         if isinstance(message.get("tool_calls"), list):
             message["tool_calls"] = [with_object_arguments(call) for call in message["tool_calls"]]
         out.append(message)

@@ -149,3 +149,90 @@ def make_tiny_gguf(path: Path, arch: str = "llama", tokenizer: str = "gpt2", nam
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+# llama.cpp's architecture for each Hugging Face model_type specedge exports from both formats
+LLAMA_CPP_ARCHS = {"llama": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3", "gemma3_text": "GEMMA3", "phi3": "PHI3"}
+CONTROL, NORMAL = 3, 1  # gguf token types
+
+
+def rotary_interleaved(weight: np.ndarray, heads: int) -> np.ndarray:
+    """A Q or K projection (or bias) with each head's two rotary halves interleaved, row by row: what
+    llama.cpp's converter stores for llama (its graph rotates adjacent pairs, transformers' the halves)."""
+    return weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:]).swapaxes(1, 2) \
+        .reshape(weight.shape)
+
+
+def as_llama_cpp_stores(name: str, value: np.ndarray, config: dict) -> np.ndarray:
+    """A checkpoint's tensor as llama.cpp's convert_hf_to_gguf.py stores it for its family: llama's Q
+    and K interleaved (K by its own, fewer, heads); Gemma 3's RMSNorm weights w stored as 1 + w (its
+    norms scale by 1 + w, llama.cpp's by the weight); the others as they are."""
+    kind = config["model_type"]
+    if kind == "llama" and ".self_attn.q_proj." in name:
+        return rotary_interleaved(value, int(config["num_attention_heads"]))
+    if kind == "llama" and ".self_attn.k_proj." in name:
+        return rotary_interleaved(value, int(config["num_key_value_heads"]))
+    if kind == "gemma3_text" and name.endswith("norm.weight"):
+        return value + np.float32(1.0)
+    return value
+
+
+def write_as_llama_cpp(path: Path, config: dict, weights: dict[str, np.ndarray], tokenizer) -> Path:  # type: ignore[no-untyped-def]
+    """A checkpoint (config.json's values, its float32 tensors by Hugging Face name, its byte-level
+    tokenizer) written as a GGUF file the way llama.cpp's convert_hf_to_gguf.py writes its family
+    (--outtype f32): the header its model class writes, gguf's own name map for the tensors, each
+    tensor as `as_llama_cpp_stores` says, no output head where the embedding is tied (Gemma: never)."""
+    import gguf
+
+    kind = config["model_type"]
+    arch = getattr(gguf.MODEL_ARCH, LLAMA_CPP_ARCHS[kind])
+    layers, heads = int(config["num_hidden_layers"]), int(config["num_attention_heads"])
+    hidden = int(config["hidden_size"])
+    rope = config.get("rope_parameters") or {}
+    theta = rope.get("full_attention", rope).get("rope_theta", config.get("rope_theta"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
+    writer.add_name(f"tiny {kind}")
+    writer.add_block_count(layers)
+    writer.add_context_length(int(config["max_position_embeddings"]))
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(int(config["intermediate_size"]))
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(int(config["num_key_value_heads"]))
+    writer.add_rope_freq_base(float(theta))
+    writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
+    if config.get("head_dim") is not None:  # a head size of its own (qwen3, gemma3)
+        writer.add_key_length(int(config["head_dim"]))
+        writer.add_value_length(int(config["head_dim"]))
+    if kind == "llama":
+        writer.add_vocab_size(int(config["vocab_size"]))
+        writer.add_rope_dimension_count(int(config.get("head_dim") or hidden // heads))
+    if kind == "phi3":
+        part = float(rope.get("partial_rotary_factor", 1.0))
+        writer.add_rope_dimension_count(int(part * hidden) // heads)
+        writer.add_rope_scaling_orig_ctx_len(int(config["original_max_position_embeddings"]))
+        writer.add_sliding_window(int(config.get("sliding_window") or 0))
+    if kind == "gemma3_text":
+        writer.add_sliding_window(int(config["sliding_window"]))
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    tokens = sorted(vocab, key=vocab.__getitem__)
+    special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([CONTROL if t in special else NORMAL for t in tokens])
+    writer.add_token_merges([])
+    writer.add_bos_token_id(int(config["bos_token_id"]))
+    writer.add_eos_token_id(int(config["eos_token_id"]))
+    names = gguf.get_tensor_name_map(arch, layers)
+    for name in sorted(weights):
+        if name == "lm_head.weight" and kind == "gemma3_text":  # llama.cpp's Gemma ties the head, always
+            continue
+        stored = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert stored is not None, f"gguf names no tensor {name} of {kind}"
+        writer.add_tensor(stored, as_llama_cpp_stores(name, weights[name], config).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

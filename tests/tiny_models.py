@@ -32,13 +32,13 @@ def byte_tokenizer(size: int | None = None) -> Tokenizer:
     return tok
 
 
-def write_tokenizer(folder: Path, tok: Tokenizer | None = None) -> None:
+def write_tokenizer(folder: Path, tok: Tokenizer | None = None, chat_template: str = CHAT_TEMPLATE) -> None:
     (tok or byte_tokenizer()).save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<|bos|>",
         "eos_token": "<|eos|>",
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": chat_template,
     }))
 
 

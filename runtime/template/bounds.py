@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from string import Formatter
 from typing import Any
 
+from jinja2.utils import Namespace
+
 HUGE = 1 << 62  # what a width too long to read stands for
 FLOAT_CHARS = 330  # a float printed by any conversion: 309 digits of 1.8e308, a sign, a point, 6 decimals
 OBJECT_CHARS = 200  # the repr of an object that is not text, a number or a container
@@ -61,9 +63,8 @@ def text_size(value: object, limit: int, mode: str = "str") -> int:
 
 def container_items(value: object) -> Iterable[Any] | None:
     """What a container prints: its items (a mapping's keys and values); None for anything else."""
-    attrs = getattr(value, "_Namespace__attrs", None)  # jinja2's namespace() prints its attributes
-    if isinstance(attrs, dict):
-        value = attrs
+    if isinstance(value, Namespace):  # jinja2's namespace() prints its attributes
+        value = value._Namespace__attrs  # (read only here: an undefined value refuses any attribute)
     if isinstance(value, Mapping):
         return (part for pair in value.items() for part in pair)
     if isinstance(value, (list, tuple, set, frozenset)) or type(value).__name__ in ("dict_keys", "dict_values",

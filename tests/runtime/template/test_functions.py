@@ -48,6 +48,15 @@ def test_loop_controls_generation_blocks_and_the_date() -> None:
     assert render("{{ strftime_now('%Y') }}") == str(datetime.now().year)
 
 
+def test_an_undefined_value_prints_as_nothing() -> None:
+    """A variable or key a template does not get (a message without content, an optional variable)
+    prints as nothing, as jinja2's Undefined does in transformers' environment; namespace() still
+    prints its attributes."""
+    template = ("{{ x }}|{{ m.content }}|{{ 'a' ~ m.content }}|{{ m.content is defined }}|"
+                "{% set ns = namespace(a=[1]) %}{{ ns }}")
+    assert render(template, m={"role": "assistant"}) == "||a|False|<Namespace {'a': [1]}>"
+
+
 def test_qwen_template_lists_tools_as_trained() -> None:
     text = render(QWEN_TEMPLATE, messages=CONVERSATION, tools=TOOLS, add_generation_prompt=True)
     assert json.dumps(TOOLS[0], ensure_ascii=False) in text  # keys in order, <>&' and non-ASCII as written
