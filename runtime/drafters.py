@@ -21,6 +21,7 @@ is the target's still.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -56,6 +57,21 @@ class Draft:
         return self.q[i] if i < len(self.q) else None
 
 
+@dataclass(frozen=True)
+class Ask:
+    """What a round asks of a drafter: up to k tokens, from `source` (None: the drafter's first
+    choice); a sampled token at position len(context) + j drawn from its law with `draws` at that
+    position; every token consumed by `guide` (a grammar's masks, runtime/constraints.py) where there
+    is one; `go_on` asked after each token a model drafts whether to draft another (others ignore it)."""
+
+    k: int
+    params: SamplingParams
+    draws: Draws
+    source: str | None = None
+    guide: Guide | None = None
+    go_on: GoOn | None = None
+
+
 class Drafter(Protocol):
     name: str
 
@@ -65,15 +81,43 @@ class Drafter(Protocol):
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         """Where drafts for this context can come from, best first (empty: none this round)."""
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
-        """Up to k tokens to follow context, from `source` (default: the drafter's first choice);
-        a sampled token at position len(context) + j is drawn with `draws` at that position.
-        guide: a grammar's masks (runtime/constraints.py), which every token proposed is consumed by.
-        go_on: asked after each token a model drafts whether to draft another (others ignore it)."""
+    def propose(self, context: Sequence[int], ask: Ask) -> Draft:
+        """Up to ask.k tokens to follow context, as `Ask` says."""
 
     def keep(self, committed: int) -> None:
         """The first `committed` tokens of the context are final; forget anything beyond."""
+
+
+class EarlierDrafter:
+    """A drafter written to the protocol before `Ask` - propose(context, k, params, draws, source=,
+    guide=, go_on=) - asked through the one of now (`adapt`). go_on is passed only where the round
+    has one, so a drafter written before it was added is asked as it was."""
+
+    def __init__(self, drafter: object) -> None:
+        self.drafter = drafter
+        self.name = getattr(drafter, "name", type(drafter).__name__)
+
+    def begin(self, context: Sequence[int]) -> None:
+        self.drafter.begin(context)  # type: ignore[attr-defined]
+
+    def sources(self, context: Sequence[int]) -> tuple[str, ...]:
+        return self.drafter.sources(context)  # type: ignore[attr-defined,no-any-return]
+
+    def keep(self, committed: int) -> None:
+        self.drafter.keep(committed)  # type: ignore[attr-defined]
+
+    def propose(self, context: Sequence[int], ask: Ask) -> Draft:
+        extra = {"go_on": ask.go_on} if ask.go_on is not None else {}
+        return self.drafter.propose(context, ask.k, ask.params, ask.draws, source=ask.source,  # type: ignore[attr-defined,no-any-return]
+                                    guide=ask.guide, **extra)
+
+
+def adapt(drafter: object) -> Drafter:
+    """A drafter as the round asks it: one whose propose takes an `Ask` as it is, an earlier one
+    through `EarlierDrafter`."""
+    if drafter is None or "ask" in inspect.signature(drafter.propose).parameters:  # type: ignore[attr-defined]
+        return drafter  # type: ignore[return-value]
+    return EarlierDrafter(drafter)
 
 
 class NgramDrafter:
@@ -108,9 +152,8 @@ class NgramDrafter:
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         return ("ngram",) if self.lookup(context, 1) else ()
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
-        return Draft(tokens=guided(self.lookup(context, k) if k > 0 else [], guide), source="ngram")
+    def propose(self, context: Sequence[int], ask: Ask) -> Draft:
+        return Draft(tokens=guided(self.lookup(context, ask.k) if ask.k > 0 else [], ask.guide), source="ngram")
 
 
 class DraftModelDrafter:
@@ -133,8 +176,8 @@ class DraftModelDrafter:
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         return ("model",)
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
+    def propose(self, context: Sequence[int], ask: Ask) -> Draft:
+        k, params, draws, guide, go_on = ask.k, ask.params, ask.draws, ask.guide, ask.go_on
         k = min(k, self.model.manifest.context - len(context) + 1)
         feed = self.model.catch_up(context, self.cache)  # the tokens the draft has not seen, pending last
         tokens: list[int] = []
@@ -190,7 +233,7 @@ class HybridDrafter:
 
     def __init__(self, ngram: NgramDrafter, model: DraftModelDrafter, min_match: int = 3) -> None:
         self.ngram = ngram
-        self.model = model
+        self.model = adapt(model)
         self.min_match = min_match
 
     def begin(self, context: Sequence[int]) -> None:
@@ -203,11 +246,10 @@ class HybridDrafter:
         tokens, n = self.ngram.match(context, 1)
         return ("ngram",) if tokens and n >= self.min_match else ("model",)
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
-        if (source or self.sources(context)[0]) == "ngram":
-            return self.ngram.propose(context, k, params, draws, guide=guide)
-        return self.model.propose(context, k, params, draws, guide=guide, **rule(go_on))
+    def propose(self, context: Sequence[int], ask: Ask) -> Draft:
+        if (ask.source or self.sources(context)[0]) == "ngram":
+            return self.ngram.propose(context, ask)
+        return self.model.propose(context, ask)
 
 
 class PredictionDrafter:
@@ -245,13 +287,12 @@ class PredictionDrafter:
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         return ("prediction",) if self.place(context) >= 0 else ()
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
+    def propose(self, context: Sequence[int], ask: Ask) -> Draft:
         start = self.place(context)
-        if start < 0 or k <= 0:
+        if start < 0 or ask.k <= 0:
             return Draft(tokens=[], source="prediction")
         self.cursor = start
-        return Draft(tokens=guided(self.tokens[start:start + k].tolist(), guide), source="prediction")
+        return Draft(tokens=guided(self.tokens[start:start + ask.k].tolist(), ask.guide), source="prediction")
 
 
 class PredictedDrafter:
@@ -260,7 +301,7 @@ class PredictedDrafter:
 
     def __init__(self, prediction: PredictionDrafter, other: Drafter | None) -> None:
         self.prediction = prediction
-        self.other = other
+        self.other = adapt(other)
         self.name = f"prediction+{other.name}" if other is not None else "prediction"
 
     def begin(self, context: Sequence[int]) -> None:
@@ -275,17 +316,10 @@ class PredictedDrafter:
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         return self.prediction.sources(context) + (self.other.sources(context) if self.other is not None else ())
 
-    def propose(self, context: Sequence[int], k: int, params: SamplingParams, draws: Draws,
-                source: str | None = None, guide: Guide | None = None, go_on: GoOn | None = None) -> Draft:
-        if self.other is None or (source or next(iter(self.sources(context)), "")) == "prediction":
-            return self.prediction.propose(context, k, params, draws, guide=guide)
-        return self.other.propose(context, k, params, draws, source=source, guide=guide, **rule(go_on))
-
-
-def rule(go_on: GoOn | None) -> dict[str, GoOn]:
-    """go_on as a keyword only where there is one: a drafter written before it (a caller's own)
-    is still asked as it was."""
-    return {"go_on": go_on} if go_on is not None else {}
+    def propose(self, context: Sequence[int], ask: Ask) -> Draft:
+        if self.other is None or (ask.source or next(iter(self.sources(context)), "")) == "prediction":
+            return self.prediction.propose(context, ask)
+        return self.other.propose(context, ask)
 
 
 def guided(tokens: list[int], guide: Guide | None) -> list[int]:

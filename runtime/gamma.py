@@ -53,6 +53,26 @@ class RoundCosts(Protocol):
     def streams(self) -> int: ...
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What a round showed γ auto: `proposed` drafts from `source`, `accepted` of them, the time spent
+    drafting them and the verification pass of `width` rows (proposed + 1 unless forced tokens rode
+    along) on the run's clock; for a plain step, the pad-row guesses it accepted."""
+
+    source: str
+    proposed: int
+    accepted: int
+    draft_seconds: float
+    verify_seconds: float
+    width: int
+    guessed_accepted: int = 0
+
+
+class Finished(Protocol):
+    @property
+    def outcome(self) -> Outcome: ...
+
+
 @dataclass
 class SourceStats:
     """What the rounds of one source of drafts showed."""
@@ -153,19 +173,26 @@ class GammaController:
             return source, gamma
         return None, 0
 
-    def observe(self, proposed: int, accepted: int, draft_seconds: float, verify_seconds: float,
-                source: str = "model", guessed_accepted: int = 0, width: int | None = None) -> None:
-        """Record a round: proposed / accepted drafts from `source`, time spent drafting them, and
-        the verification pass of `width` (proposed + 1 unless forced tokens rode along); for a
-        plain step, the pad-row guesses it accepted."""
-        if not proposed:
-            self.plain_bonus = (1 - EMA) * self.plain_bonus + EMA * guessed_accepted
+    def observe(self, outcome: Outcome) -> None:
+        """Record a round."""
+        o = outcome
+        if not o.proposed:
+            self.plain_bonus = (1 - EMA) * self.plain_bonus + EMA * o.guessed_accepted
         else:
-            s = self.stats(source)
-            s.accepted = self.decay * s.accepted + accepted
-            s.rejected = self.decay * s.rejected + (accepted < proposed)
-            per_token = draft_seconds / proposed
+            s = self.stats(o.source)
+            s.accepted = self.decay * s.accepted + o.accepted
+            s.rejected = self.decay * s.rejected + (o.accepted < o.proposed)
+            per_token = o.draft_seconds / o.proposed
             s.t_draft = per_token if s.t_draft is None else (1 - EMA) * s.t_draft + EMA * per_token
-        width = width or proposed + 1
-        old = self.t_verify.get(width)
-        self.t_verify[width] = verify_seconds if old is None else (1 - EMA) * old + EMA * verify_seconds
+        old = self.t_verify.get(o.width)
+        self.t_verify[o.width] = o.verify_seconds if old is None else (1 - EMA) * old + EMA * o.verify_seconds
+
+    # γ auto watches the rounds of its run (runtime/decoding.py's Watcher)
+    def prefilled(self, first: object) -> None:
+        pass
+
+    def drafts_begun(self, seconds: float) -> None:
+        pass
+
+    def finished(self, rnd: Finished) -> None:
+        self.observe(rnd.outcome)

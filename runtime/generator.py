@@ -20,14 +20,15 @@ from typing import Any, NamedTuple
 
 from specedge.core.contract import gamma_choices
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.constraints import Constraint
-from specedge.runtime.decoding import SpecConfig, decode_tokens
+from specedge.runtime.constraints import Constraint, Guide
+from specedge.runtime.decoding import LogprobWatcher, Run, SpecConfig, Tally, decode_tokens, gamma_auto
 from specedge.runtime.drafters import (
     Drafter,
     DraftModelDrafter,
     HybridDrafter,
     PredictedDrafter,
     PredictionDrafter,
+    adapt,
     build_drafter,
 )
 from specedge.runtime.gamma import RoundCosts
@@ -181,7 +182,7 @@ class Generator:
             check_pair(target, draft)
         check_scores_all(target)
         self.target = target
-        self.drafter = drafter
+        self.drafter = adapt(drafter)  # a drafter written to the protocol before `Ask` too
         self.config = config or SpecConfig()
         self.codec = TextCodec(target.folder, target.manifest)
         self.cache = target.new_cache()
@@ -288,8 +289,11 @@ class Generator:
         recorder = LogprobRecorder(config.logprobs) if config.logprobs is not None else None
         stream.logprobs = recorder.logprobs if recorder is not None else None
         stream.stats = stats
-        rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, self.rows, on_logits=recorder,
-                               constraint=constraint, clock=self.clock, costs=self.costs)
+        guide = Guide(constraint) if constraint is not None else None
+        run = Run(self.target, self.cache, drafter, config, self.rows, guide,
+                  gamma_auto(self.target, drafter, config, self.rows, self.costs), self.clock)
+        watchers = [Tally(stats, config.acceptance_rule), *([LogprobWatcher(recorder)] if recorder else [])]
+        rounds = decode_tokens(run, prompt, watchers)
         reason = ""
         try:
             for new in rounds:

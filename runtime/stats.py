@@ -9,15 +9,32 @@ from specedge.runtime.traffic import Traffic
 OLD_TOKENS_PER_PASS_KEY = "mean_accepted_per_target_call"  # tokens_per_target_pass's first name, kept in to_dict
 
 
+@dataclass(frozen=True)
+class RoundCounts:
+    """A target pass after prefill: `forced` tokens a grammar forced, then `proposed` drafts from
+    `source` in a round that asked for γ = `gamma`, `accepted` of them, then `guessed_accepted` of the
+    `guessed` pad-row guesses after them, then the target's token."""
+
+    proposed: int
+    accepted: int
+    gamma: int
+    guessed: int = 0
+    guessed_accepted: int = 0
+    source: str = ""
+    forced: int = 0
+
+
 @dataclass
 class GenerationStats:
     n_tokens: int = 0  # generated tokens (EOS excluded)
     prompt_tokens: int = 0
     stop_reason: str = ""  # "eos", "max_new_tokens", "stop_string", "context"
-    gamma: int = 0  # the γ most rounds asked for (fixed or chosen by γ auto; 0: plain decoding); where the
-    # draft model drafts as far as each draft pays (runtime/gamma.py), the drafts the round made
+    gamma: int = 0  # the γ most rounds asked for (fixed, or chosen by γ auto; 0: plain decoding)
     gamma_auto: bool = False
-    gamma_counts: dict[int, int] = field(default_factory=dict)  # γ asked for (or drafts made, as above) -> rounds
+    gamma_counts: dict[int, int] = field(default_factory=dict)  # γ asked for -> rounds
+    # drafts made -> rounds (where the draft model drafts as far as each draft pays, runtime/gamma.py, a
+    # round may make more or fewer than its γ)
+    drafts_counts: dict[int, int] = field(default_factory=dict)
     drafter: str = "none"
     acceptance_rule: str = "greedy"  # how drafts were verified: greedy, race or rejection (runtime/decoding.py)
     target_calls: int = 0  # target passes after prefill (plain steps and verifications)
@@ -91,29 +108,28 @@ class GenerationStats:
             "roofline_fraction": achieved / bw if bw else None,
         }
 
-    def record_round(self, proposed: int, accepted: int, gamma: int, guessed: int = 0,
-                     guessed_accepted: int = 0, source: str = "", forced: int = 0) -> None:
-        """A target pass after prefill: `forced` tokens a grammar forced, then `proposed` drafts
-        from `source` asked for at `gamma`, `accepted` of them, then `guessed_accepted` of the
-        `guessed` pad-row guesses after them, then the target's token."""
-        self.forced += forced
-        if proposed:
-            self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + proposed
-            self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + accepted
-        self.gamma_counts[gamma] = self.gamma_counts.get(gamma, 0) + 1
+    def record_round(self, counts: RoundCounts) -> None:
+        """A target pass after prefill (runtime/decoding.py's Round.counts)."""
+        c = counts
+        self.forced += c.forced
+        if c.proposed:
+            self.drafted_by_source[c.source] = self.drafted_by_source.get(c.source, 0) + c.proposed
+            self.accepted_by_source[c.source] = self.accepted_by_source.get(c.source, 0) + c.accepted
+        self.gamma_counts[c.gamma] = self.gamma_counts.get(c.gamma, 0) + 1
         self.gamma = max(self.gamma_counts, key=lambda g: self.gamma_counts[g])
-        grow = proposed - len(self.proposed_by_position)
+        self.drafts_counts[c.proposed] = self.drafts_counts.get(c.proposed, 0) + 1
+        grow = c.proposed - len(self.proposed_by_position)
         if grow > 0:
             self.proposed_by_position += [0] * grow
             self.accepted_by_position += [0] * grow
-        for i in range(proposed):
+        for i in range(c.proposed):
             self.proposed_by_position[i] += 1
-            self.accepted_by_position[i] += int(i < accepted)
-        self.drafted += proposed
-        self.accepted += accepted
-        self.guessed += guessed
-        self.guessed_accepted += guessed_accepted
-        self.produced += forced + accepted + guessed_accepted + 1
+            self.accepted_by_position[i] += int(i < c.accepted)
+        self.drafted += c.proposed
+        self.accepted += c.accepted
+        self.guessed += c.guessed
+        self.guessed_accepted += c.guessed_accepted
+        self.produced += c.forced + c.accepted + c.guessed_accepted + 1
         self.target_calls += 1
 
     def to_dict(self) -> dict[str, object]:

@@ -10,7 +10,7 @@ import pytest
 
 from specedge.kernels.sampling import Draws, SamplingParams, top_probability
 from specedge.runtime import OnnxModel
-from specedge.runtime.drafters import DraftModelDrafter, HybridDrafter, NgramDrafter
+from specedge.runtime.drafters import Ask, DraftModelDrafter, HybridDrafter, NgramDrafter
 
 REPEATING = [5, 6, 7, 8, 5, 6, 7]  # ends in "5 6 7", seen before, followed by 8 5 6 7
 SHORT_MATCH = [5, 6, 7, 8, 9, 6, 7]  # ends in "6 7", seen before: a 2-token match
@@ -39,10 +39,10 @@ def test_hybrid_takes_drafts_from_the_source_asked_for(tiny_llama: tuple[Path, P
     hybrid = HybridDrafter(ngram, model)
     draws, greedy = Draws(0, 300), SamplingParams()
     hybrid.begin(REPEATING)
-    assert hybrid.propose(REPEATING, 3, greedy, draws, source="ngram").tokens == [8, 5, 6]
-    from_model = hybrid.propose(REPEATING, 3, greedy, draws, source="model")
+    assert hybrid.propose(REPEATING, Ask(3, greedy, draws, source="ngram")).tokens == [8, 5, 6]
+    from_model = hybrid.propose(REPEATING, Ask(3, greedy, draws, source="model"))
     assert from_model.calls == 3 and len(from_model.tokens) == 3
-    assert hybrid.propose(REPEATING, 2, greedy, draws).tokens == [8, 5]  # no source named: the lookup's match decides
+    assert hybrid.propose(REPEATING, Ask(2, greedy, draws)).tokens == [8, 5]  # no source named: the lookup decides
 
 
 def test_the_draft_model_asks_go_on_after_each_draft_with_its_confidence(tiny_llama: tuple[Path, Path, Path]) -> None:
@@ -58,9 +58,9 @@ def test_the_draft_model_asks_go_on_after_each_draft_with_its_confidence(tiny_ll
 
     drafter = DraftModelDrafter(model)
     drafter.begin(FRESH)
-    full = drafter.propose(FRESH, 5, greedy, draws)  # no rule: all five
+    full = drafter.propose(FRESH, Ask(5, greedy, draws))  # no rule: all five
     drafter.keep(len(FRESH) - 1)
-    two = drafter.propose(FRESH, 5, greedy, draws, go_on=after(2))
+    two = drafter.propose(FRESH, Ask(5, greedy, draws, go_on=after(2)))
     assert len(full.tokens) == 5 and two.tokens == full.tokens[:2] and two.calls == 2
     assert [d for d, _ in asked] == [1, 2]
     # the confidence: the product of the draft's largest probability at each draft

@@ -3,7 +3,14 @@
 from specedge.core.contract import gamma_choices
 from specedge.export.settings import DEFAULT_WIDTHS
 from specedge.kernels.acceptance import expected_tokens
-from specedge.runtime.gamma import GammaController
+from specedge.runtime.gamma import GammaController, Outcome
+
+
+def observe(ctrl: GammaController, proposed: int, accepted: int, draft_seconds: float, verify_seconds: float,
+            source: str = "model", guessed_accepted: int = 0, width: int | None = None) -> None:
+    """A round as the loop reports it (runtime/decoding.py's Round.outcome)."""
+    ctrl.observe(Outcome(source, proposed, accepted, draft_seconds, verify_seconds, width or proposed + 1,
+                         guessed_accepted))
 
 
 def feed(ctrl: GammaController, alpha: float, t_draft: float, t_verify: dict[int, float], rounds: int = 40) -> None:
@@ -11,7 +18,7 @@ def feed(ctrl: GammaController, alpha: float, t_draft: float, t_verify: dict[int
         for width, t in t_verify.items():
             proposed = width - 1
             accepted = round(alpha * proposed) if i % 2 else int(alpha * proposed)
-            ctrl.observe(proposed, accepted, t_draft * proposed, t)
+            observe(ctrl, proposed, accepted, t_draft * proposed, t)
 
 
 def choose(ctrl: GammaController) -> int:
@@ -48,7 +55,7 @@ def test_alpha_counts_only_tested_drafts() -> None:
     """Rounds of 4 drafts accepting 4, 4, 0, 4: one rejection in 13 tested drafts, not 4 in 16."""
     ctrl = GammaController(choices=(4,), decay=1.0)
     for accepted in (4, 4, 0, 4):
-        ctrl.observe(4, accepted, 0.01, 0.1)
+        observe(ctrl, 4, accepted, 0.01, 0.1)
     alpha = ctrl.stats("model").alpha
     assert abs(alpha - (12 + 2 * 0.7) / (12 + 1 + 2)) < 1e-12
     tokens_per_round = (5 + 5 + 1 + 5) / 4
@@ -57,18 +64,18 @@ def test_alpha_counts_only_tested_drafts() -> None:
 
 def test_unmeasured_widths_follow_a_line_through_measured_ones() -> None:
     ctrl = GammaController.for_widths([1, 2, 3, 5])
-    ctrl.observe(0, 0, 0.0, 0.10)
-    ctrl.observe(4, 2, 0.01, 0.18)
+    observe(ctrl, 0, 0, 0.0, 0.10)
+    observe(ctrl, 4, 2, 0.01, 0.18)
     assert abs(ctrl.verify_seconds(3) - 0.14) < 1e-9
 
 
 def test_each_source_is_judged_on_its_own_record() -> None:
     """Rejected lookups do not make the draft model look bad, nor the other way round."""
     ctrl = GammaController.for_widths(range(1, 10))
-    ctrl.observe(0, 0, 0.0, 0.09)  # a plain step
+    observe(ctrl, 0, 0, 0.0, 0.09)  # a plain step
     for _ in range(30):
-        ctrl.observe(4, 0, 0.0, 0.1, source="ngram")  # lookups always rejected
-        ctrl.observe(4, 4, 0.04, 0.1, source="model")  # the model always accepted
+        observe(ctrl, 4, 0, 0.0, 0.1, source="ngram")  # lookups always rejected
+        observe(ctrl, 4, 4, 0.04, 0.1, source="model")  # the model always accepted
     assert ctrl.stats("ngram").alpha < 0.1 < 0.9 < ctrl.stats("model").alpha
     source, gamma = ctrl.plan(("ngram", "model"))
     assert source == "model" and gamma >= 4
@@ -92,11 +99,11 @@ def test_guesses_accepted_in_plain_steps_count_in_plain_decodings_rate() -> None
     """Over row pairs a plain step checks a pad-row guess: where those are accepted, plain steps
     yield more than a token each, and a draft source must beat that to be chosen."""
     ctrl = GammaController.for_widths((1, 2, 4, 6, 8))
-    ctrl.observe(1, 1, 0.03, 0.12)  # a γ 1 round: the draft costs as much as a third of a pass
-    ctrl.observe(0, 0, 0.0, 0.10)
+    observe(ctrl, 1, 1, 0.03, 0.12)  # a γ 1 round: the draft costs as much as a third of a pass
+    observe(ctrl, 0, 0, 0.0, 0.10)
     plain = ctrl.rate(0)
     for _ in range(20):
-        ctrl.observe(0, 0, 0.0, 0.10, guessed_accepted=1)
+        observe(ctrl, 0, 0, 0.0, 0.10, guessed_accepted=1)
     assert ctrl.rate(0) > 1.8 * plain
     assert ctrl.rate(0) > ctrl.rate(1)  # 2 tokens per 0.10 s beat at most 2 per 0.15 s
 

@@ -100,10 +100,9 @@ def test_one_new_token_is_the_first_token_of_plain_decoding(tiny_llama: tuple[Pa
 def test_the_first_token_comes_before_the_drafts_prefill(tiny_llama: tuple[Path, Path, Path]) -> None:
     """The draft model's cache is prefilled after the first token is out (its time is not the first
     token's), and not at all when the first token ends the answer."""
-    from specedge.runtime.decoding import decode_tokens
+    from specedge.runtime.decoding import Run, decode_tokens
     from specedge.runtime.drafters import DraftModelDrafter
     from specedge.runtime.model import OnnxModel
-    from specedge.runtime.stats import GenerationStats
 
     _, target, draft = tiny_llama
     begun: list[int] = []
@@ -115,7 +114,7 @@ def test_the_first_token_comes_before_the_drafts_prefill(tiny_llama: tuple[Path,
 
     model, drafter = OnnxModel(target), Watched(OnnxModel(draft))
     config = SpecConfig(gamma=4, max_new_tokens=12, ignore_eos=True)
-    rounds = decode_tokens(model, model.new_cache(), drafter, [1, 2, 3, 4], config, GenerationStats())
+    rounds = decode_tokens(Run.of(model, drafter, config), [1, 2, 3, 4])
     assert len(next(rounds)) == 1 and begun == []  # the first token, the draft not yet prefilled
     assert next(rounds) and begun == [5]
     rounds.close()

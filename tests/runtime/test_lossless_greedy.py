@@ -113,7 +113,8 @@ def test_rounds_the_draft_rule_lengthens_and_cuts_stay_lossless(tiny_pair: tuple
     config = SpecConfig(gamma=2, auto_gamma=True, max_new_tokens=60, ignore_eos=True)
     result = Generator.load(target, draft=draft, config=config).generate(LONG_PROMPT)
     assert result.token_ids == plain_tokens(target, LONG_PROMPT, 60)
-    assert {1, 4, 7} <= set(result.stats.gamma_counts), result.stats.gamma_counts  # the drafts each round made
+    assert {1, 4, 7} <= set(result.stats.drafts_counts), result.stats.drafts_counts  # the drafts each round made
     off = dataclasses.replace(config, per_draft=False)  # γ auto's γ each round: the rule unused
     result = Generator.load(target, draft=draft, config=off).generate(LONG_PROMPT)
     assert result.token_ids == plain_tokens(target, LONG_PROMPT, 60) and set(result.stats.gamma_counts) == {2}
+    assert max(result.stats.drafts_counts) == 2  # no round longer than its γ (the last ones: what room is left)

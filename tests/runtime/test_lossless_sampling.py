@@ -40,7 +40,7 @@ from specedge.kernels.acceptance import accept_sampled
 from specedge.kernels.laws import Law
 from specedge.kernels.sampling import Draws, SamplingParams, probabilities
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.drafters import Draft, Drafter, HybridDrafter, NgramDrafter
+from specedge.runtime.drafters import Ask, Draft, Drafter, HybridDrafter, NgramDrafter, adapt
 from tests.stats_tools import PresetDraws, exponential_noise, fits, power
 from tests.tiny_models import byte_tokenizer, make_tiny_model
 
@@ -211,7 +211,7 @@ def decode_tables(p: list[np.ndarray], drafter: Drafter | None, params: Sampling
     drafted = accepted = 0
     while len(context) - len(PROMPT) < TOKENS:
         k = min(LAW_GAMMA, TOKENS - (len(context) - len(PROMPT)) - 1)
-        drafts = drafter.propose(context, k, params, draws).tokens[:k] if drafter is not None and k else []
+        drafts = adapt(drafter).propose(context, Ask(k, params, draws)).tokens[:k] if drafter is not None and k else []
         generated = context[len(PROMPT):]
         rows = np.stack([p[len(generated) + i][(*generated, *drafts[:i])] for i in range(len(drafts) + 1)])
         result = rule(np.array(drafts, dtype=np.int64), rows, draws, len(context))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from specedge.runtime.stats import OLD_TOKENS_PER_PASS_KEY, GenerationStats
+from specedge.runtime.stats import OLD_TOKENS_PER_PASS_KEY, GenerationStats, RoundCounts
 
 
 def rounds() -> GenerationStats:
     """Two passes: 2 of 4 drafts accepted then 1 of 1 guess, and a plain step."""
     stats = GenerationStats(gamma=4)
-    stats.record_round(proposed=4, accepted=2, gamma=4, guessed=1, guessed_accepted=1)
-    stats.record_round(proposed=0, accepted=0, gamma=4)
+    stats.record_round(RoundCounts(proposed=4, accepted=2, gamma=4, guessed=1, guessed_accepted=1))
+    stats.record_round(RoundCounts(proposed=0, accepted=0, gamma=4))
     return stats
 
 
