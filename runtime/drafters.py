@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -93,30 +93,31 @@ class EarlierDrafter:
     guide=, go_on=) - asked through the one of now (`adapt`). go_on is passed only where the round
     has one, so a drafter written before it was added is asked as it was."""
 
-    def __init__(self, drafter: object) -> None:
+    def __init__(self, drafter: Any) -> None:
         self.drafter = drafter
-        self.name = getattr(drafter, "name", type(drafter).__name__)
+        self.name: str = getattr(drafter, "name", type(drafter).__name__)
 
     def begin(self, context: Sequence[int]) -> None:
-        self.drafter.begin(context)  # type: ignore[attr-defined]
+        self.drafter.begin(context)
 
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
-        return self.drafter.sources(context)  # type: ignore[attr-defined,no-any-return]
+        return tuple(self.drafter.sources(context))
 
     def keep(self, committed: int) -> None:
-        self.drafter.keep(committed)  # type: ignore[attr-defined]
+        self.drafter.keep(committed)
 
     def propose(self, context: Sequence[int], ask: Ask) -> Draft:
         extra = {"go_on": ask.go_on} if ask.go_on is not None else {}
-        return self.drafter.propose(context, ask.k, ask.params, ask.draws, source=ask.source,  # type: ignore[attr-defined,no-any-return]
-                                    guide=ask.guide, **extra)
+        draft: Draft = self.drafter.propose(context, ask.k, ask.params, ask.draws, source=ask.source, guide=ask.guide,
+                                            **extra)
+        return draft
 
 
-def adapt(drafter: object) -> Drafter:
+def adapt(drafter: Any) -> Any:
     """A drafter as the round asks it: one whose propose takes an `Ask` as it is, an earlier one
-    through `EarlierDrafter`."""
-    if drafter is None or "ask" in inspect.signature(drafter.propose).parameters:  # type: ignore[attr-defined]
-        return drafter  # type: ignore[return-value]
+    through `EarlierDrafter` (None stays None)."""
+    if drafter is None or "ask" in inspect.signature(drafter.propose).parameters:
+        return drafter
     return EarlierDrafter(drafter)
 
 

@@ -173,18 +173,19 @@ def split_by_origin(text: str, start: int, end: int, ends: list[int], drafted: l
 
 
 class Generator:
-    def __init__(self, target: OnnxModel, drafter: Drafter | None = None,
-                 config: SpecConfig | None = None, rows: RowPolicy | None = None) -> None:
+    def __init__(self, target: OnnxModel, drafter: Drafter | None = None, config: SpecConfig | None = None,
+                 rows: RowPolicy | None = None, codec: TextCodec | None = None) -> None:
         """rows: the target's row policy, if already decided (by `probe_rows`, for another
         Generator over the same model; or `SINGLE_STEPS`: plain decoding in unpadded 1-token
-        passes, see runtime/rows.py); else probed here, once."""
+        passes, see runtime/rows.py); else probed here, once. codec: another Generator's over the
+        same model (its tokenizer and chat template), else read from the target's folder."""
         if (draft := draft_model(drafter)) is not None:
             check_pair(target, draft)
         check_scores_all(target)
         self.target = target
         self.drafter = adapt(drafter)  # a drafter written to the protocol before `Ask` too
         self.config = config or SpecConfig()
-        self.codec = TextCodec(target.folder, target.manifest)
+        self.codec = codec or TextCodec(target.folder, target.manifest)
         self.cache = target.new_cache()
         self.bandwidth_gb_per_s: float | None = None  # set from a measured device profile, for the roofline
         self.rows = probe_rows(target) if rows is None else rows

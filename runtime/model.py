@@ -20,7 +20,7 @@ from specedge.runtime.graphs import open_graphs
 from specedge.runtime.kernel_probe import u8s8_exact
 from specedge.runtime.kv_cache import BUCKET, KVCache
 from specedge.runtime.rows import ONE_ROW, RowPolicy, plan_pass
-from specedge.runtime.runners import CopyRunner, InPlaceRunner
+from specedge.runtime.runners import CopyRunner, InPlaceRunner, Runner
 from specedge.runtime.traffic import Traffic, pass_traffic
 
 __all__ = ["MAX_VERIFY_WIDTH", "ForwardOutput", "OnnxModel", "attention_bias", "check_token_ids"]
@@ -87,14 +87,30 @@ class OnnxModel:
         # CPU: the pass writes its cache entries into the buffers bound as past_* and present_*
         self.in_place = m.in_place and provider == "cpu" and not m.static
         self._feeds = one_stream(FEEDS[m.attention]) if m.streams else FEEDS[m.attention]
-        self._run = (InPlaceRunner(self.session, m.num_layers, m.logits_vocab, m.next_ids) if self.in_place
-                     else CopyRunner(self.graphs.session_for, m.num_layers))
+        self.runner: Runner = (InPlaceRunner(self.session, m.num_layers, m.logits_vocab, m.next_ids) if self.in_place
+                               else CopyRunner(self.graphs.session_for, m.num_layers))
+        self.slot_cache: KVCache | None = None  # a model sharing passes: the one cache its passes run over
+
+    @classmethod
+    def sharing(cls, base: OnnxModel, runner: Runner, cache: KVCache) -> OnnxModel:
+        """`base` for one stream of passes shared with others (runtime/streams.py): the same manifest,
+        graphs and session (one copy of the weights, one set of feeds), its passes run by `runner`
+        (a scheduler's, which merges them with the other streams'), over `cache` only (its slot of a
+        pool), which `new_cache` returns."""
+        model = cls.__new__(cls)
+        model.folder, model.manifest, model.provider = base.folder, base.manifest, base.provider
+        model.threads, model.spin, model.graphs, model.session = base.threads, base.spin, base.graphs, base.session
+        model.in_place, model._feeds = base.in_place, base._feeds
+        model.runner, model.slot_cache = runner, cache
+        return model
 
     @property
     def name(self) -> str:
         return self.folder.name
 
     def new_cache(self, bucket: int = BUCKET) -> KVCache:
+        if self.slot_cache is not None:
+            return self.slot_cache
         m = self.manifest
         return KVCache(m.num_layers, m.num_kv_heads, m.head_dim, m.context, bucket=bucket,
                        static=m.static or self.provider != "cpu", in_place=self.in_place,
@@ -115,7 +131,7 @@ class OnnxModel:
         feeds, seen = self._feeds(run, plan.first, slots)
         feeds["logits_index"] = np.arange(plan.size - head, plan.size, dtype=np.int64)  # [R]
         traffic = pass_traffic(self.manifest.costs, plan.size, seen, head)
-        out = self._run(feeds, cache)
+        out = self.runner(feeds, cache)
         keep = plan.kept(all_logits)
         logits = out.logits[keep]
         next_ids = out.next_ids[keep] if out.next_ids is not None else argmax(logits)

@@ -4,13 +4,15 @@ buffers it reads) or copied (the new entries come back as outputs for the host t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import onnxruntime as ort
 
 from specedge.runtime.feeds import Feeds
-from specedge.runtime.kv_cache import KVCache
+from specedge.runtime.kv_cache import CachePool, KVCache
+
+Caches = KVCache | CachePool  # a stream's cache, or every stream's (a pass shared by several)
 
 
 class RunResult(NamedTuple):
@@ -18,6 +20,13 @@ class RunResult(NamedTuple):
     next_ids: np.ndarray | None  # [R], where the graph computes them
     new_keys: list[np.ndarray]  # per layer [1, kv_heads, S, head_dim]; empty in place
     new_values: list[np.ndarray]
+
+
+class Runner(Protocol):
+    """What runs a pass's feeds over a cache: a session bound in place, a session per width, or a
+    scheduler that runs several streams' passes as one (runtime/streams.py)."""
+
+    def __call__(self, feeds: Feeds, cache: Caches) -> RunResult: ...
 
 
 def past_names(num_layers: int) -> list[tuple[str, str]]:
@@ -55,7 +64,7 @@ class InPlaceRunner:
         self._feeds: Feeds = {}
         self._out_buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rows -> (logits, next_ids)
 
-    def __call__(self, feeds: Feeds, cache: KVCache) -> RunResult:
+    def __call__(self, feeds: Feeds, cache: Caches) -> RunResult:
         b = self._cache_binding(cache)
         for name, array in feeds.items():
             b.bind_cpu_input(name, array)  # binds the array's memory, not a copy
@@ -67,7 +76,7 @@ class InPlaceRunner:
         self.session.run_with_iobinding(b)
         return RunResult(logits[0], next_ids[0] if self.next_ids else None, [], [])
 
-    def _cache_binding(self, cache: KVCache) -> ort.IOBinding:
+    def _cache_binding(self, cache: Caches) -> ort.IOBinding:
         """An IOBinding with each cache buffer bound as both past and present input/output; made
         again only when the cache's buffers change (another cache, or grown to a new bucket)."""
         buffers = [b for pair in zip(cache.keys, cache.values, strict=True) for b in pair]

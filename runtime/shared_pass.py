@@ -25,7 +25,7 @@ import numpy as np
 
 from specedge.runtime.feeds import Feeds
 from specedge.runtime.kv_cache import CachePool
-from specedge.runtime.runners import InPlaceRunner, RunResult
+from specedge.runtime.runners import Runner, RunResult
 
 
 @dataclass
@@ -92,7 +92,7 @@ class SharedModel:
     passes' times by width. priority: lower runs first when streams wait for several models (a draft
     before its target)."""
 
-    def __init__(self, runner: InPlaceRunner, pool: CachePool, priority: int) -> None:
+    def __init__(self, runner: Runner, pool: CachePool, priority: int) -> None:
         self.runner, self.pool, self.priority = runner, pool, priority
         self.curve = PassCurve()
 
@@ -106,7 +106,7 @@ class SharedModel:
         3.59 s against 3.62 s), and merged they read the weights once."""
         feeds, bounds = merge_feeds([r.feeds for r in requests], [r.slot for r in requests])
         start = time.perf_counter()
-        out = self.runner(feeds, self.pool)  # type: ignore[arg-type]  # the pool's buffers, every slot
+        out = self.runner(feeds, self.pool)  # the pool's buffers, every slot
         self.curve.observe(feeds["input_ids"].shape[1], time.perf_counter() - start)
         for request, (a, b) in zip(requests, bounds, strict=True):
             next_ids = out.next_ids[a:b] if out.next_ids is not None else None

@@ -3,9 +3,10 @@
     streams = Streams(Generator.load(target, draft=draft), slots=4)
     results = streams.generate(["def fib(n):", "class Stack:", ...], max_new_tokens=128)
 
-Each slot is a `StreamGenerator`: the Generator's models seen through `StreamModel`s, whose cache is
-the slot's share of a `CachePool` and whose passes go to one `PassScheduler`
-(runtime/shared_pass.py). A stream decodes in its own thread exactly as it would alone: its own
+Each slot is a `StreamGenerator`: a Generator over the base's models shared for one stream
+(`OnnxModel.sharing`: the same graphs and session, the slot's share of a `CachePool` as its cache,
+its passes run by a `SlotRunner`, a request to one `PassScheduler`, runtime/shared_pass.py), with
+the base's tokenizer, config and row policy. A stream decodes in its own thread exactly as it would alone: its own
 drafts, grammar, stop strings, seed and log-probabilities; only the passes are shared. Greedy
 output of each stream is token-identical to the same request alone, a seeded one gives the same
 tokens, since a row's result does not depend on the rows beside it (a target exported with the
@@ -21,16 +22,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import numpy as np
 
 from specedge.core.errors import SpecEdgeError
+from specedge.runtime.constraints import Constraint
+from specedge.runtime.decoding import SpecConfig
 from specedge.runtime.drafters import Drafter, HybridDrafter, NgramDrafter, build_drafter
 from specedge.runtime.feeds import Feeds
-from specedge.runtime.generator import GenerationResult, Generator, Prompt, Segment, draft_model
+from specedge.runtime.generator import GenerationResult, Generator, Prompt, Segment, TextStream, draft_model
 from specedge.runtime.grammar import Grammar, GrammarConstraint
-from specedge.runtime.kv_cache import BUCKET, CachePool, KVCache, available_memory
+from specedge.runtime.kv_cache import CachePool, KVCache, available_memory
 from specedge.runtime.model import OnnxModel
 from specedge.runtime.runners import RunResult
 from specedge.runtime.shared_pass import PassScheduler, Request, SharedModel
@@ -67,56 +70,56 @@ def check_shareable(gen: Generator, slots: int) -> None:
                             "int4 kernel and native attention (the registry's int4 exports on x86 and ARM)")
 
 
-class StreamModel(OnnxModel):
-    """`base`'s graphs and session for one stream: its cache is its slot of the pool, and its passes
-    are requests to the scheduler, run with the other streams' in one pass."""
+class SlotRunner:
+    """Runs one stream's passes: each a request to the scheduler, run with the other streams' in one
+    pass, over the slot's cache alone."""
 
-    def __init__(self, base: OnnxModel, shared: SharedModel, scheduler: PassScheduler, slot: int) -> None:
-        self.__dict__.update(base.__dict__)  # the same manifest, sessions and feeds: no second session
+    def __init__(self, shared: SharedModel, scheduler: PassScheduler, slot: int) -> None:
         self.shared, self.scheduler, self.slot = shared, scheduler, slot
-        self._run = self._request  # type: ignore[assignment]
 
-    def _request(self, feeds: Feeds, cache: KVCache) -> RunResult:
+    def __call__(self, feeds: Feeds, cache: KVCache | CachePool) -> RunResult:
         if cache is not self.shared.pool.cache(self.slot):
             raise ValueError(f"stream {self.slot}'s model runs over its own slot's cache only")
         return self.scheduler.submit(Request(self.shared, feeds, self.slot))
 
-    def new_cache(self, bucket: int = BUCKET) -> KVCache:
-        return self.shared.pool.cache(self.slot)
+
+def stream_model(base: OnnxModel, shared: SharedModel, scheduler: PassScheduler, slot: int) -> OnnxModel:
+    """`base` for the stream of `slot`: its passes requests to the scheduler, its cache the slot's."""
+    return OnnxModel.sharing(base, SlotRunner(shared, scheduler, slot), shared.pool.cache(slot))
 
 
 class StreamGenerator(Generator):
-    """A Generator for one slot of `Streams`: `base`'s tokenizer, config and row policy over
-    StreamModels. Its stream leaves the scheduler when it ends, however it ends."""
+    """A Generator for one slot of `Streams`: `base`'s tokenizer, config and row policy over models
+    shared for this slot; its γ auto reads its share of each pass (`clock`) and the pass curve
+    (`costs`). Its stream leaves the scheduler when it ends, however it ends."""
 
-    def __init__(self, base: Generator, target: StreamModel, drafter: Drafter | None) -> None:
-        self.__dict__.update(base.__dict__)
-        self.base = base
-        self.target, self.drafter = target, drafter
-        self.cache = target.new_cache()
-        self.slot = target.slot
-        self.clock = functools.partial(target.scheduler.seconds, self.slot)
+    def __init__(self, base: Generator, target: OnnxModel, drafter: Drafter | None, scheduler: PassScheduler,
+                 slot: int) -> None:
+        super().__init__(target, drafter, base.config, rows=base.rows, codec=base.codec)
+        self.base, self.scheduler, self.slot = base, scheduler, slot
+        self.bandwidth_gb_per_s = base.bandwidth_gb_per_s
+        self.clock = functools.partial(scheduler.seconds, slot)
 
     def constraint(self, grammar: Grammar) -> GrammarConstraint:
         return self.base.constraint(grammar)  # the vocabulary is read once, for every slot
 
-    def _segments(self, *args: object, **kwargs: object) -> Iterator[Segment]:
+    def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream, drafter: Drafter | None,
+                  constraint: Constraint | None) -> Iterator[Segment]:
         """The Generator's segments; while its reader holds a piece, the others wait for this stream
         a grace at most (PassScheduler.suspend)."""
-        scheduler = self.target.scheduler
-        segments = super()._segments(*args, **kwargs)  # type: ignore[arg-type]
+        segments = super()._segments(prompt, config, stream, drafter, constraint)
         try:
             for segment in segments:
-                scheduler.suspend(self.slot)
+                self.scheduler.suspend(self.slot)
                 try:
                     yield segment
                 finally:
-                    scheduler.resume(self.slot)
+                    self.scheduler.resume(self.slot)
         finally:
             try:
                 segments.close()  # its result and stats, however this ends
             finally:
-                scheduler.leave(self.slot)
+                self.scheduler.leave(self.slot)
 
 
 class SharedCosts:
@@ -140,9 +143,10 @@ class SharedCosts:
 TARGET_PROBE = (1, 2, 4, 8, 12, 16, 24, 32)  # widths whose pass times γ auto starts from
 
 
-def probe_curve(model: StreamModel, widths: Sequence[int], repeats: int = 2) -> None:
-    """Time passes of each width over slot `model.slot`'s empty cache (nothing committed), so the
-    curve is known before the first round."""
+def probe_curve(gen: StreamGenerator, widths: Sequence[int], repeats: int = 2) -> None:
+    """Time passes of each width over the slot's empty cache (nothing committed), so the curve is
+    known before the first round."""
+    model = gen.target
     widths = [w for w in widths if w < model.manifest.context] or [1]  # a short context: what fits
     cache = model.new_cache()
     cache.reset()
@@ -151,7 +155,7 @@ def probe_curve(model: StreamModel, widths: Sequence[int], repeats: int = 2) -> 
     for _ in range(repeats):
         for width in widths:
             model.forward(tokens[:width], cache, all_logits=True)
-    model.scheduler.leave(model.slot)
+    gen.scheduler.leave(gen.slot)
 
 
 def pool_for(model: OnnxModel, slots: int) -> CachePool:
@@ -166,25 +170,23 @@ class Streams:
         check_shareable(gen, slots)
         self.generator = gen
         self.scheduler = PassScheduler()
-        target = SharedModel(gen.target._run, pool_for(gen.target, slots), TARGET_AFTER)  # type: ignore[arg-type]
+        target = SharedModel(gen.target.runner, pool_for(gen.target, slots), TARGET_AFTER)
         self.pools = [target.pool]
         draft = draft_model(gen.drafter)
-        shared_draft = None
-        if draft is not None:
-            shared_draft = SharedModel(draft._run, pool_for(draft, slots), DRAFT_FIRST)  # type: ignore[arg-type]
+        shared_draft = SharedModel(draft.runner, pool_for(draft, slots), DRAFT_FIRST) if draft is not None else None
+        if shared_draft is not None:
             self.pools.append(shared_draft.pool)
         lookup = isinstance(gen.drafter, (NgramDrafter, HybridDrafter))
         costs = SharedCosts(self.scheduler, target)
-        drafts = [StreamModel(draft, shared_draft, self.scheduler, b) if shared_draft and draft else None
-                  for b in range(slots)]
         self.generators: list[StreamGenerator] = []
         for b in range(slots):
-            slot = StreamGenerator(gen, StreamModel(gen.target, target, self.scheduler, b),
-                                   build_drafter(drafts[b], lookup))
+            drafts = stream_model(draft, shared_draft, self.scheduler, b) if draft and shared_draft else None
+            slot = StreamGenerator(gen, stream_model(gen.target, target, self.scheduler, b),
+                                   build_drafter(drafts, lookup), self.scheduler, b)
             slot.costs = costs
             self.generators.append(slot)
         if gen.drafter is not None:  # γ auto (a request may ask for it) weighs rounds on the measured curve
-            probe_curve(self.generators[0].target, TARGET_PROBE)
+            probe_curve(self.generators[0], TARGET_PROBE)
 
     @property
     def slots(self) -> int:
@@ -238,7 +240,7 @@ class Streams:
             raise
         if errors:
             raise errors[0]
-        return results  # type: ignore[return-value]  # every one set: no failure
+        return cast(list[R], results)  # every one set: no failure
 
 
 PARALLEL_CHOICES = (4, 2)  # slots `parallel_that_pays` weighs, most first
@@ -268,12 +270,12 @@ def shared_pass_seconds(model: OnnxModel, streams: int, repeats: int) -> float:
     feeds = {"input_ids": np.full((1, streams), min(100, m.vocab_size - 1), np.int64),
              "position_ids": np.zeros((1, streams), np.int64), "stream_ids": np.arange(streams, dtype=np.int64)[None],
              "logits_index": np.arange(streams, dtype=np.int64)}
-    run = model._run
-    run(feeds, pool)  # type: ignore[arg-type]  # warm-up
+    run = model.runner
+    run(feeds, pool)  # warm-up
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        run(feeds, pool)  # type: ignore[arg-type]
+        run(feeds, pool)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

@@ -107,7 +107,7 @@ def test_a_stream_closed_early_leaves_and_the_others_go_on(pair: tuple[Path, Pat
 def test_a_fault_in_a_shared_pass_reaches_each_stream_of_it(pair: tuple[Path, Path]) -> None:
     gen = load(pair, "none", gamma=0, ignore_eos=True)
     streams = Streams(gen, 2)
-    shared = streams.generators[0].target.shared
+    shared = streams.generators[0].target.runner.shared  # its SlotRunner's SharedModel
 
     def broken(feeds: object, cache: object) -> object:
         raise MemoryError("no room")
