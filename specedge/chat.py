@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from specedge.core.errors import SpecEdgeError
+from specedge.request import Defaults, Request, config_fields, encode, shape
 from specedge.runtime.generator import Generator, Segment, check_gamma
 from specedge.runtime.reasoning import CONTENT, REASONING, ReasoningFilter, thinks
 from specedge.runtime.stats import GenerationStats
@@ -141,9 +142,12 @@ class ChatSession:
 
     def answer(self, text: str) -> None:
         history = self.fit([*self.history, {"role": "user", "content": text}])
-        stream = self.generator.stream(self.messages(history), max_new_tokens=self.max_new_tokens)
+        gen = self.generator
+        ask = Request(messages=tuple(self.messages(history)), max_tokens=self.max_new_tokens)
+        form = shape(ask, thinks=thinks(gen.codec.template_source))
+        stream = gen.stream(encode(gen, ask, gen.target.name), **config_fields(ask, Defaults.of(gen.config)))
         # a thinking model's <think> block dimmed at a terminal (elsewhere its text as written)
-        thinking = ReasoningFilter() if thinks(self.generator.codec.template_source) and self.out.isatty() else None
+        thinking = ReasoningFilter() if form.reasoning and self.out.isatty() else None
         try:
             for segment in stream.segments():
                 self.out.write(shown(segment, thinking, self.show_draft))

@@ -133,13 +133,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
         ngram, no_draft = args.ngram and not args.no_draft, args.no_draft
     config = build_config(args, no_draft=no_draft, stop=args.stop, ignore_eos=args.ignore_eos)
     gen = load_generator(args, target, draft, ngram, config)
-    prompt: str | list[int] = text
-    if args.suffix:  # fill in the middle: the prompt before the gap, the suffix after it
-        from specedge.runtime.fim import fim_prompt
+    from specedge.request import Defaults, Request, config_fields, encode, shape
 
-        prompt = fim_prompt(gen.codec, text, args.suffix, args.target or args.pair)
+    # the prompt (a chat of one message, or raw text; with --suffix, the text before the gap) as a request
+    ask = Request(messages=({"role": "user", "content": text},) if args.chat else (), prompt=text,
+                  suffix=args.suffix or None, grammar=grammar_arg(args))
     try:
-        stream = gen.stream(prompt, chat=args.chat, grammar=grammar_arg(args))
+        form = shape(ask)
+        stream = gen.stream(encode(gen, ask, args.target or args.pair), grammar=form.grammar,
+                            **config_fields(ask, Defaults.of(gen.config)))
         for piece in stream:
             if not args.json:
                 print(piece, end="", flush=True)

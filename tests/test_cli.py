@@ -285,6 +285,22 @@ def test_generate_suffix_fills_in_the_middle(fim_artifact: Path, cli_here: Run) 
     assert json.loads(proc.stdout)["prompt_tokens"] == 1 + len(prompt) + 1 + len(suffix) + 1
 
 
+def test_generate_keeps_its_stop_strings_sampling_and_ignore_eos(tiny_llama: tuple[Path, Path, Path],
+                                                                  cli_here: Run) -> None:
+    """The flags reach the decoding: --stop cuts the text where the string begins, --ignore-eos
+    decodes every token asked for, and a seeded sample repeats itself."""
+    _, target, _ = tiny_llama
+    common = ("generate", "--target", str(target), "--no-draft", "--prompt", "abcabc", "--json")
+    whole = json.loads(cli_here(*common, "-n", "24", "--ignore-eos").stdout)
+    assert whole["n_tokens"] == 24 and whole["stop_reason"] == "max_new_tokens"
+    stop = whole["text"][6:8]
+    cut = json.loads(cli_here(*common, "-n", "24", "--ignore-eos", "--stop", stop).stdout)
+    assert cut["stop_reason"] == "stop_string" and cut["text"] == whole["text"][:whole["text"].find(stop)]
+    sampled = [json.loads(cli_here(*common, "-n", "12", "--temperature", "1.5", "--seed", "4").stdout)["token_ids"]
+               for _ in range(2)]
+    assert sampled[0] == sampled[1] != whole["token_ids"][:12]
+
+
 def test_generate_suffix_without_fim_tokens_is_one_line(tiny_llama: tuple[Path, Path, Path], cli_here: Run) -> None:
     _, target, _ = tiny_llama
     proc = cli_here("generate", "--target", str(target), "--no-draft", "--prompt", "def f(", "--suffix", "):")

@@ -34,16 +34,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import cpu_info
-from specedge.kernels.sampling import SamplingParams
-from specedge.runtime.fim import NoFimTokens, fim_prompt, find_fim_tokens
+from specedge.request import Defaults, RequestError, Shape, config_fields, encode, finish_reason, read_reply, shape
+from specedge.runtime.fim import NoFimTokens, find_fim_tokens
 from specedge.runtime.generator import Generator, draft_model
 from specedge.runtime.grammar import GrammarConstraint, unsatisfiable
 from specedge.runtime.model import check_token_ids
-from specedge.runtime.reasoning import CONTENT, REASONING, ReasoningFilter, split_reasoning, thinks
+from specedge.runtime.reasoning import CONTENT, REASONING, ReasoningFilter, thinks
 from specedge.runtime.streams import Streams
 from specedge.runtime.template.sandbox import ChatTemplateError
 from specedge.runtime.text import PromptTooLong, TextCodec
-from specedge.runtime.tools import ToolMarkup, read_tool_calls, renders_tools
+from specedge.runtime.tools import ToolMarkup, renders_tools
 from specedge.serve.guard import LOCAL, Origins, RequestGuard
 from specedge.serve.logprobs import LogprobShapes, TokenSpeller
 from specedge.serve.metrics import CONTENT_TYPE, Metrics
@@ -61,8 +61,8 @@ from specedge.serve.protocol import (
     parse_completion,
     parse_json,
 )
-from specedge.serve.responses import DONE, Shaper, finish_reason, specedge_stats, sse, usage
-from specedge.serve.structured import FREE_TEXT, Structure, ToolCallFilter, api_calls, parse_structure
+from specedge.serve.responses import DONE, Shaper, specedge_stats, sse, usage
+from specedge.serve.structured import ToolCallFilter, api_calls, parse_output
 from specedge.serve.worker import Failed, Finished, GenerationWorker, Job, Piece, QueueFull
 
 log = logging.getLogger("specedge.serve")
@@ -334,7 +334,7 @@ class Server:
 
     async def chat(self, request: Request) -> Response | EventStream:
         body = parse_json(await read_body(request))
-        return await self.complete(request, parse_chat(body), parse_structure(body, self.markup))
+        return await self.complete(request, dataclasses.replace(parse_chat(body), **parse_output(body)))
 
     async def completions(self, request: Request) -> Response | EventStream:
         return await self.complete(request, parse_completion(parse_json(await read_body(request))))
@@ -406,9 +406,9 @@ class Server:
                                 f"tokens can hold (at most {self.max_prompt_chars}); shorten the prompt",
                            param=param, code="context_length_exceeded")
 
-    def check_tools(self, structure: Structure) -> None:
+    def check_tools(self, req: GenerationRequest) -> None:
         """Tools need a chat template that lists them: 422 naming the model, before it is queued."""
-        if structure.tools and not self.lists_tools:
+        if req.tools and not self.lists_tools:
             raise APIError(422, f"the model '{self.settings.model_id}' has a chat template that does not list "
                                 "tools, so it cannot be told about them", param="tools", code="unsupported_parameter")
 
@@ -418,17 +418,11 @@ class Server:
             raise APIError(422, one_line(NoFimTokens(self.settings.model_id).problem), param="suffix",
                            code="unsupported_parameter")
 
-    def encode(self, req: GenerationRequest, tools: tuple[dict[str, Any], ...] = ()) -> list[int]:
+    def encode(self, req: GenerationRequest) -> list[int]:
         """The prompt's token ids, checked to fit the context (on the worker thread, in the job's turn)."""
         param = "messages" if req.kind == "chat" else "prompt"
-        prompt = list(req.messages) if req.kind == "chat" else req.prompt
         try:
-            if req.suffix is not None:  # fill in the middle: the prompt before the gap, the suffix after it
-                ids = fim_prompt(self.generator.codec, req.prompt, req.suffix, self.settings.model_id)
-            else:
-                ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt),
-                                            tools=list(tools) or None, limit=self.context - 1,
-                                            template_kwargs=req.template_kwargs)
+            ids = encode(self.generator, req, self.settings.model_id, limit=self.context - 1)
         except ChatTemplateError as e:  # raw text is the way round: the completions endpoint's field
             raise APIError(400, one_line(str(e.advise("send the text as `prompt` to /v1/completions instead of "
                                                       "`messages`"))), param=param, code="invalid_value") from None
@@ -443,56 +437,57 @@ class Server:
                                 "shorten the prompt", param=param, code="context_length_exceeded")
         return ids
 
-    def grammar_state(self, structure: Structure, max_tokens: int) -> GrammarConstraint:
+    def shape(self, req: GenerationRequest) -> Shape:
+        """What the request asks of the output on this model (specedge/request.py), a 400 naming the field."""
+        try:
+            return shape(req, self.markup, self.thinks)
+        except RequestError as e:
+            raise invalid(e.param, e.problem) from None
+
+    def grammar_state(self, form: Shape, max_tokens: int) -> GrammarConstraint:
         """A fresh state of the request's grammar over the model's vocabulary (off the event loop: a
         large grammar compiles for a moment), refused with a 400 naming its field if llguidance
         cannot use it or it admits no output within the tokens the request may decode."""
-        assert structure.grammar is not None
+        assert form.grammar is not None
         try:
-            constraint = self.generator.constraint(structure.grammar)
+            constraint = self.generator.constraint(form.grammar)
         except SpecEdgeError as e:
-            raise invalid(structure.grammar_param, e.problem) from None
+            raise invalid(form.grammar_param, e.problem) from None
         if why := unsatisfiable(constraint, min(max_tokens, self.context)):
-            raise invalid(structure.grammar_param, why)
+            raise invalid(form.grammar_param, why)
         return constraint
 
     def overrides(self, req: GenerationRequest) -> dict[str, object]:
-        """The request's SpecConfig fields, checked (a SpecEdgeError is a 400)."""
+        """The request's SpecConfig fields, the server's defaults where it sets none, checked (a
+        SpecEdgeError is a 400)."""
         d, config = self.settings, self.generator.config
-        sampling = SamplingParams(temperature=d.temperature if req.temperature is None else req.temperature,
-                                  top_k=d.top_k if req.top_k is None else req.top_k,
-                                  top_p=d.top_p if req.top_p is None else req.top_p,
-                                  min_p=d.min_p if req.min_p is None else req.min_p)
-        fields: dict[str, object] = {"max_new_tokens": req.max_tokens or d.max_tokens, "sampling": sampling,
-                                     "stop_strings": req.stop, "ignore_eos": req.ignore_eos,
-                                     "seed": config.seed if req.seed is None else req.seed,
-                                     "acceptance": req.acceptance or config.acceptance, "logprobs": req.logprobs}
+        defaults = Defaults(max_tokens=d.max_tokens, temperature=d.temperature, top_p=d.top_p, top_k=d.top_k,
+                            min_p=d.min_p, seed=config.seed, acceptance=config.acceptance)
+        fields = config_fields(req, defaults)
         dataclasses.replace(config, **fields)
         return fields
 
-    async def complete(self, request: Request, req: GenerationRequest,
-                       structure: Structure = FREE_TEXT) -> Response | EventStream:
+    async def complete(self, request: Request, req: GenerationRequest) -> Response | EventStream:
         self.check_model(req.model)
         self.check_suffix(req)
         self.check_prompt_size(req)
         shapes = None if req.logprobs is None else LogprobShapes(req.kind, self.spell)
         shaper = Shaper(req.kind, self.settings.model_id, logprobs=shapes)
-        self.check_tools(structure)
+        self.check_tools(req)
+        form = self.shape(req)
         overrides = self.overrides(req)
-        constraint = None if structure.grammar is None else await run_in_threadpool(
-            self.grammar_state, structure, int(overrides["max_new_tokens"]))  # type: ignore[call-overload]
-        job = Job(shaper.id, functools.partial(self.encode, req, structure.tools), overrides,
-                  asyncio.get_running_loop(), stream=req.stream, constraint=constraint,
-                  prediction=structure.prediction, show_draft=req.show_draft)
+        constraint = None if form.grammar is None else await run_in_threadpool(
+            self.grammar_state, form, int(overrides["max_new_tokens"]))  # type: ignore[call-overload]
+        job = Job(shaper.id, functools.partial(self.encode, req), overrides, asyncio.get_running_loop(),
+                  stream=req.stream, constraint=constraint, prediction=req.prediction, show_draft=req.show_draft)
         try:
             self.worker.submit(job)
         except QueueFull as e:
             raise APIError(503, f"the server is busy: {self.worker.waiting} requests wait for the one being "
                                 f"decoded; retry in {e.retry_after} s", kind="server_error", code="queue_full",
                            headers={"Retry-After": str(e.retry_after)}) from None
-        thinking = req.kind == "chat" and req.split_reasoning and self.thinks
         if req.stream:
-            return EventStream(job, shaper, req.include_usage, structure.call_names, thinking)
+            return EventStream(job, shaper, req.include_usage, form.call_names, form.reasoning)
         finished = await until_first(job.events.get(), request.receive, job)
         if finished is None:
             return Response(status_code=204)  # the client is gone; nobody reads this
@@ -501,14 +496,13 @@ class Server:
             raise error_for(event.error)
         assert isinstance(event, Finished)
         result = event.result
-        reasoning, answer = split_reasoning(result.text) if thinking else (None, result.text)
-        text, calls = read_tool_calls(answer, structure.call_names) if structure.parse_tools else (answer, [])
-        return JSONResponse(shaper.whole(text if text or not calls else None,
-                                         finish_reason(result.stats.stop_reason, bool(calls)),
+        answer = read_reply(result.text, form)
+        return JSONResponse(shaper.whole(answer.text if answer.text or not answer.calls else None,
+                                         finish_reason(result.stats.stop_reason, bool(answer.calls)),
                                          usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused,
-                                               result.stats, structure.prediction is not None),
+                                               result.stats, req.prediction is not None),
                                          specedge_stats(result.stats, event.reused, event.timing), result.logprobs,
-                                         api_calls(calls) if calls else None, reasoning))
+                                         api_calls(answer.calls) if answer.calls else None, answer.reasoning))
 
 
 async def not_found(request: Request, exc: Exception) -> JSONResponse:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from starlette.responses import JSONResponse
 
 from specedge.core.errors import SpecEdgeError
+from specedge.request import Request
 from specedge.runtime.grammar import GrammarFault
 from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
 from specedge.runtime.template.options import check_template_kwargs
@@ -144,31 +145,19 @@ def _refuse_constant(name: str) -> float:
 
 
 @dataclass(frozen=True)
-class GenerationRequest:
-    """One checked request. messages (chat) or prompt (completion: text or token ids) is set;
-    a None parameter takes the server's default."""
+class GenerationRequest(Request):
+    """One checked request (specedge/request.py's Request, read from a JSON body), and how the
+    server is to send its answer. A None sampling parameter takes the server's default. Beyond the
+    OpenAI API: top_k and min_p (as llama.cpp's server and vLLM take them), ignore_eos (decode exactly
+    max_tokens: benchmarks), {"specedge": {"acceptance": "race"|"rejection", "show_draft": true}},
+    chat_template_kwargs (vLLM's), reasoning_format (llama-server's: "none" leaves a thinking model's
+    <think> block in the content)."""
 
-    kind: Kind
-    model: str | None
-    messages: tuple[Message, ...] = ()
-    prompt: str | tuple[int, ...] = ""
+    kind: Kind = "chat"
+    model: str | None = None
     stream: bool = False
     include_usage: bool = False
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None  # not in the OpenAI API; llama.cpp's server and others take it
-    min_p: float | None = None  # not in the OpenAI API; llama.cpp's server and vLLM take it
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    ignore_eos: bool = False  # not in the OpenAI API: decode exactly max_tokens (benchmarks)
-    acceptance: str | None = None  # not in the OpenAI API: {"specedge": {"acceptance": "race"|"rejection"}}
-    show_draft: bool = False  # not in the OpenAI API: {"specedge": {"show_draft": true}}: each chunk's origin
-    logprobs: int | None = None  # None: none; N: each token's log-probability and its N likeliest alternatives
-    suffix: str | None = None  # completion: the text after the gap to fill in (fill-in-the-middle)
-    template_kwargs: dict[str, Any] | None = None  # chat: extra template variables (vLLM's chat_template_kwargs)
-    split_reasoning: bool = True  # chat: a thinking model's <think> block as reasoning_content (llama-server's
-    # reasoning_format "none": left in the content)
+    show_draft: bool = False  # each streamed chunk says where its tokens came from
 
 
 # Known parameters this server cannot honour, each with the test that a value is the API's default

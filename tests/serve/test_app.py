@@ -215,10 +215,10 @@ def test_a_stream_waiting_in_the_queue_is_kept_alive_by_pings(tiny_llama: tuple[
     server, gate, pinged = app.state.server, threading.Event(), threading.Event()
     encode, ping = server.encode, app_module.EventStream.ping
 
-    def held(req, tools=()):  # type: ignore[no-untyped-def]
+    def held(req):  # type: ignore[no-untyped-def]
         if req.prompt == "HOLD":  # the request ahead: decoded once the others have been seen waiting
             gate.wait(30)
-        return encode(req, tools)
+        return encode(req)
 
     streams_pinged: set[int] = set()
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from specedge.request import finish_reason
 from specedge.serve.protocol import APIError, parse_chat, parse_completion, parse_json
-from specedge.serve.responses import finish_reason
-from specedge.serve.structured import parse_structure
+from specedge.serve.structured import parse_output
 from specedge.serve.worker import cached_prefix
 
 USER = [{"role": "user", "content": "hi"}]
@@ -15,7 +15,7 @@ USER = [{"role": "user", "content": "hi"}]
 def parse_chat_request(body: dict[str, object]) -> None:
     """What the server parses of a chat request: its parameters, then the output's shape."""
     parse_chat(body)
-    parse_structure(body)
+    parse_output(body)
 
 
 def status_of(fn, body) -> int:  # type: ignore[no-untyped-def]
