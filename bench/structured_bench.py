@@ -120,7 +120,7 @@ def original_code(prompt: str) -> str:
 
 
 def load(target: Path, draft: Path | None, max_new: int) -> Generator:
-    config = SpecConfig(gamma=4 if draft else 0, auto_gamma=draft is not None, max_new_tokens=max_new)
+    config = SpecConfig.auto(max_new_tokens=max_new) if draft else SpecConfig(gamma=0, max_new_tokens=max_new)
     return Generator.load(target, draft=draft, ngram=draft is not None, config=config)
 
 

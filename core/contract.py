@@ -52,6 +52,9 @@ def logits_rows(width: int) -> int:
 
 
 # -- choosing γ ---------------------------------------------------------------------------------
+DEFAULT_GAMMA = 4  # the draft tokens a round asks for when nothing else says (γ auto's first round)
+
+
 def gamma_choices(widths: Iterable[int]) -> tuple[int, ...]:
     """The draft lengths γ >= 1 that exported widths can verify (width γ+1 <= MAX_VERIFY_WIDTH)."""
     return tuple(w - 1 for w in sorted(widths) if 2 <= w <= MAX_VERIFY_WIDTH)

@@ -346,18 +346,32 @@ def load_manifest(folder: Path, verify: bool = True) -> Manifest:
     return manifest
 
 
+def manifest_fields(folder: Path) -> dict[str, Any] | None:
+    """The fields of `folder`'s manifest.json as written, unchecked (None: it has none): a peek at one
+    field before a manifest is loaded and checked (`load_manifest`), or of a folder that may not be an
+    artifact. A file that is not a JSON object of a sane size raises DamagedArtifactError."""
+    path = Path(folder) / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise DamagedArtifactError(path.parent, f"{path} is {path.stat().st_size} bytes, too large for a manifest")
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise DamagedArtifactError(path.parent, f"{path} is not a valid manifest ({e})") from None
+    if not isinstance(raw, dict):
+        raise DamagedArtifactError(path.parent, f"{path} is not a valid manifest (a JSON {_kind(raw)}, not an object)")
+    return raw
+
+
 def parse_manifest(path: Path) -> Manifest:
     def damaged(problem: str, why: str = "") -> DamagedArtifactError:
         return DamagedArtifactError(path.parent, problem, why)
 
-    try:
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise damaged(f"{path} is {path.stat().st_size} bytes, too large for a manifest")
-        raw = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise damaged(f"{path} is not a valid manifest ({e})") from None
-    if not isinstance(raw, dict):
-        raise damaged(f"{path} is not a valid manifest (a JSON {_kind(raw)}, not an object)")
+    if not path.is_file():
+        raise damaged(f"{path} is not a valid manifest (there is no such file)")
+    raw = manifest_fields(path.parent)
+    assert raw is not None
     if raw.get("schema_version") != SCHEMA_VERSION or type(raw.get("schema_version")) is not int:
         raise damaged(f"{path} has schema version {raw.get('schema_version')!r}, this specedge reads "
                       f"{SCHEMA_VERSION}", "it was written by another version of specedge")

@@ -34,6 +34,7 @@ from typing import Protocol
 
 import numpy as np
 
+from specedge.core.contract import DEFAULT_GAMMA
 from specedge.core.errors import SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_rejection, accept_sampled
 from specedge.kernels.laws import Laws, law
@@ -48,7 +49,6 @@ from specedge.runtime.rows import ONE_ROW, RowPolicy, group_pad
 from specedge.runtime.stats import GenerationStats, RoundCounts
 
 ACCEPTANCE = ("auto", "race", "rejection")
-DEFAULT_GAMMA = 4  # the draft tokens a round asks for when nothing else says (γ auto's first round)
 OnLogits = Callable[[np.ndarray, list[int]], None]
 
 

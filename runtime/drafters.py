@@ -121,6 +121,16 @@ def adapt(drafter: Any) -> Any:
     return EarlierDrafter(drafter)
 
 
+def continuations(seq: np.ndarray, needle: np.ndarray) -> np.ndarray:
+    """Where each occurrence of `needle` in `seq` that has a token after it ends (ascending): the
+    suffix search of the n-gram lookup and of a prediction's place."""
+    n = len(needle)
+    if n == 0 or len(seq) <= n:
+        return np.empty(0, dtype=np.int64)
+    windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # [L-n, n]
+    return np.flatnonzero((windows == needle).all(axis=1)) + n
+
+
 class NgramDrafter:
     name = "ngram"
 
@@ -139,10 +149,9 @@ class NgramDrafter:
         and that n (0: no match)."""
         arr = np.asarray(context, dtype=np.int64)
         for n in range(min(self.max_ngram, len(arr) - 1), self.min_ngram - 1, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(arr[:-1], n)  # [L-n, n]
-            hits = np.flatnonzero((windows == arr[-n:]).all(axis=1))
-            if hits.size:
-                start = int(hits[-1]) + n
+            ends = continuations(arr, arr[-n:])
+            if ends.size:
+                start = int(ends[-1])
                 return arr[start:start + k].tolist(), n
         return [], 0
 
@@ -278,8 +287,7 @@ class PredictionDrafter:
         """Where in the prediction the context continues (-1: nowhere)."""
         tail = np.asarray(context[-self.max_ngram:], dtype=np.int64)
         for n in range(min(len(tail), len(self.tokens) - 1), self.min_match - 1, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(self.tokens[:-1], n)
-            ends = np.flatnonzero((windows == tail[-n:]).all(axis=1)) + n
+            ends = continuations(self.tokens, tail[-n:])
             if ends.size:
                 ahead = ends[ends >= self.cursor]
                 return int(ahead[0] if ahead.size else ends[-1])

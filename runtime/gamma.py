@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from specedge.core.contract import gamma_choices
+from specedge.core.contract import DEFAULT_GAMMA, gamma_choices
 from specedge.kernels.acceptance import round_rate
 
 PRIOR_ALPHA = 0.7
@@ -89,7 +89,7 @@ class SourceStats:
 @dataclass
 class GammaController:
     choices: tuple[int, ...]  # candidate γ >= 1, from the exported widths
-    start: int = 4
+    start: int = DEFAULT_GAMMA
     decay: float = 0.97
     probe_every: int = 8
     t_verify: dict[int, float] = field(default_factory=dict)  # width -> seconds
@@ -99,7 +99,8 @@ class GammaController:
     costs: RoundCosts | None = None  # a stream sharing passes: its rounds' costs (else measured here)
 
     @classmethod
-    def for_widths(cls, widths: Sequence[int], start: int = 4, costs: RoundCosts | None = None) -> GammaController:
+    def for_widths(cls, widths: Sequence[int], start: int = DEFAULT_GAMMA,
+                   costs: RoundCosts | None = None) -> GammaController:
         choices = gamma_choices(widths)
         return cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0, costs=costs)
 

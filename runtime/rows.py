@@ -20,7 +20,6 @@ two reasons, and both paddings are here:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from specedge.core.contract import MAX_VERIFY_WIDTH
+from specedge.core.manifest import manifest_fields
 
 
 @dataclass(frozen=True)
@@ -115,10 +115,10 @@ def one_width_graph(graph: Path, width: int | None) -> tuple[Path, int | None]:
     row groups): plain steps and verifications compute each row alike, and greedy speculation stays
     token-identical to plain decoding."""
     graph = Path(graph)
-    manifest = graph.parent / "manifest.json"
-    if width is None or not manifest.is_file():
+    fields = manifest_fields(graph.parent) if width is not None else None
+    if fields is None:
         return graph, None
-    graphs = json.loads(manifest.read_text()).get("graphs", {})
+    graphs = fields.get("graphs", {})
     target = max((int(w) for w in graphs if int(w) <= MAX_VERIFY_WIDTH), default=None)
     if target is None or width >= target or not graphs.get(str(target)) or graphs.get(str(width)) != graph.name:
         return graph, None

@@ -15,7 +15,6 @@ asks for, and one-line errors for providers this installation lacks.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import manifest_fields
 from specedge.kernels import native
 from specedge.runtime import qnn
 from specedge.runtime.rows import PaddedSession, one_width_graph
@@ -194,8 +194,8 @@ def _load_error(graph: Path, provider: str, e: Exception) -> SpecEdgeError:
 def check_built_for_qnn(graph: Path) -> None:
     """A graph of an artifact exported for another target (a CPU graph: dynamic shapes, CPU-only
     kernels) is refused before QNN compiles any of it."""
-    manifest = graph.parent / "manifest.json"
-    target = json.loads(manifest.read_text()).get("target", "cpu") if manifest.is_file() else "qnn"
+    fields = manifest_fields(graph.parent)
+    target = fields.get("target", "cpu") if fields is not None else "qnn"
     if target != "qnn":
         raise SpecEdgeError(f"{graph.parent} was exported for {target}, not for QNN's HTP backend",
                             "export it with `specedge export --for qnn`")

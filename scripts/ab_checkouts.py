@@ -85,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
                                 "a": got["a"]["tokens_per_s"], "b": got["b"]["tokens_per_s"], "same": same})
                 if not same:
                     differ.append((r, i, name))
-                print(f"{r}.{i} {row['kind']} {name}: A {got['a']['tokens_per_s']:.1f}, B {got['b']['tokens_per_s']:.1f} "
-                      f"tok/s ({ratio:.3f}x){'' if same else ' TOKENS DIFFER'}", flush=True)
+                speeds = f"A {got['a']['tokens_per_s']:.1f}, B {got['b']['tokens_per_s']:.1f} tok/s"
+                print(f"{r}.{i} {row['kind']} {name}: {speeds} ({ratio:.3f}x){'' if same else ' TOKENS DIFFER'}",
+                      flush=True)
     median = statistics.median(s["ratio"] for s in samples)
     print(f"\nB / A decoding speed, median over {len(samples)} runs: {median:.3f}x; tokens identical on "
           f"{len(samples) - len(differ)}/{len(samples)}")

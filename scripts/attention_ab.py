@@ -26,7 +26,7 @@ from specedge.runtime.weight_pages import OPT_OUT_ENV
 def load(target: Path, draft: Path, mapped: bool = False) -> tuple[Generator, Generator]:
     os.environ[OPT_OUT_ENV] = "1" if mapped else "0"  # read as each model loads
     plain = Generator.load(target, config=SpecConfig(gamma=0), single_steps=True)
-    spec = Generator.load(target, draft=draft, ngram=True, config=SpecConfig(gamma=4, auto_gamma=True))
+    spec = Generator.load(target, draft=draft, ngram=True, config=SpecConfig.auto())
     return plain, spec
 
 

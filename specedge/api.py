@@ -264,8 +264,12 @@ def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bo
         use_ngram, single = bool(ngram), False
         line = "as the arguments say"
     speculate = draft_path is not None or use_ngram
-    config = SpecConfig(gamma=4 if gamma in (None, "auto") else int(gamma), auto_gamma=gamma in (None, "auto")) \
-        if speculate else SpecConfig(gamma=0)
+    if not speculate:
+        config = SpecConfig(gamma=0)
+    elif gamma is None or gamma == "auto":
+        config = SpecConfig.auto()
+    else:
+        config = SpecConfig(gamma=int(gamma))
     gen = Generator.load(target, draft=draft_path, ngram=use_ngram, provider=provider, threads=threads,
                          config=config, single_steps=single and not speculate)
     from specedge.options import finish_load

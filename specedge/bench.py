@@ -92,7 +92,7 @@ def modes(target: OnnxModel, draft: OnnxModel, gammas: Sequence[int], plain_targ
     """Plain decoding (by `plain_target`, the target's session that runs alone) first, then the
     draft model at each γ and at γ auto, n-gram and hybrid over `target`, all under `rows`."""
     model = build_drafter(draft, ngram=False)
-    auto = SpecConfig(gamma=4, auto_gamma=True)
+    auto = SpecConfig.auto()
     return [Job("plain", plain_target, None, SpecConfig(gamma=0), rows=rows),
             *(Job(f"draft-g{g}", target, model, SpecConfig(gamma=g), rows=rows) for g in gammas),
             Job("draft-auto", target, model, auto, rows=rows),
@@ -120,7 +120,7 @@ def baseline_jobs(folder: Path, draft: OnnxModel, only: Sequence[str] | None) ->
             "baseline-hybrid": build_drafter(draft, ngram=True)}
     for mode, drafter in spec.items():
         if only is None or mode in only:
-            jobs.append(Job(mode, baseline, drafter, SpecConfig(gamma=4, auto_gamma=True), reference="baseline-rows",
+            jobs.append(Job(mode, baseline, drafter, SpecConfig.auto(), reference="baseline-rows",
                             rows=rows))
     return jobs
 
@@ -137,7 +137,7 @@ def default_job(way, target_dir: Path, baseline_dir: Path | None, draft: OnnxMod
     model = OnnxModel(way.target)
     reference = "plain" if same_target else "baseline-rows" if same_baseline else "default"
     drafter = build_drafter(draft, ngram=way.ngram)
-    return Job("default", model, drafter, SpecConfig(gamma=4, auto_gamma=True), reference=reference,
+    return Job("default", model, drafter, SpecConfig.auto(), reference=reference,
                rows=probe_rows(model))
 
 

@@ -141,7 +141,7 @@ def speculative_generators(folder: Path, rows: RowPolicy, draft: OnnxModel,
     """Speculation over an export with each drafter ("draft", "hybrid"), γ auto, its rows run as
     its probe found when its passes were timed; the drafters share one target session."""
     target = OnnxModel(folder, verify=False)
-    return {d: Generator(target, build_drafter(draft, ngram=d == "hybrid"), SpecConfig(gamma=4, auto_gamma=True),
+    return {d: Generator(target, build_drafter(draft, ngram=d == "hybrid"), SpecConfig.auto(),
                          rows=rows) for d in drafters}
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specedge.core.contract import DEFAULT_GAMMA
 from specedge.core.errors import SpecEdgeError
 from specedge.hub import hub_artifact, is_hub_name
 from specedge.models.registry import DEFAULT_PAIR, MODELS
@@ -211,7 +212,7 @@ def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequenc
 
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
     auto = args.gamma in (None, "auto") and not no_draft  # None: not given, auto
-    gamma = 0 if no_draft else (4 if auto else int(args.gamma))
+    gamma = 0 if no_draft else (DEFAULT_GAMMA if auto else int(args.gamma))
     return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens, sampling=sampling,
                       stop_strings=tuple(stop or ()), seed=args.seed, ignore_eos=ignore_eos,
                       acceptance=getattr(args, "acceptance", None) or "auto")

@@ -10,7 +10,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from specedge.core.contract import MAX_VERIFY_WIDTH, gamma_choices
+from specedge.core.contract import DEFAULT_GAMMA, MAX_VERIFY_WIDTH, gamma_choices
 from specedge.core.errors import SpecEdgeError
 from specedge.core.manifest import Manifest, load_manifest
 from specedge.device_profiles.measure import measure_bandwidth
@@ -136,7 +136,7 @@ def alpha_from_tokens_per_round(tokens: float, gamma: int) -> float:
     return (lo + hi) / 2
 
 
-def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 96, gamma: int = 4) -> float:
+def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 96, gamma: int = DEFAULT_GAMMA) -> float:
     """Effective acceptance α of the pair at γ = 4 over the built-in prompts (those that fit)."""
     gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=gamma, max_new_tokens=max_new_tokens))
     produced = rounds = 0

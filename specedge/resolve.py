@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from specedge.core.contract import MANIFEST_NAME
-from specedge.core.errors import SpecEdgeError
+from specedge.core.errors import DamagedArtifactError, SpecEdgeError
+from specedge.core.manifest import manifest_fields
 from specedge.export.cache import artifact_path, is_exported
 from specedge.export.settings import ExportSettings, int4_kernel_here, int8_weights_here
 from specedge.models.fetch import fetch
@@ -34,8 +34,8 @@ def why_again(label: str, settings: ExportSettings) -> str:
         return ""
     for manifest in artifacts_dir().glob(f"{label}-int4-*/{MANIFEST_NAME}"):
         try:
-            q = json.loads(manifest.read_text()).get("quantization", {})
-        except (OSError, ValueError):
+            q = (manifest_fields(manifest.parent) or {}).get("quantization", {})
+        except DamagedArtifactError:
             continue
         if q.get("kernel", "nbits") != "rows":
             return " for specedge's native int4 kernel (the cached int4 export runs MatMulNBits)"
