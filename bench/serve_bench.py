@@ -152,7 +152,7 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
     http = httpx.Client()
     try:
-        from specedge.runtime.decoding import SpecConfig
+        from specedge.runtime.round.decoding import SpecConfig
 
         auto = args.gamma == "auto"
         gen = Generator.load(target, draft=draft, ngram=args.ngram, threads=args.threads,

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specedge.device_profiles.cpu import cpu_info
-from specedge.runtime import Generator, SpecConfig, decoding, drafters
+from specedge.runtime import Generator, SpecConfig
+from specedge.runtime.constraints.grammar import Grammar, GrammarConstraint
 from specedge.runtime.generator import GenerationResult
-from specedge.runtime.grammar import Grammar, GrammarConstraint
+from specedge.runtime.round import decoding, drafters
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
 SCHEMAS = {

@@ -40,7 +40,7 @@ ROWS_LAYOUTS = {1: 8, 2: 32}
 # exact: every row of a wide pass bitwise equal to a 1-token step, as built, with row-exact weights (w8a8,
 # fp32, int4 block 32); fused: ONNX Runtime's GroupQueryAttention with the cache updated in place, faster
 # steps, rows exact only in whole groups (a draft, or a target verifying in row groups). Whether this CPU
-# keeps a graph's rows exact, and in which groups, runtime/row_groups.py probes.
+# keeps a graph's rows exact, and in which groups, runtime/engine/row_groups.py probes.
 MASK_VALUE = -30000.0  # the attention bias of a masked slot: exp() of it is exactly 0 in fp32 and fp16, never NaN
 MAX_VERIFY_WIDTH = 13  # γ <= 12: wider passes only prefill (a static graph wider than this returns its last row)
 

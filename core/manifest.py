@@ -89,7 +89,7 @@ class Manifest:
     def rows_exact(self) -> bool:
         """Every row of a pass equals the 1-token step at its position as built (exact attention,
         MatMulNBits blocks of at most 32 or specedge's rows kernel at any block), not necessarily on
-        this CPU for MatMulNBits: runtime/row_groups.py probes which groups of rows it keeps exact,
+        this CPU for MatMulNBits: runtime/engine/row_groups.py probes which groups of rows it keeps exact,
         and a target verifies in those."""
         q = self.quantization
         wide_blocks = q.method in ("int4", "int8") and q.block_size > 32 and q.kernel != "rows"

@@ -59,7 +59,7 @@ def compile_contexts(folder: Path, soc: str | None = None, shared: bool = True,
                      threads: int | None = None) -> CompiledContexts:
     """Compile every width's graph of the QNN artifact `folder` for `soc` (see the module doc)."""
     from specedge.export.artifact import peak_rss_bytes
-    from specedge.runtime.session import ProviderSetup, check_provider, make_qnn_session, session_options
+    from specedge.runtime.engine.session import ProviderSetup, check_provider, make_qnn_session, session_options
 
     check_provider("qnn")
     folder = Path(folder)

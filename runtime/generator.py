@@ -20,9 +20,14 @@ from typing import Any, NamedTuple
 
 from specedge.core.contract import gamma_choices
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.constraints import Constraint, Guide
-from specedge.runtime.decoding import LogprobWatcher, Run, SpecConfig, Tally, decode_tokens, gamma_auto
-from specedge.runtime.drafters import (
+from specedge.runtime.constraints.grammar import Grammar, GrammarConstraint, Vocabulary
+from specedge.runtime.constraints.guide import Constraint, Guide
+from specedge.runtime.engine.model import OnnxModel, check_token_ids
+from specedge.runtime.engine.row_groups import probe_rows
+from specedge.runtime.engine.rows import SINGLE_STEPS, RowPolicy
+from specedge.runtime.engine.session import resolve_provider
+from specedge.runtime.round.decoding import LogprobWatcher, Run, SpecConfig, Tally, decode_tokens, gamma_auto
+from specedge.runtime.round.drafters import (
     Drafter,
     DraftModelDrafter,
     HybridDrafter,
@@ -31,15 +36,10 @@ from specedge.runtime.drafters import (
     adapt,
     build_drafter,
 )
-from specedge.runtime.gamma import RoundCosts
-from specedge.runtime.grammar import Grammar, GrammarConstraint, Vocabulary
-from specedge.runtime.logprobs import LogprobRecorder, TokenLogprob
-from specedge.runtime.model import OnnxModel, check_token_ids
-from specedge.runtime.row_groups import probe_rows
-from specedge.runtime.rows import SINGLE_STEPS, RowPolicy
-from specedge.runtime.session import resolve_provider
-from specedge.runtime.stats import GenerationStats
-from specedge.runtime.text import Message, StreamDecoder, TextCodec
+from specedge.runtime.round.gamma import RoundCosts
+from specedge.runtime.round.logprobs import LogprobRecorder, TokenLogprob
+from specedge.runtime.round.stats import GenerationStats
+from specedge.runtime.text.codec import Message, StreamDecoder, TextCodec
 
 Prompt = str | Sequence[int] | Sequence[Message]
 
@@ -177,7 +177,7 @@ class Generator:
                  rows: RowPolicy | None = None, codec: TextCodec | None = None) -> None:
         """rows: the target's row policy, if already decided (by `probe_rows`, for another
         Generator over the same model; or `SINGLE_STEPS`: plain decoding in unpadded 1-token
-        passes, see runtime/rows.py); else probed here, once. codec: another Generator's over the
+        passes, see runtime/engine/rows.py); else probed here, once. codec: another Generator's over the
         same model (its tokenizer and chat template), else read from the target's folder."""
         if (draft := draft_model(drafter)) is not None:
             check_pair(target, draft)
@@ -202,7 +202,7 @@ class Generator:
              config: SpecConfig | None = None, fallback: str | None = None,
              single_steps: bool = False) -> Generator:
         """fallback: a provider to use (and say so) when `provider` is missing, e.g. "cpu".
-        single_steps: plain decoding in unpadded 1-token passes (`SINGLE_STEPS`, runtime/rows.py)."""
+        single_steps: plain decoding in unpadded 1-token passes (`SINGLE_STEPS`, runtime/engine/rows.py)."""
         if single_steps and (draft is not None or ngram):
             raise SpecEdgeError("single_steps is for plain decoding only", "drop the draft and ngram, or single_steps")
         draft_provider = resolve_provider(draft_provider or provider, fallback)
@@ -239,7 +239,7 @@ class Generator:
         """Decode `prompt` (text, token ids, or chat messages); overrides replace SpecConfig fields.
         prediction: what the output is expected to be, mostly (OpenAI's predicted outputs; text
         or token ids), drafted from wherever the output follows it, beside the other drafters.
-        grammar: what the output must follow (runtime/grammar.py: JSON schema, regex, Lark...);
+        grammar: what the output must follow (runtime/constraints/grammar.py: JSON schema, regex, Lark...);
         constraint: such a grammar's state, made by the caller (fresh per stream)."""
         config = dataclasses.replace(self.config, **overrides) if overrides else self.config
         check_gamma(config, self.target, self.drafter)

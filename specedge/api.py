@@ -42,14 +42,14 @@ from specedge.request import (
     shape,
     tool_choice_name,
 )
-from specedge.runtime.decoding import SpecConfig
+from specedge.runtime.constraints.grammar import Grammar
 from specedge.runtime.generator import GenerationResult, Generator, TextStream
-from specedge.runtime.grammar import Grammar
-from specedge.runtime.logprobs import TokenLogprob
-from specedge.runtime.reasoning import thinks
-from specedge.runtime.stats import GenerationStats
-from specedge.runtime.streams import Streams, parallel_that_pays
-from specedge.runtime.tools import ToolCall, ToolMarkup
+from specedge.runtime.round.decoding import SpecConfig
+from specedge.runtime.round.logprobs import TokenLogprob
+from specedge.runtime.round.stats import GenerationStats
+from specedge.runtime.streams.slots import Streams, parallel_that_pays
+from specedge.runtime.text.reasoning import thinks
+from specedge.runtime.text.tools import ToolCall, ToolMarkup
 
 Message = Mapping[str, Any]
 Prompt = str | Sequence[int]
@@ -102,7 +102,7 @@ class Model:
                       temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
                       seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
                       logprobs: int | None = None) -> list[Reply]:
-        """Continue every prompt, several at once (each pass serves all of them: runtime/streams.py),
+        """Continue every prompt, several at once (each pass serves all of them: runtime/streams/slots.py),
         each reply the one `generate` gives alone. parallel: how many at once (None: as many as this
         device's measured passes say pay, 1 where this model's passes cannot be shared; more than 1
         on such a model is refused in one line)."""

@@ -5,7 +5,7 @@ machine's speed hits all modes alike; the tables report medians and ratios to pl
 the same prompt, never a lone absolute time. With a baseline (another export of the target,
 e.g. the int4 one, whose 1-token step is faster), its plain decoding in 1-token steps runs too,
 and every mode is also compared with the faster of the two plain decodings: the speed a user
-would otherwise get. Where the baseline can verify losslessly (runtime/row_groups.py), its
+would otherwise get. Where the baseline can verify losslessly (runtime/engine/row_groups.py), its
 plain decoding in row groups ('baseline-rows') and speculation over it with the same draft
 ('baseline-draft-auto', 'baseline-hybrid', which must reproduce baseline-rows' tokens) run too.
 
@@ -34,9 +34,9 @@ from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import CpuInfo, cpu_info
 from specedge.kernels.sampling import SamplingParams, is_count
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.drafters import Drafter, build_drafter
-from specedge.runtime.row_groups import probe_rows
-from specedge.runtime.rows import ONE_ROW, SINGLE_STEPS, RowPolicy
+from specedge.runtime.engine.row_groups import probe_rows
+from specedge.runtime.engine.rows import ONE_ROW, SINGLE_STEPS, RowPolicy
+from specedge.runtime.round.drafters import Drafter, build_drafter
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from typing import TextIO
 from specedge.core.errors import SpecEdgeError
 from specedge.request import Defaults, Request, config_fields, encode, shape
 from specedge.runtime.generator import Generator, Segment, check_gamma
-from specedge.runtime.reasoning import CONTENT, REASONING, ReasoningFilter, thinks
-from specedge.runtime.stats import GenerationStats
-from specedge.runtime.template.sandbox import ChatTemplateError
-from specedge.runtime.text import Message
+from specedge.runtime.round.stats import GenerationStats
+from specedge.runtime.text.codec import Message
+from specedge.runtime.text.reasoning import CONTENT, REASONING, ReasoningFilter, thinks
+from specedge.runtime.text.template.sandbox import ChatTemplateError
 
 GREEN, DIM, RESET = "\x1b[32m", "\x1b[2m", "\x1b[0m"
 HELP = "commands: /reset  /stats  /gamma N|auto  /quit"

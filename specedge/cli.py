@@ -79,7 +79,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def grammar_arg(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The grammar --json-schema FILE, --json, --regex or --grammar FILE asks the output to follow."""
-    from specedge.runtime.grammar import Grammar
+    from specedge.runtime.constraints.grammar import Grammar
 
     if args.json_schema is not None:
         return Grammar("json_schema", read_text_arg(args.json_schema, "--json-schema"))
@@ -116,7 +116,7 @@ def prompt_arg(args: argparse.Namespace) -> str:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from specedge.chat import stats_line
-    from specedge.runtime.template.sandbox import ChatTemplateError
+    from specedge.runtime.text.template.sandbox import ChatTemplateError
 
     if args.suffix and args.chat:
         raise SpecEdgeError("--suffix fills in the middle of a raw prompt, not a chat", "drop --chat or --suffix")

@@ -22,8 +22,8 @@ from specedge.models.registry import DEFAULT_PAIR, MODELS
 
 if TYPE_CHECKING:
     from specedge.defaults import Decoding
-    from specedge.runtime.decoding import SpecConfig
     from specedge.runtime.generator import Generator
+    from specedge.runtime.round.decoding import SpecConfig
 
 
 # -- argument types ----------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def add_template_flags(p: argparse.ArgumentParser) -> None:
 
 
 def template_file_arg(path: str) -> str:
-    from specedge.runtime.template.options import compile_check, read_template
+    from specedge.runtime.text.template.options import compile_check, read_template
 
     try:
         source = read_template(path)
@@ -158,7 +158,7 @@ def template_file_arg(path: str) -> str:
 
 
 def template_kwargs_arg(text: str) -> dict[str, object]:
-    from specedge.runtime.template.options import parse_template_kwargs
+    from specedge.runtime.text.template.options import parse_template_kwargs
 
     try:
         return parse_template_kwargs(text)
@@ -208,7 +208,7 @@ def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequenc
     """The SpecConfig of the flags `add_gamma_flags` and `add_sampling_flags` declare (--gamma,
     --max-new-tokens, --temperature, --top-k, --top-p, --seed); the rest as arguments."""
     from specedge.kernels.sampling import SamplingParams  # numpy: loaded when a command runs
-    from specedge.runtime.decoding import SpecConfig  # onnxruntime: loaded when a command runs
+    from specedge.runtime.round.decoding import SpecConfig  # onnxruntime: loaded when a command runs
 
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
     auto = args.gamma in (None, "auto") and not no_draft  # None: not given, auto

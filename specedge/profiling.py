@@ -28,9 +28,9 @@ from specedge.device_profiles.profiles import (
 from specedge.kernels.acceptance import expected_tokens
 from specedge.models.paths import cache_root
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.row_groups import probe_rows
-from specedge.runtime.rows import ONE_ROW, RowPolicy
-from specedge.runtime.traffic import pass_traffic
+from specedge.runtime.engine.row_groups import probe_rows
+from specedge.runtime.engine.rows import ONE_ROW, RowPolicy
+from specedge.runtime.engine.traffic import pass_traffic
 
 THIS_DEVICE = "this-device"
 PROMPTS = [
@@ -177,7 +177,7 @@ def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEV
 def new_profile(name: str = THIS_DEVICE) -> DeviceProfile:
     """A profile of this machine: its measured bandwidth, memory, cores and CPU."""
     from specedge.device_profiles.cpu import cpu_info
-    from specedge.runtime.session import physical_cores
+    from specedge.runtime.engine.session import physical_cores
 
     bw = measure_bandwidth()
     day = time.strftime("%Y-%m-%d")

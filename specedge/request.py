@@ -24,11 +24,11 @@ from typing import Any, TypeVar
 
 from specedge.core.errors import SpecEdgeError
 from specedge.kernels.sampling import SamplingParams
-from specedge.runtime.decoding import SpecConfig
+from specedge.runtime.constraints.grammar import Grammar, grammar_text
 from specedge.runtime.generator import Generator
-from specedge.runtime.grammar import Grammar, grammar_text
-from specedge.runtime.reasoning import split_reasoning
-from specedge.runtime.tools import TEXT_MARKUP, ToolCall, ToolMarkup, read_tool_calls, tool_call_grammar
+from specedge.runtime.round.decoding import SpecConfig
+from specedge.runtime.text.reasoning import split_reasoning
+from specedge.runtime.text.tools import TEXT_MARKUP, ToolCall, ToolMarkup, read_tool_calls, tool_call_grammar
 
 Message = Mapping[str, Any]
 TOOL_CHOICES = ("auto", "none", "required")  # or a function's name
@@ -181,7 +181,7 @@ def pick(value: T | None, default: T) -> T:
 
 
 def config_fields(request: Request, defaults: Defaults) -> dict[str, object]:
-    """The request's SpecConfig fields (runtime/decoding.py), each unset one the door's default."""
+    """The request's SpecConfig fields (runtime/round/decoding.py), each unset one the door's default."""
     sampling = SamplingParams(temperature=pick(request.temperature, defaults.temperature),
                               top_k=pick(request.top_k, defaults.top_k), top_p=pick(request.top_p, defaults.top_p),
                               min_p=pick(request.min_p, defaults.min_p))
@@ -197,7 +197,7 @@ def encode(gen: Generator, request: Request, model_name: str, limit: int | None 
     and a suffix through the model's fill-in-the-middle tokens (`model_name` names it in a refusal).
     limit: a text longer than that many tokens is refused once a prefix shows it (PromptTooLong)."""
     if request.suffix is not None:
-        from specedge.runtime.fim import fim_prompt
+        from specedge.runtime.text.fim import fim_prompt
 
         return fim_prompt(gen.codec, request.prompt, request.suffix, model_name)
     if request.chat:

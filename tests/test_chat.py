@@ -110,7 +110,7 @@ def test_a_thinking_models_reasoning_is_dimmed_and_its_answer_coloured_as_ever()
     however the text is cut; the answer keeps --show-draft's green."""
     from specedge.chat import DIM, GREEN, RESET, shown
     from specedge.runtime.generator import Segment
-    from specedge.runtime.reasoning import ReasoningFilter
+    from specedge.runtime.text.reasoning import ReasoningFilter
 
     pieces = [("<thi", False), ("nk>\nadd two", True), (" numbers</th", False), ("ink>\n\n4", True), (" is it", False)]
     thinking = ReasoningFilter()

@@ -138,7 +138,7 @@ def test_unknown_and_missing_provider(tiny_llama: tuple[Path, Path, Path],
     _, target, _ = tiny_llama
     assert_one_line_error(cli_here("generate", "--target", str(target), "--provider", "tpu", "--prompt", "hi"),
                           "unknown provider 'tpu'", "cpu, dml")
-    from specedge.runtime.session import available
+    from specedge.runtime.engine.session import available
 
     qnn = cli_here("generate", "--target", str(target), "--provider", "qnn", "--prompt", "hi")
     if available("qnn"):  # onnxruntime-qnn installed (scripts/setup.sh does where it can): a CPU graph is refused
@@ -270,7 +270,7 @@ def test_a_manifest_that_contradicts_its_graph_or_tokenizer_is_one_line(
 
 @pytest.fixture(scope="module")
 def fim_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.runtime.test_fim import make_fim_artifact
+    from tests.runtime.text.test_fim import make_fim_artifact
 
     return make_fim_artifact(tmp_path_factory.mktemp("fim-cli"))
 
@@ -329,8 +329,8 @@ def test_generate_with_a_grammar_that_cannot_be_used_is_one_line(tiny_llama: tup
 
 def test_a_chat_the_template_cannot_render_advises_dropping_chat(tiny_llama: tuple[Path, Path, Path], cli_here: Run,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from specedge.runtime.template.sandbox import ChatTemplateError
-    from specedge.runtime.text import TextCodec
+    from specedge.runtime.text.codec import TextCodec
+    from specedge.runtime.text.template.sandbox import ChatTemplateError
 
     def no_template(self: TextCodec) -> None:
         raise ChatTemplateError("this model has no chat template", template_fault=False)

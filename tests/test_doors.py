@@ -26,12 +26,12 @@ from tokenizers import AddedToken, Tokenizer
 import specedge
 from specedge.chat import ChatSession
 from specedge.runtime import Generator, SpecConfig
-from specedge.runtime.grammar import Grammar
+from specedge.runtime.constraints.grammar import Grammar
 from tests.numpy_forward import reference_logits
 from tests.serve.conftest import openai_client, served_here
 from tests.tiny_models import VOCAB, byte_tokenizer, make_tiny_model, write_tokenizer
 
-QWEN_TEMPLATE = (Path(__file__).parent / "runtime" / "template" / "qwen2.5_chat_template.jinja").read_text("utf-8")
+QWEN_TEMPLATE = (Path(__file__).parent / "runtime/text/template/qwen2.5_chat_template.jinja").read_text("utf-8")
 SPECIAL = {"bos_token": "<|bos|>", "eos_token": "<|eos|>"}  # the tiny tokenizer's, as its tokenizer_config names them
 TOOLS = [
     {"type": "function", "function": {

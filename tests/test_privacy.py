@@ -50,7 +50,7 @@ def telemetry_build(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 @pytest.mark.parametrize("entry", [
     ["-m", "specedge", "generate", "-m", "{target}", "--draft", "{draft}", "-p", "Hello", "-n", "4"],
-    ["-c", "import specedge.runtime.session, specedge.runtime as r; "
+    ["-c", "import specedge.runtime.engine.session, specedge.runtime as r; "
            "r.Generator.load('{target}', '{draft}').generate('Hello')"],
 ], ids=["cli", "python"])
 def test_a_run_leaves_no_device_id(entry: list[str], telemetry_build: None, tiny_llama: tuple[Path, Path, Path],

@@ -2,7 +2,7 @@
 
 POST /v1/chat/completions and /v1/completions (stream true: server-sent events ending in
 `data: [DONE]`; logprobs if asked; a completion's `suffix` filled in through the model's FIM
-tokens, runtime/fim.py), GET /v1/models, GET /health, GET /metrics (Prometheus' text format,
+tokens, runtime/text/fim.py), GET /v1/models, GET /health, GET /metrics (Prometheus' text format,
 serve/metrics.py). Every error is the OpenAI error object with a one-line message; the traceback of
 a server fault goes to the log, never to the client. Requests pass `guard.RequestGuard` first (host
 names, origins, JSON bodies), and every response is counted (`CountRequests`). A prompt is measured
@@ -35,15 +35,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import cpu_info
 from specedge.request import Defaults, RequestError, Shape, config_fields, encode, finish_reason, read_reply, shape
-from specedge.runtime.fim import NoFimTokens, find_fim_tokens
+from specedge.runtime.constraints.grammar import GrammarConstraint, unsatisfiable
+from specedge.runtime.engine.model import check_token_ids
 from specedge.runtime.generator import Generator, draft_model
-from specedge.runtime.grammar import GrammarConstraint, unsatisfiable
-from specedge.runtime.model import check_token_ids
-from specedge.runtime.reasoning import CONTENT, REASONING, ReasoningFilter, thinks
-from specedge.runtime.streams import Streams
-from specedge.runtime.template.sandbox import ChatTemplateError
-from specedge.runtime.text import PromptTooLong, TextCodec
-from specedge.runtime.tools import ToolMarkup, renders_tools
+from specedge.runtime.streams.slots import Streams
+from specedge.runtime.text.codec import PromptTooLong, TextCodec
+from specedge.runtime.text.fim import NoFimTokens, find_fim_tokens
+from specedge.runtime.text.reasoning import CONTENT, REASONING, ReasoningFilter, thinks
+from specedge.runtime.text.template.sandbox import ChatTemplateError
+from specedge.runtime.text.tools import ToolMarkup, renders_tools
 from specedge.serve.guard import LOCAL, Origins, RequestGuard
 from specedge.serve.logprobs import LogprobShapes, TokenSpeller
 from specedge.serve.metrics import CONTENT_TYPE, Metrics
@@ -80,7 +80,7 @@ class ServeSettings:
     model_id: str  # the name /v1/models lists and requests give as `model`
     aliases: tuple[str, ...] = ()  # other names accepted for it (the target's folder, its registry name)
     queue_size: int = 8  # requests that may wait while the slots decode
-    parallel: int = 1  # requests decoded at once, sharing each pass (runtime/streams.py)
+    parallel: int = 1  # requests decoded at once, sharing each pass (runtime/streams/slots.py)
     max_tokens: int = 512  # when a request sets none
     temperature: float = 1.0  # the API's defaults
     top_p: float = 1.0

@@ -195,7 +195,7 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
               failed: list[BaseException]) -> None:
     """Load the models (fetched and exported on a first run) and open the gate to them; a failure
     stops the server, and `cmd_serve` raises it once uvicorn has stopped."""
-    from specedge.runtime.streams import ParallelChoice, parallel_that_pays, pool_bytes
+    from specedge.runtime.streams.slots import ParallelChoice, parallel_that_pays, pool_bytes
     from specedge.serve.app import create_app
 
     try:

@@ -23,9 +23,9 @@ from starlette.responses import JSONResponse
 
 from specedge.core.errors import SpecEdgeError
 from specedge.request import Request
-from specedge.runtime.grammar import GrammarFault
-from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
-from specedge.runtime.template.options import check_template_kwargs
+from specedge.runtime.constraints.grammar import GrammarFault
+from specedge.runtime.round.logprobs import MAX_TOP_LOGPROBS
+from specedge.runtime.text.template.options import check_template_kwargs
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
 MAX_STOP_STRINGS = 4  # as the OpenAI API documents

@@ -10,8 +10,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specedge.runtime.logprobs import TokenLogprob
-from specedge.runtime.stats import GenerationStats
+from specedge.runtime.round.logprobs import TokenLogprob
+from specedge.runtime.round.stats import GenerationStats
 from specedge.serve.logprobs import LogprobShapes
 from specedge.serve.protocol import Kind
 

@@ -5,7 +5,7 @@ the field; specedge/request.py's `shape` turns them into the grammar (the one pl
 tool_choice becomes one). And the tool calls of a streamed answer, taken out of its text.
 
 Tools are listed to the model by its own chat template, and its tool-call markup is parsed back
-into `tool_calls` (runtime/tools.py). With `tool_choice` "required" or a named function, the
+into `tool_calls` (runtime/text/tools.py). With `tool_choice` "required" or a named function, the
 output is constrained to calls whose arguments follow each function's JSON schema; with "auto"
 the model chooses between text and calls, and its calls are parsed: where a tool is `strict`, a
 lazy grammar leaves the text free and constrains each call from the moment the model opens it.
@@ -23,8 +23,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.grammar import Grammar, grammar_text
-from specedge.runtime.tools import CLOSE, OPEN, ToolCall, bare_calls, may_be_bare_call, open_call_at, split_tool_calls
+from specedge.runtime.constraints.grammar import Grammar, grammar_text
+from specedge.runtime.text.tools import (
+    CLOSE,
+    OPEN,
+    ToolCall,
+    bare_calls,
+    may_be_bare_call,
+    open_call_at,
+    split_tool_calls,
+)
 from specedge.serve.protocol import invalid
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a function's name, as the API allows it
@@ -152,7 +160,7 @@ def api_calls(calls: list[ToolCall], first: int = 0) -> list[dict[str, Any]]:
 class ToolCallFilter:
     """Streamed text with the model's tool-call blocks taken out: text is passed on up to where a
     block may begin; a closed block becomes a call. With the tools' `names`, a response that opens
-    as bare JSON is held back while it may still be a whole bare call (runtime/tools.py)."""
+    as bare JSON is held back while it may still be a whole bare call (runtime/text/tools.py)."""
 
     def __init__(self, names: frozenset[str] = frozenset()) -> None:
         self.pending = ""

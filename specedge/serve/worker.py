@@ -5,7 +5,7 @@ metrics.
 
 With one slot (the default where passes cannot be shared) requests are decoded one at a time: a
 device decodes one stream at its best speed, and a second stream on its own passes would only slow
-the first. With several (`Streams`, runtime/streams.py), the slots' streams share every pass, each
+the first. With several (`Streams`, runtime/streams/slots.py), the slots' streams share every pass, each
 decoding exactly as it would alone. onnxruntime releases the GIL during a pass, so the event loop
 stays responsive meanwhile. A job whose client is gone is cancelled: waiting, it is skipped;
 decoding, its TextStream is closed at the next text it yields (the next round), which frees its
@@ -26,13 +26,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.constraints import Constraint
+from specedge.runtime.constraints.grammar import GrammarFault
+from specedge.runtime.constraints.guide import Constraint
+from specedge.runtime.engine.kv_cache import common_prefix
 from specedge.runtime.generator import GenerationResult, Generator, Segment, TextStream
-from specedge.runtime.grammar import GrammarFault
-from specedge.runtime.kv_cache import common_prefix
-from specedge.runtime.logprobs import TokenLogprob
-from specedge.runtime.stats import GenerationStats
-from specedge.runtime.streams import Streams
+from specedge.runtime.round.logprobs import TokenLogprob
+from specedge.runtime.round.stats import GenerationStats
+from specedge.runtime.streams.slots import Streams
 from specedge.serve.metrics import Metrics
 from specedge.serve.protocol import APIError
 from specedge.serve.responses import Timing

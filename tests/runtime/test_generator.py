@@ -100,9 +100,9 @@ def test_one_new_token_is_the_first_token_of_plain_decoding(tiny_llama: tuple[Pa
 def test_the_first_token_comes_before_the_drafts_prefill(tiny_llama: tuple[Path, Path, Path]) -> None:
     """The draft model's cache is prefilled after the first token is out (its time is not the first
     token's), and not at all when the first token ends the answer."""
-    from specedge.runtime.decoding import Run, decode_tokens
-    from specedge.runtime.drafters import DraftModelDrafter
-    from specedge.runtime.model import OnnxModel
+    from specedge.runtime.engine.model import OnnxModel
+    from specedge.runtime.round.decoding import Run, decode_tokens
+    from specedge.runtime.round.drafters import DraftModelDrafter
 
     _, target, draft = tiny_llama
     begun: list[int] = []

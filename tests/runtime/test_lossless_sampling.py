@@ -40,7 +40,7 @@ from specedge.kernels.acceptance import accept_sampled
 from specedge.kernels.laws import Law
 from specedge.kernels.sampling import Draws, SamplingParams, probabilities
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.drafters import Ask, Draft, Drafter, HybridDrafter, NgramDrafter, adapt
+from specedge.runtime.round.drafters import Ask, Draft, Drafter, HybridDrafter, NgramDrafter, adapt
 from tests.stats_tools import PresetDraws, exponential_noise, fits, power
 from tests.tiny_models import byte_tokenizer, make_tiny_model
 
@@ -202,9 +202,10 @@ def law_drafter(mode: str, q: list[np.ndarray], q_head: list[np.ndarray]) -> Dra
 
 def decode_tables(p: list[np.ndarray], drafter: Drafter | None, params: SamplingParams,
                   draws: Draws, rule=accept_sampled) -> tuple[list[int], int, int]:  # type: ignore[no-untyped-def]
-    """(the TOKENS generated tokens, drafts proposed, drafts accepted): the loop's rounds (runtime/decoding.py) with
-    the target's laws read from tables: the first token drawn, then rounds of up to LAW_GAMMA drafts
-    checked by accept_sampled against the target's law after each draft prefix."""
+    """(the TOKENS generated tokens, drafts proposed, drafts accepted): the loop's rounds
+    (runtime/round/decoding.py) with the target's laws read from tables: the first token drawn, then
+    rounds of up to LAW_GAMMA drafts checked by accept_sampled against the target's law after each
+    draft prefix."""
     context = [*PROMPT, draws.sample(p[0][()], len(PROMPT))]
     if drafter is not None:
         drafter.begin(context)
@@ -306,12 +307,12 @@ def test_the_rejection_rule_through_the_loop_follows_the_target_law(small_vocab_
     model's q as sampled (a truncated head's q over 8 of the 12 ids), hybrid rounds' one-hot lookups;
     20,000 draws at temperature 1, the power as above. The negative control ("broken rule": the draft
     model with corrections drawn from p) through the same harness must fail it. "draft cut short": the
-    draft model stops a round where its confidence in the drafts so far falls to 0.25 (runtime/gamma.py's
+    draft model stops a round where its confidence in the drafts so far falls to 0.25 (runtime/round/gamma.py's
     per-draft rule, with a fixed threshold): a round's length then depends on what the draft drew."""
     cut_short = mode == "draft cut short"
     cuts: list[int] = []  # drafts a round made, where they were cut short
     if cut_short:
-        from specedge.runtime.drafters import DraftModelDrafter
+        from specedge.runtime.round.drafters import DraftModelDrafter
 
         propose = DraftModelDrafter.propose
 

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from specedge.kernels.sampling import SamplingParams
-from specedge.runtime import Generator, OnnxModel, SpecConfig, decoding
+from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime import generator as generator_module
-from specedge.runtime.drafters import Ask, PredictionDrafter
+from specedge.runtime.round import decoding
+from specedge.runtime.round.drafters import Ask, PredictionDrafter
 
 PROMPT = "def fib(n):\n    return"
 

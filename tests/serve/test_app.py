@@ -146,7 +146,7 @@ def test_a_chat_the_template_cannot_render_names_the_servers_own_way_round(tiny_
     import dataclasses
 
     from specedge.core.manifest import load_manifest
-    from specedge.runtime.text import TextCodec
+    from specedge.runtime.text.codec import TextCodec
     from tests.serve.conftest import HERE
 
     gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))

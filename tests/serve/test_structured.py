@@ -16,8 +16,8 @@ from tokenizers import AddedToken, Tokenizer
 
 from specedge.request import tools_grammar
 from specedge.runtime import Generator, SpecConfig
-from specedge.runtime.grammar import GrammarConstraint, GrammarFault, Vocabulary
-from specedge.runtime.tools import ToolMarkup
+from specedge.runtime.constraints.grammar import GrammarConstraint, GrammarFault, Vocabulary
+from specedge.runtime.text.tools import ToolMarkup
 from specedge.serve.protocol import error_for
 from tests.serve.conftest import openai_client, served_here
 from tests.tiny_models import VOCAB, byte_tokenizer, make_tiny_model, write_tokenizer
