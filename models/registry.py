@@ -126,7 +126,7 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         # two exports; used without a quant, the one that decodes fastest on the user's CPU, measured
         # there once (specedge/choose.py). w8a8 (int8 x int8 MatMulInteger): rows exact, a 9-wide pass
         # ~1.3 steps with AMX; int4 (MatMulNBits block 128): the fastest 1-token step on CPUs without
-        # AMX (0.5-0.65 of w8a8's), rows exact only in groups (runtime/row_groups.py); on specedge's
+        # AMX (0.5-0.65 of w8a8's), rows exact only in groups (runtime/engine/row_groups.py); on specedge's
         # own int4 kernel with its native attention (float16 cache), rows exact at any width
         export=ExportDefaults(quant="w8a8", context=4096),
         variants=(ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused",

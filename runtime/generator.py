@@ -243,6 +243,7 @@ class Generator:
         constraint: such a grammar's state, made by the caller (fresh per stream)."""
         config = dataclasses.replace(self.config, **overrides) if overrides else self.config
         check_gamma(config, self.target, self.drafter)
+        config.sampling.penalties.check_vocabulary(self.target.manifest.vocab_size)
         if grammar is not None:
             constraint = self.constraint(grammar)
         ids = self.encode(prompt, chat)

@@ -39,7 +39,8 @@ def worker() -> None:
 
 class Worker:
     def __init__(self, python: str) -> None:
-        root = Path(python).resolve().parent.parent.parent  # CHECKOUT/.venv/bin/python
+        python = str(Path(python).absolute())  # not resolved: a venv's python is a link to the base's
+        root = Path(python).parent.parent.parent  # CHECKOUT/.venv/bin/python
         self.proc = subprocess.Popen([python, str(Path(__file__).resolve()), "--worker"], cwd=root,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.name = str(root)

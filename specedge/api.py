@@ -88,26 +88,33 @@ class Model:
         return f"<specedge.Model {self.name}: {self.decoding}>"
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
-                 top_k: int = 0, min_p: float = 0.0, seed: int | None = None, stop: Sequence[str] = (),
-                 grammar: GrammarLike = None, prediction: str | None = None, suffix: str | None = None,
-                 logprobs: int | None = None) -> Reply:
+                 top_k: int = 0, min_p: float = 0.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                 repetition_penalty: float = 1.0, logit_bias: Mapping[int, float] | None = None,
+                 seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
+                 prediction: str | None = None, suffix: str | None = None, logprobs: int | None = None) -> Reply:
         """Continue `prompt` (text or token ids, no chat template); with `suffix`, fill in the
         middle between the prompt and the suffix (models with FIM tokens, such as Qwen2.5-Coder)."""
         return self.answer(Request(prompt=as_prompt(prompt), suffix=suffix, max_tokens=max_tokens,
-                                   temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed,
+                                   temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                                   presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                   repetition_penalty=repetition_penalty, logit_bias=logit_bias, seed=seed,
                                    stop=as_stops(stop), logprobs=logprobs, grammar=as_grammar(grammar),
                                    prediction=prediction))
 
     def generate_many(self, prompts: Sequence[Prompt], *, parallel: int | None = None, max_tokens: int = 256,
                       temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
-                      seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
+                      presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repetition_penalty: float = 1.0,
+                      logit_bias: Mapping[int, float] | None = None, seed: int | None = None,
+                      stop: Sequence[str] = (), grammar: GrammarLike = None,
                       logprobs: int | None = None) -> list[Reply]:
         """Continue every prompt, several at once (each pass serves all of them: runtime/streams/slots.py),
         each reply the one `generate` gives alone. parallel: how many at once (None: as many as this
         device's measured passes say pay, 1 where this model's passes cannot be shared; more than 1
         on such a model is refused in one line)."""
         asks = [Request(prompt=as_prompt(p), max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                        top_k=top_k, min_p=min_p, seed=seed, stop=as_stops(stop), logprobs=logprobs,
+                        top_k=top_k, min_p=min_p, presence_penalty=presence_penalty,
+                        frequency_penalty=frequency_penalty, repetition_penalty=repetition_penalty,
+                        logit_bias=logit_bias, seed=seed, stop=as_stops(stop), logprobs=logprobs,
                         grammar=as_grammar(grammar)) for p in prompts]
         streams = self._streams(parallel, len(asks))
         if streams is None:
@@ -119,22 +126,27 @@ class Model:
             raise
 
     def stream(self, prompt: Prompt | Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0,
-               top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, seed: int | None = None,
-               stop: Sequence[str] = (), grammar: GrammarLike = None, prediction: str | None = None,
-               suffix: str | None = None, logprobs: int | None = None) -> TextStream:
+               top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, presence_penalty: float = 0.0,
+               frequency_penalty: float = 0.0, repetition_penalty: float = 1.0,
+               logit_bias: Mapping[int, float] | None = None, seed: int | None = None, stop: Sequence[str] = (),
+               grammar: GrammarLike = None, prediction: str | None = None, suffix: str | None = None,
+               logprobs: int | None = None) -> TextStream:
         """Text pieces as they are decoded, of a prompt (text or token ids) or of chat messages
         (through the model's chat template); `.result` holds the whole once iterated."""
         messages = as_messages(prompt) if is_messages(prompt) else ()
         ask = Request(messages=messages, prompt="" if messages else as_prompt(prompt), suffix=suffix,  # type: ignore[arg-type]
                       max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
-                      seed=seed, stop=as_stops(stop), logprobs=logprobs, grammar=as_grammar(grammar),
-                      prediction=prediction)
+                      presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                      repetition_penalty=repetition_penalty, logit_bias=logit_bias, seed=seed, stop=as_stops(stop),
+                      logprobs=logprobs, grammar=as_grammar(grammar), prediction=prediction)
         return self.start(ask, self.generator)[0]
 
     def chat(self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None,
              tool_choice: str | Mapping[str, Any] = "auto", parallel_tool_calls: bool = True, max_tokens: int = 512,
              temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
-             seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
+             presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repetition_penalty: float = 1.0,
+             logit_bias: Mapping[int, float] | None = None, seed: int | None = None, stop: Sequence[str] = (),
+             grammar: GrammarLike = None,
              prediction: str | None = None, logprobs: int | None = None,
              chat_template_kwargs: Mapping[str, Any] | None = None) -> Reply:
         """The assistant's reply to OpenAI-style `messages`. With `tools` (OpenAI's tool objects),
@@ -146,9 +158,10 @@ class Model:
         return self.answer(Request(messages=as_messages(messages), tools=tuple(tools or ()),
                                    tool_choice=tool_choice_name(tool_choice), parallel_tool_calls=parallel_tool_calls,
                                    max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                                   min_p=min_p, seed=seed, stop=as_stops(stop), logprobs=logprobs,
-                                   grammar=as_grammar(grammar), prediction=prediction,
-                                   template_kwargs=chat_template_kwargs))
+                                   min_p=min_p, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                   repetition_penalty=repetition_penalty, logit_bias=logit_bias, seed=seed,
+                                   stop=as_stops(stop), logprobs=logprobs, grammar=as_grammar(grammar),
+                                   prediction=prediction, template_kwargs=chat_template_kwargs))
 
     # -- the pieces --------------------------------------------------------------------------
     def answer(self, ask: Request, gen: Generator | None = None) -> Reply:

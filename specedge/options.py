@@ -71,6 +71,27 @@ def fraction(text: str) -> float:
     return value
 
 
+def penalty_arg(text: str) -> float:
+    value = _number(text, float)
+    if not -2 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"expected a number from -2 to 2, got {text}")
+    return value
+
+
+def logit_bias_arg(text: str) -> dict[int, float]:
+    """ID=BIAS pairs, comma-separated: {id: bias}."""
+    out = {}
+    for part in text.split(","):
+        token, sep, bias = part.partition("=")
+        if not sep or not token.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"expected ID=BIAS pairs such as 151643=-100, got '{part}'")
+        value = _number(bias, float)
+        if not -100 <= value <= 100:
+            raise argparse.ArgumentTypeError(f"a bias is a number from -100 to 100, got {bias}")
+        out[int(token)] = value
+    return out
+
+
 def positive_int(text: str) -> int:
     value = nonnegative_int(text)
     if value == 0:
@@ -130,6 +151,17 @@ def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int, temperat
                    help=f"sample from the likeliest tokens of this probability mass{when} (default 1: all)")
     p.add_argument("--min-p", type=fraction, default=0.0,
                    help=f"drop tokens less likely than this fraction of the likeliest{when} (default 0: none)")
+    p.add_argument("--presence-penalty", type=penalty_arg, default=0.0, metavar="P",
+                   help=f"subtract P from the logit of every token the answer holds{when} (-2 to 2; default 0)")
+    p.add_argument("--frequency-penalty", type=penalty_arg, default=0.0, metavar="F",
+                   help=f"subtract F per time the answer holds a token from its logit{when} (-2 to 2; default 0)")
+    p.add_argument("--repeat-penalty", "--repetition-penalty", dest="repetition_penalty", type=positive_float,
+                   default=1.0, metavar="R", help=f"divide a positive logit (multiply a negative one) of every token "
+                                                  f"of the context by R{when} (default 1: none)")
+    p.add_argument("--repeat-last-n", type=nonnegative_int, default=0, metavar="N",
+                   help=f"the repeat penalty reads the context's last N tokens only{when} (default 0: all)")
+    p.add_argument("--logit-bias", type=logit_bias_arg, default=None, metavar="ID=BIAS,...",
+                   help=f"add BIAS (-100 to 100) to token ID's logit{when}, e.g. 151643=-100")
     p.add_argument("-s", "--seed", type=nonnegative_int, default=None,
                    help=f"the same seed draws the same tokens{when} (default: a fresh seed)")
     p.add_argument("--acceptance", choices=["race", "rejection"], default=None,
@@ -203,6 +235,15 @@ def add_provider_flags(p: argparse.ArgumentParser) -> None:
 
 
 # -- what the flags load -----------------------------------------------------------------------
+def penalties_of(args: argparse.Namespace):  # type: ignore[no-untyped-def]  # -> Penalties (numpy: loaded late)
+    """The logit_bias and penalties of the flags `add_sampling_flags` declares."""
+    from specedge.kernels.penalties import Penalties
+
+    return Penalties(presence=args.presence_penalty, frequency=args.frequency_penalty,
+                     repetition=args.repetition_penalty, last_n=args.repeat_last_n,
+                     bias=tuple(sorted((args.logit_bias or {}).items())))
+
+
 def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequence[str] | None = None,
                  ignore_eos: bool = False) -> SpecConfig:
     """The SpecConfig of the flags `add_gamma_flags` and `add_sampling_flags` declare (--gamma,
@@ -210,7 +251,8 @@ def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequenc
     from specedge.kernels.sampling import SamplingParams  # numpy: loaded when a command runs
     from specedge.runtime.round.decoding import SpecConfig  # onnxruntime: loaded when a command runs
 
-    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                              penalties=penalties_of(args))
     auto = args.gamma in (None, "auto") and not no_draft  # None: not given, auto
     gamma = 0 if no_draft else (DEFAULT_GAMMA if auto else int(args.gamma))
     return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens, sampling=sampling,

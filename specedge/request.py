@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from specedge.core.errors import SpecEdgeError
+from specedge.kernels.penalties import NONE, Penalties
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime.constraints.grammar import Grammar, grammar_text
 from specedge.runtime.generator import Generator
@@ -47,6 +48,11 @@ class Request:
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
+    presence_penalty: float | None = None  # kernels/penalties.py: OpenAI's, over the answer's tokens
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None  # transformers': over the context (the last repeat_last_n tokens)
+    repeat_last_n: int | None = None
+    logit_bias: Mapping[int, float] | None = None  # token id -> bias added to its logit
     seed: int | None = None
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False  # decode exactly max_tokens (benchmarks)
@@ -158,6 +164,7 @@ class Defaults:
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
+    penalties: Penalties = NONE
     seed: int | None = None
     acceptance: str = "auto"
     stop: tuple[str, ...] = ()
@@ -169,8 +176,8 @@ class Defaults:
         """A generator's own config as the defaults (the CLI's flags)."""
         s = config.sampling
         return cls(max_tokens=config.max_new_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                   min_p=s.min_p, seed=config.seed, acceptance=config.acceptance, stop=config.stop_strings,
-                   ignore_eos=config.ignore_eos, logprobs=config.logprobs)
+                   min_p=s.min_p, penalties=s.penalties, seed=config.seed, acceptance=config.acceptance,
+                   stop=config.stop_strings, ignore_eos=config.ignore_eos, logprobs=config.logprobs)
 
 
 T = TypeVar("T")
@@ -184,12 +191,23 @@ def config_fields(request: Request, defaults: Defaults) -> dict[str, object]:
     """The request's SpecConfig fields (runtime/round/decoding.py), each unset one the door's default."""
     sampling = SamplingParams(temperature=pick(request.temperature, defaults.temperature),
                               top_k=pick(request.top_k, defaults.top_k), top_p=pick(request.top_p, defaults.top_p),
-                              min_p=pick(request.min_p, defaults.min_p))
+                              min_p=pick(request.min_p, defaults.min_p),
+                              penalties=penalties(request, defaults.penalties))
     return {"max_new_tokens": request.max_tokens or defaults.max_tokens, "sampling": sampling,
             "stop_strings": tuple(request.stop) or defaults.stop,
             "ignore_eos": request.ignore_eos or defaults.ignore_eos,
             "seed": pick(request.seed, defaults.seed), "acceptance": request.acceptance or defaults.acceptance,
             "logprobs": pick(request.logprobs, defaults.logprobs)}
+
+
+def penalties(request: Request, defaults: Penalties) -> Penalties:
+    """The request's logit_bias and penalties, each unset one the door's."""
+    bias = request.logit_bias
+    return Penalties(presence=pick(request.presence_penalty, defaults.presence),
+                     frequency=pick(request.frequency_penalty, defaults.frequency),
+                     repetition=pick(request.repetition_penalty, defaults.repetition),
+                     last_n=pick(request.repeat_last_n, defaults.last_n),
+                     bias=tuple(sorted(bias.items())) if bias is not None else defaults.bias)
 
 
 def encode(gen: Generator, request: Request, model_name: str, limit: int | None = None) -> list[int]:

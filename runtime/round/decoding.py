@@ -155,6 +155,7 @@ class Run:
     clock: Callable[[], float] = time.perf_counter
     draws: Draws = field(init=False)
     rng: np.random.Generator = field(init=False)  # the rejection rule's uniforms and corrections
+    answer_from: int = field(init=False, default=0)  # where the answer begins in the context (the prompt's length)
 
     def __post_init__(self) -> None:
         self.draws = Draws(self.config.seed, self.target.manifest.vocab_size)
@@ -266,6 +267,7 @@ def decode_tokens(run: Run, prompt: Sequence[int], watchers: Sequence[Watcher] =
     """Yield the tokens of each round (the first token alone first). Ends by itself only when the
     context is full. Each watcher is told of the prefill, the draft's prefill and every round."""
     watchers = [*watchers, *([run.controller] if run.controller is not None else [])]
+    run.answer_from = len(prompt)
     context = list(prompt)
     first = first_token(run, context)
     for w in watchers:
@@ -298,7 +300,8 @@ def first_token(run: Run, context: list[int]) -> First:
     """Prefill the target with the prompt and choose the first token (under the grammar's mask)."""
     start = time.perf_counter()
     row = prefill(run.target, run.cache, context, run.rows)
-    masked = row if run.guide is None else mask_rows(row[None], run.guide.row_masks())[0]
+    shaped = run.config.sampling.penalties.apply(row, context, run.answer_from)
+    masked = shaped if run.guide is None else mask_rows(shaped[None], run.guide.row_masks())[0]
     token = pick_token(masked, run.config.sampling, run.draws, len(context))
     if run.guide is not None:
         run.guide.settle(0, token)
@@ -312,7 +315,7 @@ def play_round(run: Run, context: list[int], produced: int) -> Round:
         draft = draft_tokens(run, context, plan)
     with Stopwatch(run.clock) as verifying:
         out = verify(run, context[-1], draft)
-        result = accept(run, draft, constrain(out, run.guide), start=len(context))
+        result = accept(run, draft, as_read(run, out, [*context, *draft.tokens]), start=len(context))
         commit(run, context[-1], draft, out, result)
     return Round(plan, context[-1], draft, out, result, drafting.lap if plan.gamma else Lap(), verifying.lap)
 
@@ -339,7 +342,7 @@ def draft_tokens(run: Run, context: list[int], plan: Plan) -> Draft:
     forced = guide.follow(guide.constraint.forced()[:min(room, max(widths) - 1)]) if guide and run.forcing else []
     draft = Draft(tokens=[])
     if plan.gamma > 0 and (k := min(plan.reach, room - len(forced))) > 0:
-        ask = Ask(k, run.config.sampling, run.draws, plan.source, guide, plan.go_on)
+        ask = Ask(k, run.config.sampling, run.draws, plan.source, guide, plan.go_on, run.answer_from)
         draft = run.drafter.propose([*context, *forced] if forced else context, ask)  # type: ignore[union-attr]
     n = fit_width(len(forced) + len(draft.tokens), widths)
     if guide is not None:
@@ -359,11 +362,18 @@ def verify(run: Run, pending: int, draft: Draft) -> ForwardOutput:
     return run.target.forward([pending, *draft.tokens], run.cache, all_logits=True, rows=run.rows)
 
 
-def constrain(out: ForwardOutput, guide: Guide | None) -> ForwardOutput:
-    """The pass's rows under the grammar's mask of each row's position (the constrained law)."""
-    if guide is None:
+def as_read(run: Run, out: ForwardOutput, tokens: Sequence[int]) -> ForwardOutput:
+    """The pass's rows as the law reads them: row i under the bias and penalties of the tokens before
+    its position (`tokens`: the context, then the drafts: row i follows all but the last len(rows) -
+    1 - i of them), then the grammar's mask of that position (the constrained law)."""
+    penalties, logits = run.config.sampling.penalties, out.logits
+    if penalties.active:
+        before = len(tokens) - len(logits) + 1  # the tokens before row 0: the context up to the pending token
+        logits = np.stack([penalties.apply(row, tokens[:before + i], run.answer_from) for i, row in enumerate(logits)])
+    if run.guide is not None:
+        logits = mask_rows(logits, run.guide.row_masks())
+    if logits is out.logits:
         return out
-    logits = mask_rows(out.logits, guide.row_masks())
     return dataclasses.replace(out, logits=logits, next_ids=argmax(logits))
 
 

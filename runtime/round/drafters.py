@@ -70,6 +70,11 @@ class Ask:
     source: str | None = None
     guide: Guide | None = None
     go_on: GoOn | None = None
+    answer_from: int = 0  # where the answer begins in the context: params.penalties count its tokens
+
+    def shape(self, logits: np.ndarray, before: Sequence[int]) -> np.ndarray:
+        """A row under the bias and penalties of the tokens before it (the law the target's row gets)."""
+        return self.params.penalties.apply(logits, before, self.answer_from)
 
 
 class Drafter(Protocol):
@@ -201,11 +206,13 @@ class DraftModelDrafter:
             traffic.add(out.traffic)
             calls += 1
             self.cache.commit(out.new_keys, out.new_values, feed)
-            logits = out.logits[-1] if guide is None else mask_rows(out.logits[-1:], [guide.allowed()])[0]
+            row = out.logits[-1]
+            shaped = ask.shape(row, [*context, *tokens])
+            logits = shaped if guide is None else mask_rows(shaped[None], [guide.allowed()])[0]
             if guide is not None and not np.isfinite(logits).any():
                 break  # its head scores none of the tokens the grammar allows here (a truncated head)
             if params.greedy:
-                token = int(out.next_ids[-1]) if guide is None else int(argmax(logits))
+                token = int(out.next_ids[-1]) if logits is row else int(argmax(logits))
                 top = top_probability(logits) if go_on is not None else 1.0
             else:  # a truncated head's q covers the first ids only: the others have probability 0
                 q = law(logits, params)

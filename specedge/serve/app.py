@@ -34,6 +34,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import cpu_info
+from specedge.kernels.penalties import NONE, Penalties
+from specedge.kernels.sampling import SamplingParams
 from specedge.request import Defaults, RequestError, Shape, config_fields, encode, finish_reason, read_reply, shape
 from specedge.runtime.constraints.grammar import GrammarConstraint, unsatisfiable
 from specedge.runtime.engine.model import check_token_ids
@@ -86,6 +88,7 @@ class ServeSettings:
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
+    penalties: Penalties = NONE  # the logit_bias and penalties of a request that sets none
     origins: Origins = LOCAL  # the names and port requests must be addressed to
     api_key: str | None = None  # None: no key asked
 
@@ -462,9 +465,12 @@ class Server:
         SpecEdgeError is a 400)."""
         d, config = self.settings, self.generator.config
         defaults = Defaults(max_tokens=d.max_tokens, temperature=d.temperature, top_p=d.top_p, top_k=d.top_k,
-                            min_p=d.min_p, seed=config.seed, acceptance=config.acceptance)
+                            min_p=d.min_p, penalties=d.penalties, seed=config.seed, acceptance=config.acceptance)
         fields = config_fields(req, defaults)
         dataclasses.replace(config, **fields)
+        sampling = fields["sampling"]
+        assert isinstance(sampling, SamplingParams)
+        sampling.penalties.check_vocabulary(self.generator.target.manifest.vocab_size)
         return fields
 
     async def complete(self, request: Request, req: GenerationRequest) -> Response | EventStream:

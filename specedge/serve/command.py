@@ -34,6 +34,7 @@ from specedge.options import (
     default_pair,
     load_generator,
     nonnegative_int,
+    penalties_of,
     positive_float,
 )
 
@@ -242,7 +243,8 @@ def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: 
 
     return ServeSettings(model_id=model_id(args), aliases=(Path(target).name,), queue_size=args.queue,
                          parallel=parallel, max_tokens=args.max_new_tokens, temperature=args.temperature,
-                         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, api_key=args.api_key,
+                         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, penalties=penalties_of(args),
+                         api_key=args.api_key,
                          origins=Origins.of_listener(args.host, port, tuple(args.allowed_origins)))
 
 

@@ -4,8 +4,8 @@ OpenAI error object for whatever is wrong with one.
 Status codes: 400 a body the API itself refuses (invalid JSON, a wrong type, a value out of its
 documented range), 404 an unknown model or path, 413 a body or prompt too large (the prompt does
 not fit the model's context), 422 a valid OpenAI request this server does not support (n > 1,
-penalties, several prompts, the deprecated `functions`, a `suffix` for a model without
-fill-in-the-middle tokens).
+several prompts, the deprecated `functions`, a `suffix` for a model without fill-in-the-middle
+tokens).
 Parameters this server does not know are ignored, as other local servers do; the ones it knows but
 cannot honour are refused, never silently dropped.
 """
@@ -174,10 +174,6 @@ def _false(value: object) -> bool:
     return value is None or value is False
 
 
-def _zero(value: object) -> bool:
-    return value is None or (value == 0 and not isinstance(value, bool))
-
-
 def _empty(value: object) -> bool:
     return value is None or value == {} or value == [] or value == ""
 
@@ -192,10 +188,6 @@ def _text_only(value: object) -> bool:
 
 COMMON_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "n": (_is_one, "more than one choice (n > 1)"),
-    "presence_penalty": (_zero, "presence_penalty other than 0"),
-    "frequency_penalty": (_zero, "frequency_penalty other than 0"),
-    "logit_bias": (_empty, "logit_bias"),
-    "repetition_penalty": (_is_one, "repetition_penalty other than 1 (it would change the model's distribution)"),
 }
 CHAT_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     **COMMON_UNSUPPORTED,
@@ -300,9 +292,40 @@ def parse_common(body: dict[str, Any]) -> dict[str, Any]:
         "temperature": _number(body, "temperature", 0.0, 2.0, "a number from 0 to 2"),
         "top_p": _number(body, "top_p", 0.0, 1.0, "a number in (0, 1]", low_open=True),
         "top_k": _int(body, "top_k", 0), "min_p": _number(body, "min_p", 0.0, 1.0, "a number from 0 to 1"),
+        **_penalties(body),
         "seed": _seed(body), "stop": _stop(body.get("stop")),
         "ignore_eos": _bool(body, "ignore_eos"), **_extension(body.get("specedge"), stream),
     }
+
+
+def _penalties(body: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's presence_penalty, frequency_penalty and logit_bias; transformers' repetition_penalty
+    (llama-server's repeat_penalty) with llama-server's repeat_last_n (-1, like 0: the whole context)."""
+    repetition = _number(body, "repetition_penalty", 0.0, math.inf, "a number > 0", low_open=True)
+    if repetition is None:
+        repetition = _number(body, "repeat_penalty", 0.0, math.inf, "a number > 0", low_open=True)
+    last_n = _int(body, "repeat_last_n", -1)
+    return {"presence_penalty": _number(body, "presence_penalty", -2.0, 2.0, "a number from -2 to 2"),
+            "frequency_penalty": _number(body, "frequency_penalty", -2.0, 2.0, "a number from -2 to 2"),
+            "repetition_penalty": repetition, "repeat_last_n": None if last_n is None else max(last_n, 0),
+            "logit_bias": _logit_bias(body.get("logit_bias"))}
+
+
+def _logit_bias(value: object) -> dict[int, float] | None:
+    """{"token id": bias from -100 to 100} as the API sends it (ids as strings)."""
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict):
+        raise invalid("logit_bias", 'must be an object mapping token ids to biases, e.g. {"1234": -100}')
+    out = {}
+    for key, bias in value.items():
+        if not (isinstance(key, str) and key.isdigit() and len(key) < 12):
+            raise invalid("logit_bias", f"has the key {json.dumps(key)[:40]}, not a token id")
+        if not isinstance(bias, (int, float)) or isinstance(bias, bool) or not -100 <= bias <= 100:
+            raise invalid("logit_bias", f"of token {key} must be a number from -100 to 100, "
+                                        f"got {json.dumps(bias)[:40]}")
+        out[int(key)] = float(bias)
+    return out
 
 
 ACCEPTANCE_RULES = ("race", "rejection")

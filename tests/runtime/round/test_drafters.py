@@ -75,3 +75,22 @@ def test_the_draft_model_asks_go_on_after_each_draft_with_its_confidence(tiny_ll
     assert [c for _, c in asked] == pytest.approx([tops[0], tops[0] * tops[1]], rel=1e-6)
     assert 0 < asked[1][1] <= asked[0][1] <= 1
     assert np.isfinite(asked[1][1])
+
+
+def test_the_draft_model_proposes_under_the_bias_and_penalties(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """The draft's rows get the logit_bias and penalties the target's rows get (Ask.shape), from the
+    tokens before each draft: drafts the target's law would then accept."""
+    from specedge.kernels.penalties import Penalties
+
+    model = OnnxModel(tiny_llama[2])
+    drafter, draws = DraftModelDrafter(model), Draws(0, 300)
+    drafter.begin(FRESH)
+    plain = drafter.propose(FRESH, Ask(4, SamplingParams(), draws)).tokens
+    favoured = next(t for t in range(300) if t not in plain)
+    drafter.keep(len(FRESH) - 1)
+    biased = SamplingParams(penalties=Penalties(bias=((favoured, 100.0),)))
+    assert drafter.propose(FRESH, Ask(4, biased, draws)).tokens == [favoured] * 4
+    drafter.keep(len(FRESH) - 1)
+    never_twice = SamplingParams(penalties=Penalties(presence=2.0, bias=((favoured, 3.0),)))
+    tokens = drafter.propose(FRESH, Ask(6, never_twice, draws, answer_from=len(FRESH))).tokens
+    assert len(tokens) == 6 and tokens != [favoured] * 6  # once drafted, the presence penalty weighs on it
