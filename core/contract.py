@@ -52,6 +52,13 @@ def logits_rows(width: int) -> int:
 
 
 # -- choosing γ ---------------------------------------------------------------------------------
+# the sampling fields a model's own generation defaults may set (transformers' generation_config.json
+# names), each with its range: the manifest's `generation` and the registry's hold these only
+GENERATION_FIELDS: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 100.0), "top_p": (0.0, 1.0), "top_k": (0.0, 1e9), "min_p": (0.0, 1.0),
+    "repetition_penalty": (1e-6, 100.0), "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0),
+}
+
 DEFAULT_GAMMA = 4  # the draft tokens a round asks for when nothing else says (γ auto's first round)
 
 

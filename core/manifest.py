@@ -10,6 +10,7 @@ from typing import Any
 
 from specedge.core.contract import (
     ATTENTION,
+    GENERATION_FIELDS,
     INT4_KERNELS,
     MANIFEST_NAME,
     QUANT_BITS,
@@ -80,6 +81,8 @@ class Manifest:
     head_vocab: int = 0  # > 0: logits cover only token ids below it (a draft's truncated head)
     next_ids: bool = False  # the graph also outputs next_ids [1,R], the argmax of each logits row
     streams: bool = False  # the graph takes stream_ids [1,S] and caches [N,KV,T,d]: several streams share a pass
+    # the source's own sampling defaults (generation_config.json's GENERATION_FIELDS it sets)
+    generation: dict[str, float] = field(default_factory=dict)
 
     @property
     def static(self) -> bool:
@@ -249,6 +252,12 @@ def check_fields(raw: dict[str, Any]) -> None:
         raise ManifestFieldError("widths", f"is {widths}, without width 1")
     check_quantization(raw["quantization"])
     check_files(raw)
+    for key, value in check_dict(raw.get("generation", {}), "generation", 16).items():
+        if key not in GENERATION_FIELDS:
+            raise ManifestFieldError(f"generation.{key}", "is not a sampling default")
+        low, high = GENERATION_FIELDS[key]
+        if type(value) not in (int, float) or not low <= value <= high:
+            raise ManifestFieldError(f"generation.{key}", f"must be a number from {low:g} to {high:g}")
     costs = check_dict(raw.get("costs", {}), "costs", 16)
     if unknown := sorted(costs.keys() - {f.name for f in fields(WeightCosts)}):
         raise ManifestFieldError(f"costs.{unknown[0]}", "is not a cost field")

@@ -173,6 +173,7 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         bos_token_id=source.bos_token_id,
         eos_token_ids=source.eos_token_ids,
         chat_template=source.chat_template,
+        generation=dict(source.generation),
         context=settings.context,
         widths=tuple(sorted(set(settings.widths))),
         quantization=Quantization(

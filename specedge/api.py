@@ -38,6 +38,7 @@ from specedge.request import (
     config_fields,
     encode,
     finish_reason,
+    model_sampling,
     read_reply,
     shape,
     tool_choice_name,
@@ -54,6 +55,8 @@ from specedge.runtime.text.tools import ToolCall, ToolMarkup
 Message = Mapping[str, Any]
 Prompt = str | Sequence[int]
 GrammarLike = Grammar | Mapping[str, Any] | None  # a Grammar, or a JSON schema
+Num = float | None  # a sampling keyword: None, the model's default as `load` says (greedy, or its own)
+Count = int | None
 
 
 @dataclass(frozen=True)
@@ -76,10 +79,11 @@ class Model:
     runtime's Generator beneath, `decoding` says how it decodes and why. Each call builds a
     `Request` (specedge/request.py), decoded as the server and the chat decode theirs."""
 
-    def __init__(self, generator: Generator, name: str, decoding: str) -> None:
+    def __init__(self, generator: Generator, name: str, decoding: str, defaults: Defaults | None = None) -> None:
         self.generator = generator
         self.name = name
         self.decoding = decoding
+        self.defaults = defaults or Defaults()  # what a sampling keyword left out means: greedy, or the model's
         self._markup: ToolMarkup | None = None
         self._slots: Streams | None = None  # generate_many's, kept for the next call
         self._pays: int | None = None  # the slots this device's passes say pay (measured on first use)
@@ -87,9 +91,9 @@ class Model:
     def __repr__(self) -> str:
         return f"<specedge.Model {self.name}: {self.decoding}>"
 
-    def generate(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
-                 top_k: int = 0, min_p: float = 0.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                 repetition_penalty: float = 1.0, logit_bias: Mapping[int, float] | None = None,
+    def generate(self, prompt: Prompt, *, max_tokens: int = 256, temperature: Num = None, top_p: Num = None,
+                 top_k: Count = None, min_p: Num = None, presence_penalty: Num = None, frequency_penalty: Num = None,
+                 repetition_penalty: Num = None, logit_bias: Mapping[int, float] | None = None,
                  seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
                  prediction: str | None = None, suffix: str | None = None, logprobs: int | None = None) -> Reply:
         """Continue `prompt` (text or token ids, no chat template); with `suffix`, fill in the
@@ -102,11 +106,10 @@ class Model:
                                    prediction=prediction))
 
     def generate_many(self, prompts: Sequence[Prompt], *, parallel: int | None = None, max_tokens: int = 256,
-                      temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
-                      presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repetition_penalty: float = 1.0,
-                      logit_bias: Mapping[int, float] | None = None, seed: int | None = None,
-                      stop: Sequence[str] = (), grammar: GrammarLike = None,
-                      logprobs: int | None = None) -> list[Reply]:
+                      temperature: Num = None, top_p: Num = None, top_k: Count = None, min_p: Num = None,
+                      presence_penalty: Num = None, frequency_penalty: Num = None, repetition_penalty: Num = None,
+                      logit_bias: Mapping[int, float] | None = None, seed: int | None = None, stop: Sequence[str] = (),
+                      grammar: GrammarLike = None, logprobs: int | None = None) -> list[Reply]:
         """Continue every prompt, several at once (each pass serves all of them: runtime/streams/slots.py),
         each reply the one `generate` gives alone. parallel: how many at once (None: as many as this
         device's measured passes say pay, 1 where this model's passes cannot be shared; more than 1
@@ -125,9 +128,9 @@ class Model:
             self._slots = None  # the next call makes fresh ones
             raise
 
-    def stream(self, prompt: Prompt | Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0,
-               top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, presence_penalty: float = 0.0,
-               frequency_penalty: float = 0.0, repetition_penalty: float = 1.0,
+    def stream(self, prompt: Prompt | Sequence[Message], *, max_tokens: int = 256, temperature: Num = None,
+               top_p: Num = None, top_k: Count = None, min_p: Num = None, presence_penalty: Num = None,
+               frequency_penalty: Num = None, repetition_penalty: Num = None,
                logit_bias: Mapping[int, float] | None = None, seed: int | None = None, stop: Sequence[str] = (),
                grammar: GrammarLike = None, prediction: str | None = None, suffix: str | None = None,
                logprobs: int | None = None) -> TextStream:
@@ -143,11 +146,10 @@ class Model:
 
     def chat(self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None,
              tool_choice: str | Mapping[str, Any] = "auto", parallel_tool_calls: bool = True, max_tokens: int = 512,
-             temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
-             presence_penalty: float = 0.0, frequency_penalty: float = 0.0, repetition_penalty: float = 1.0,
+             temperature: Num = None, top_p: Num = None, top_k: Count = None, min_p: Num = None,
+             presence_penalty: Num = None, frequency_penalty: Num = None, repetition_penalty: Num = None,
              logit_bias: Mapping[int, float] | None = None, seed: int | None = None, stop: Sequence[str] = (),
-             grammar: GrammarLike = None,
-             prediction: str | None = None, logprobs: int | None = None,
+             grammar: GrammarLike = None, prediction: str | None = None, logprobs: int | None = None,
              chat_template_kwargs: Mapping[str, Any] | None = None) -> Reply:
         """The assistant's reply to OpenAI-style `messages`. With `tools` (OpenAI's tool objects),
         the model's calls come back in `tool_calls`: tool_choice "auto" (its choice; a `strict`
@@ -182,7 +184,7 @@ class Model:
             self._markup = ToolMarkup.of(self.generator.codec.tokenizer)
         form = shape(ask, self._markup, thinks(self.generator.codec.template_source))
         ids = encode(gen, ask, self.name)
-        fields = config_fields(ask, Defaults())
+        fields = config_fields(ask, self.defaults)
         return gen.stream(ids, prediction=ask.prediction, grammar=form.grammar, **fields), form
 
     def _streams(self, parallel: int | None, count: int) -> Streams | None:
@@ -249,7 +251,7 @@ def as_grammar(grammar: GrammarLike) -> Grammar | None:
 def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bool | None = None,
          gamma: int | Literal["auto"] | None = None, provider: str = "cpu", threads: int | None = None,
          chat_template: str | None = None, chat_template_kwargs: Mapping[str, Any] | None = None,
-         context: int | None = None) -> Model:
+         context: int | None = None, sampling_defaults: Literal["greedy", "model"] = "greedy") -> Model:
     """A model ready to decode. `name_or_path`: a registry pair ("qwen2.5-coder": its target with
     the decoding measured fastest here) or model ("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b:int4"),
     an artifact folder, a GGUF file or a Hugging Face checkpoint folder (exported into the cache
@@ -258,7 +260,10 @@ def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bo
     default). provider: "cpu", "dml" or "qnn"; threads: ONNX Runtime's threads per model.
     chat_template: a Jinja chat template's text to render chats with instead of the model's;
     chat_template_kwargs: extra variables for every render ({"enable_thinking": False}). context:
-    the tokens a registry model's or source's export holds (default 4096; one export per size)."""
+    the tokens a registry model's or source's export holds (default 4096; one export per size).
+    sampling_defaults: what a sampling keyword left out of a call means - "greedy" (greedy decoding)
+    or "model" (the model's own generation defaults: its generation_config.json, or the registry's
+    from its model card)."""
     name = str(name_or_path)
     if is_pair(name) and draft is None and ngram is None and gamma is None:
         from specedge.defaults import pair_decoding
@@ -288,7 +293,22 @@ def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bo
     from specedge.options import finish_load
 
     finish_load(gen, context, chat_template, chat_template_kwargs)
-    return Model(gen, name.partition(":")[0] if name in MODELS or is_pair(name) else Path(name).name, line)
+    if sampling_defaults not in ("greedy", "model"):
+        raise SpecEdgeError(f"sampling_defaults must be 'greedy' or 'model', not {sampling_defaults!r}",
+                            'pass sampling_defaults="model" for the model\'s own generation defaults')
+    defaults = model_defaults(target) if sampling_defaults == "model" else Defaults()
+    return Model(gen, name.partition(":")[0] if name in MODELS or is_pair(name) else Path(name).name, line, defaults)
+
+
+def model_defaults(target: Path) -> Defaults:
+    """Greedy decoding's defaults under the model's own sampling defaults, field by field."""
+    from specedge.kernels.penalties import Penalties
+
+    m = model_sampling(target)
+    return Defaults(temperature=m.get("temperature", 0.0), top_p=m.get("top_p", 1.0), top_k=int(m.get("top_k", 0)),
+                    min_p=m.get("min_p", 0.0), penalties=Penalties(presence=m.get("presence_penalty", 0.0),
+                                                                   frequency=m.get("frequency_penalty", 0.0),
+                                                                   repetition=m.get("repetition_penalty", 1.0)))
 
 
 def artifact(name_or_path: str | Path, context: int | None = None) -> Path:

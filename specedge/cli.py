@@ -131,7 +131,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         target = artifact_arg(args.target, args.context)
         draft = None if args.no_draft or args.draft is None else artifact_arg(args.draft, args.context)
         ngram, no_draft = args.ngram and not args.no_draft, args.no_draft
-    config = build_config(args, no_draft=no_draft, stop=args.stop, ignore_eos=args.ignore_eos)
+    from specedge.request import model_sampling
+
+    config = build_config(args, no_draft=no_draft, stop=args.stop, ignore_eos=args.ignore_eos,
+                          model=model_sampling(target))
     gen = load_generator(args, target, draft, ngram, config)
     from specedge.request import Defaults, Request, config_fields, encode, shape
 
@@ -172,6 +175,8 @@ def cmd_models(args: argparse.Namespace) -> int:
             state.append(f"last used {when(max(item.used for item in mine_exports))}")
         print(f"  {entry.name:<22} {entry.size / 1e9:5.2f} GB  {entry.description}")
         print(f"  {'':<22} {'; '.join(state) or 'not fetched'}; {entry.license}")
+        if entry.generation:  # the model card's sampling defaults: what the server gives a request setting none
+            print(f"  {'':<22} sampling defaults: " + ", ".join(f"{k} {v:g}" for k, v in entry.generation))
     print("pairs:")
     for pair in PAIRS.values():
         mark = " (default)" if pair.name == DEFAULT_PAIR else ""
@@ -244,7 +249,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from specedge.chat import HELP, ChatSession, terminal_lines
 
     way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram, args.context)
-    config = build_config(args, no_draft=way.single_steps)
+    from specedge.request import model_sampling
+
+    config = build_config(args, no_draft=way.single_steps, model=model_sampling(way.target))
     gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
     session = ChatSession(gen, system=args.system, max_new_tokens=args.max_new_tokens,
                           show_draft=args.show_draft)

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import manifest_fields
 from specedge.kernels.penalties import NONE, Penalties
 from specedge.kernels.sampling import SamplingParams
+from specedge.models.registry import entry_of_source
 from specedge.runtime.constraints.grammar import Grammar, grammar_text
 from specedge.runtime.generator import Generator
 from specedge.runtime.round.decoding import SpecConfig
@@ -198,6 +201,16 @@ def config_fields(request: Request, defaults: Defaults) -> dict[str, object]:
             "ignore_eos": request.ignore_eos or defaults.ignore_eos,
             "seed": pick(request.seed, defaults.seed), "acceptance": request.acceptance or defaults.acceptance,
             "logprobs": pick(request.logprobs, defaults.logprobs)}
+
+
+def model_sampling(folder: Path) -> dict[str, float]:
+    """A model's own sampling defaults: its export's (the source's generation_config.json), else its
+    registry entry's (from its model card: a GGUF carries none)."""
+    fields = manifest_fields(Path(folder)) or {}
+    if fields.get("generation"):
+        return dict(fields["generation"])
+    entry = entry_of_source(str((fields.get("source") or {}).get("sha256", "")))
+    return dict(entry.generation) if entry is not None else {}
 
 
 def penalties(request: Request, defaults: Penalties) -> Penalties:

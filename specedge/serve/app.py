@@ -89,6 +89,7 @@ class ServeSettings:
     top_k: int = 0
     min_p: float = 0.0
     penalties: Penalties = NONE  # the logit_bias and penalties of a request that sets none
+    model_sampling: dict[str, float] = dataclasses.field(default_factory=dict)  # the model's own, where taken
     origins: Origins = LOCAL  # the names and port requests must be addressed to
     api_key: str | None = None  # None: no key asked
 
@@ -317,7 +318,15 @@ class Server:
                 "specedge": {"target": gen.target.name, "draft": getattr(draft, "name", None),
                              "drafter": gen.drafter.name if gen.drafter else "none", "context": self.context,
                              "gamma": "auto" if gen.config.auto_gamma else gen.config.gamma,
-                             "device": self.device}}
+                             "device": self.device, "sampling_defaults": self.sampling_defaults()}}
+
+    def sampling_defaults(self) -> dict[str, object]:
+        """What a request that sets no sampling field decodes with, and where each value comes from."""
+        d = self.settings
+        values = {"temperature": d.temperature, "top_p": d.top_p, "top_k": d.top_k, "min_p": d.min_p,
+                  "repetition_penalty": d.penalties.repetition, "presence_penalty": d.penalties.presence,
+                  "frequency_penalty": d.penalties.frequency}
+        return {**values, "from_model": sorted(k for k in d.model_sampling if values.get(k) == d.model_sampling[k])}
 
     async def health(self, request: Request) -> JSONResponse:
         w = self.worker

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from specedge.core.errors import SpecEdgeError
 from specedge.options import (
+    OPENAI,
     add_context_flag,
     add_gamma_flags,
     add_pair_flags,
@@ -34,8 +35,8 @@ from specedge.options import (
     default_pair,
     load_generator,
     nonnegative_int,
-    penalties_of,
     positive_float,
+    sampling_of,
 )
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                         "request)")
     add_context_flag(p)
     add_template_flags(p)
-    add_sampling_flags(p, max_new_tokens=512, temperature=1.0, per_request=True)  # temperature 1: the API's default
+    add_sampling_flags(p, max_new_tokens=512, per_request=True)  # left out: the model's, else the API's defaults
     add_provider_flags(p)
     p.set_defaults(func=cmd_serve)
 
@@ -201,7 +202,10 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
 
     try:
         way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram, args.context)
-        config = build_config(args, no_draft=way.single_steps)  # requests override its length, sampling and seed
+        from specedge.request import model_sampling
+
+        # requests override its length, sampling and seed; a field they leave: the model's, else the API's
+        config = build_config(args, no_draft=way.single_steps, base=OPENAI, model=model_sampling(way.target))
         gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
         parallel = parallel_that_pays(gen) if args.parallel == "auto" else ParallelChoice(args.parallel, "asked for")
         settings = serve_settings(args, way.target, port, parallel.slots)
@@ -238,12 +242,16 @@ def stopping_server(base: type, on_stop: Callable[[], None]) -> type:
 def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: int = 1) -> ServeSettings:
     """The server's settings of its flags: the model's names, the queue and the slots, the origins
     requests must be addressed to, and the sampling flags as the values for a request that sets none."""
+    from specedge.request import model_sampling
     from specedge.serve.app import ServeSettings  # the serve extra (starlette): cmd_serve has checked it
     from specedge.serve.guard import Origins  # the serve extra (starlette)
 
+    model = model_sampling(target)
+    s = sampling_of(args, OPENAI, model)
     return ServeSettings(model_id=model_id(args), aliases=(Path(target).name,), queue_size=args.queue,
-                         parallel=parallel, max_tokens=args.max_new_tokens, temperature=args.temperature,
-                         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, penalties=penalties_of(args),
+                         parallel=parallel, max_tokens=args.max_new_tokens, temperature=s.temperature,
+                         top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, penalties=s.penalties,
+                         model_sampling=model if args.sampling_defaults == "model" else {},
                          api_key=args.api_key,
                          origins=Origins.of_listener(args.host, port, tuple(args.allowed_origins)))
 
