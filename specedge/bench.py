@@ -32,6 +32,7 @@ from pathlib import Path
 
 from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import CpuInfo, cpu_info
+from specedge.kernels.penalties import Penalties
 from specedge.kernels.sampling import SamplingParams, is_count
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.engine.row_groups import probe_rows
@@ -299,7 +300,7 @@ def decoding_label(meta: dict) -> str:
     sampling = meta.get("sampling")
     if not sampling or not sampling.get("temperature"):
         return "greedy"
-    return f"sampled at {setting_name(SamplingParams(**sampling))}, seed {meta.get('seed')}, {verified}"
+    return f"sampled at {meta['settings'][0]}, seed {meta.get('seed')}, {verified}"
 
 
 def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict, runs: Sequence[Run] = ()) -> str:
@@ -371,18 +372,24 @@ def plot(summary: dict, gammas: Sequence[int], path: Path) -> bool:
 
 
 def setting_name(params: SamplingParams) -> str:
-    """'greedy', or the temperature and each cut that is on: 'temperature 0.7, top_p 0.9'."""
+    """'greedy', or the temperature, each cut and each penalty that is on: 'temperature 0.7, top_p 0.9'."""
+    p = params.penalties
+    penalties = [f"{k} {v:g}" for k, v, off in (("repetition_penalty", p.repetition, 1.0),
+                                                ("presence_penalty", p.presence, 0.0),
+                                                ("frequency_penalty", p.frequency, 0.0)) if v != off]
+    penalties += ["logit_bias"] if p.bias else []
     if params.greedy:
-        return "greedy"
+        return ", ".join(["greedy", *penalties])
     cuts = [f"{k} {getattr(params, k):g}" for k, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0))
             if getattr(params, k) != off]
-    return ", ".join([f"temperature {params.temperature:g}", *cuts])
+    return ", ".join([f"temperature {params.temperature:g}", *cuts, *penalties])
 
 
-# the settings clients send (issue: sampling at greedy's speed): greedy; a temperature alone; with top-p;
-# Qwen2.5 instruct's own generation defaults (temperature 0.7, top_p 0.8, top_k 20); llama-server's min-p
+# the settings clients send: greedy; a temperature alone; with top-p; Qwen2.5 instruct's own generation
+# defaults (temperature 0.7, top_p 0.8, top_k 20, a repetition penalty of 1.05); llama-server's min-p
 SAMPLING_MATRIX = (SamplingParams(), SamplingParams(temperature=0.7), SamplingParams(temperature=0.7, top_p=0.9),
-                   SamplingParams(temperature=0.7, top_k=20, top_p=0.8), SamplingParams(temperature=0.7, min_p=0.05))
+                   SamplingParams(temperature=0.7, top_k=20, top_p=0.8, penalties=Penalties(repetition=1.05)),
+                   SamplingParams(temperature=0.7, min_p=0.05))
 
 
 def sampled(jobs: list[Job], sampling: SamplingParams, seed: int, rules: Sequence[str] = ("race", "rejection")

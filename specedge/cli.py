@@ -420,7 +420,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
                    help="drop tokens below this fraction of the likeliest one's probability when sampling (default 0)")
     p.add_argument("--sampling-matrix", action="store_true",
                    help="every mode under each setting clients send: greedy; temperature 0.7; with top_p 0.9; with "
-                        "top_p 0.8 and top_k 20; with min_p 0.05 (the sampling flags are then ignored)")
+                        "top_p 0.8, top_k 20 and repetition_penalty 1.05; with min_p 0.05 (the sampling flags are then "
+                        "ignored)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="the seed of every sampled run (default 0)")
     p.add_argument("--acceptance", choices=["race", "rejection"], default=None,
                    help="when sampling, run the speculative modes under this rule only (default: both)")
