@@ -309,7 +309,8 @@ class Generator:
                     ends.append(len(text))
                     drafted.append(i < len(new) - 1)
                     cut = find_stop(text, config.stop_strings, since)
-                    if cut >= 0:
+                    if cut >= 0:  # the stop string found there: the shortest that starts there (find_stop)
+                        stats.stop_string = min((s for s in config.stop_strings if text.startswith(s, cut)), key=len)
                         text, reason = text[:cut], "stop_string"
                         break
                     if len(tokens) >= config.max_new_tokens:

@@ -39,6 +39,17 @@ TOOL_CHOICES = ("auto", "none", "required")  # or a function's name
 
 
 @dataclass(frozen=True)
+class Infill:
+    """llama-server's /infill beyond the prefix (`prompt`) and `suffix`: the text typed before the
+    cursor on its line, and other files of the project as context (name, text). Its prompt is
+    fitted into the context as llama-server fits it (runtime/text/fim.py's `infill_prompt`)."""
+
+    typed: str = ""
+    files: tuple[tuple[str, str], ...] = ()
+    reserve: int = 0  # tokens of the context the files leave free (llama-server: twice n_predict)
+
+
+@dataclass(frozen=True)
 class Request:
     """One request: `messages` (a chat) or `prompt` (text or token ids; with `suffix`, fill in the
     middle between them), and how to decode it. A sampling field left None takes the door's default."""
@@ -69,6 +80,11 @@ class Request:
     prediction: str | None = None  # the output expected, mostly (OpenAI's predicted outputs)
     template_kwargs: Mapping[str, Any] | None = None  # a chat: extra variables for the chat template
     split_reasoning: bool = True  # a chat with a thinking model: its <think> block apart from the answer
+    infill: Infill | None = None  # with `suffix`: llama-server's /infill (other files as context, fitted)
+
+    @property
+    def files(self) -> tuple[tuple[str, str], ...]:
+        return self.infill.files if self.infill is not None else ()
 
     @property
     def chat(self) -> bool:
@@ -228,8 +244,11 @@ def encode(gen: Generator, request: Request, model_name: str, limit: int | None 
     and a suffix through the model's fill-in-the-middle tokens (`model_name` names it in a refusal).
     limit: a text longer than that many tokens is refused once a prefix shows it (PromptTooLong)."""
     if request.suffix is not None:
-        from specedge.runtime.text.fim import fim_prompt
+        from specedge.runtime.text.fim import fim_prompt, infill_prompt
 
+        if request.infill is not None and isinstance(request.prompt, str):
+            return infill_prompt(gen.codec, request.prompt, request.suffix, model_name, request.infill.typed,
+                                 request.infill.files, gen.target.manifest.context, request.infill.reserve)
         return fim_prompt(gen.codec, request.prompt, request.suffix, model_name)
     if request.chat:
         return gen.encode([dict(m) for m in request.messages], tools=list(request.tools) or None, limit=limit,

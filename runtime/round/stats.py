@@ -29,6 +29,7 @@ class GenerationStats:
     n_tokens: int = 0  # generated tokens (EOS excluded)
     prompt_tokens: int = 0
     stop_reason: str = ""  # "eos", "max_new_tokens", "stop_string", "context", "interrupted" (closed early)
+    stop_string: str = ""  # with stop_reason "stop_string": the stop string that ended it
     gamma: int = 0  # the γ most rounds asked for (fixed, or chosen by γ auto; 0: plain decoding)
     gamma_auto: bool = False
     gamma_counts: dict[int, int] = field(default_factory=dict)  # γ asked for -> rounds

@@ -33,6 +33,11 @@ def test_stop_string_cuts_text(tiny_llama: tuple[Path, Path, Path]) -> None:
     result = gen.generate("hello", stop_strings=(stop,))
     assert result.stats.stop_reason == "stop_string"
     assert result.text == full[:full.find(stop)]
+    # the stop string that ended it is said (Anthropic's stop_sequence, llama-server's stopping_word):
+    # of two that begin where the text is cut, the shorter completes first
+    longer = gen.generate("hello", stop_strings=(full[10:14], "not in it", stop))
+    assert (longer.stats.stop_string, longer.text) == (stop, result.text)
+    assert gen.generate("hello").stats.stop_string == ""
 
 
 def test_eos_stops_and_is_not_returned(tiny_llama: tuple[Path, Path, Path]) -> None:

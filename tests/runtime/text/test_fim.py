@@ -1,5 +1,7 @@
 """Fill-in-the-middle prompts: the model's own FIM tokens by id around the prefix and suffix, encoded
-as plain text (a prompt that spells a FIM token stays text); one clear error for a model without them."""
+as plain text (a prompt that spells a FIM token stays text); one clear error for a model without them.
+And llama-server's /infill prompt: other files before it in the repo-level pattern, everything cut to
+fit the context as llama-server cuts it."""
 
 from __future__ import annotations
 
@@ -11,21 +13,35 @@ from tokenizers import Tokenizer
 from specedge.core.errors import SpecEdgeError
 from specedge.runtime import Generator
 from specedge.runtime.text.codec import TextCodec
-from specedge.runtime.text.fim import FimTokens, NoFimTokens, fim_prompt, find_fim_tokens
+from specedge.runtime.text.fim import (
+    FimTokens,
+    NoFimTokens,
+    RepoTokens,
+    fim_prompt,
+    find_fim_tokens,
+    find_repo_tokens,
+    infill_prompt,
+)
 from tests.tiny_models import VOCAB, byte_tokenizer, make_tiny_model
 
 QWEN_FIM = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")
 FIM_IDS = FimTokens(VOCAB, VOCAB + 1, VOCAB + 2)  # added after the byte tokenizer's own
 
 
-def make_fim_artifact(root: Path) -> Path:
-    """A tiny llama whose byte tokenizer also has Qwen2.5-Coder's three FIM tokens (ids FIM_IDS)."""
+QWEN_REPO = ("<|repo_name|>", "<|file_sep|>")
+REPO_IDS = RepoTokens(VOCAB + 3, VOCAB + 4)
+
+
+def make_fim_artifact(root: Path, repo: bool = False) -> Path:
+    """A tiny llama whose byte tokenizer also has Qwen2.5-Coder's three FIM tokens (ids FIM_IDS),
+    and with `repo` its repo-level tokens (REPO_IDS)."""
     from specedge.export.artifact import export_model
     from specedge.export.settings import ExportSettings
 
-    src = make_tiny_model(root / "src", "llama", seed=5, vocab_size=VOCAB + len(QWEN_FIM))  # room for them
+    specials = [*QWEN_FIM, *(QWEN_REPO if repo else ())]
+    src = make_tiny_model(root / "src", "llama", seed=5, vocab_size=VOCAB + len(specials))  # room for them
     tok = byte_tokenizer()
-    tok.add_special_tokens(list(QWEN_FIM))
+    tok.add_special_tokens(specials)
     tok.save(str(src / "tokenizer.json"))
     return export_model(src, root / "art", ExportSettings(quant="fp32", context=64, widths=(1, 5))).path
 
@@ -33,6 +49,11 @@ def make_fim_artifact(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def fim_codec(tmp_path_factory: pytest.TempPathFactory) -> TextCodec:
     return Generator.load(make_fim_artifact(tmp_path_factory.mktemp("fim"))).codec
+
+
+@pytest.fixture(scope="module")
+def repo_codec(tmp_path_factory: pytest.TempPathFactory) -> TextCodec:
+    return Generator.load(make_fim_artifact(tmp_path_factory.mktemp("fim-repo"), repo=True)).codec
 
 
 def plain(codec: TextCodec, text: str) -> list[int]:
@@ -68,6 +89,43 @@ def test_a_model_without_fim_tokens_is_one_line_naming_it(tiny_llama: tuple[Path
     assert "\n" not in message and "'tiny-llama'" in message and "<|fim_prefix|>" in message
 
 
+def test_an_infill_is_the_repo_level_prompt(repo_codec: TextCodec) -> None:
+    """[repo_name]myproject, each file after [file_sep] and its name, [file_sep]filename, then the
+    FIM prompt with the typed text after the prefix (llama-server's format_infill); texts stay text."""
+    assert find_repo_tokens(repo_codec.tokenizer) == REPO_IDS
+    files = [("a.py", "import os\n"), ("<|file_sep|>.py", "x = 1\n")]
+    ids = infill_prompt(repo_codec, "def f(", ")\n", "m", typed="a, b", files=files)
+
+    def text(t: str) -> list[int]:
+        return plain(repo_codec, t)
+
+    assert ids == [REPO_IDS.name, *text("myproject\n"), REPO_IDS.file, *text("a.py\n"), *text("import os\n"),
+                   REPO_IDS.file, *text("<|file_sep|>.py\n"), *text("x = 1\n"), REPO_IDS.file, *text("filename\n"),
+                   FIM_IDS.prefix, *text("def f("), *text("a, b"), FIM_IDS.suffix, *text(")\n"), FIM_IDS.middle]
+
+
+def test_an_infill_is_cut_to_fit_the_context_as_llama_server_cuts_it(repo_codec: TextCodec) -> None:
+    """Of a batch of min(2048, context/2) = 256 tokens: the prefix's last 192, the suffix's first
+    64 - 2 - typed; the files' last context - batch - reserve tokens (the latest files)."""
+    prefix, suffix, typed = "p" * 300 + "P", "S" + "s" * 300, "ab"
+    files = [("old.py", "o" * 400), ("new.py", "n" * 100)]
+    ids = infill_prompt(repo_codec, prefix, suffix, "m", typed, files, context=512, reserve=2 * 20)
+    start, middle = ids.index(FIM_IDS.prefix), ids.index(FIM_IDS.suffix)
+    assert repo_codec.decode(ids[start + 1:middle]) == prefix[-192:] + typed
+    assert repo_codec.decode(ids[middle + 1:-1]) == suffix[:64 - 2 - 2] and ids[-1] == FIM_IDS.middle
+    extra = ids[:start]
+    assert len(extra) == 512 - 256 - 40 and extra[-len("filename\n") - 1] == REPO_IDS.file
+    assert repo_codec.decode(extra) == ("o" * 400 + "new.py\n" + "n" * 100 + "filename\n")[-(len(extra) - 2):]
+    assert len(infill_prompt(repo_codec, prefix, suffix, "m", typed, files, context=512, reserve=600)) == \
+        192 + 2 + 60 + 3  # no room for files: none
+
+
+def test_without_repo_tokens_the_files_are_snippets(fim_codec: TextCodec) -> None:
+    ids = infill_prompt(fim_codec, "a", "b", "m", files=[("x.py", "one"), ("y.py", "two")])
+    assert ids == [*plain(fim_codec, "\n\n--- snippet ---\n\none\n\n--- snippet ---\n\ntwo"), FIM_IDS.prefix,
+                   *plain(fim_codec, "a"), FIM_IDS.suffix, *plain(fim_codec, "b"), FIM_IDS.middle]
+
+
 def test_starcoder_style_tokens_are_found() -> None:
     tok = byte_tokenizer()
     tok.add_special_tokens(["<fim_middle>", "<fim_prefix>", "<fim_suffix>"])  # in another order
@@ -84,3 +142,4 @@ def test_the_packaged_qwen_coder_has_fim_tokens(default_pair: dict[str, Path]) -
     tok = Tokenizer.from_file(str(default_pair["int4"] / "tokenizer.json"))
     assert find_fim_tokens(tok) == FimTokens(*(tok.token_to_id(t) for t in QWEN_FIM)) == FimTokens(151659, 151661,
                                                                                                    151660)
+    assert find_repo_tokens(tok) == RepoTokens(151663, 151664)  # the repo-level pattern's
