@@ -63,7 +63,7 @@ from specedge.serve.protocol import (
     parse_completion,
     parse_json,
 )
-from specedge.serve.responses import DONE, Shaper, specedge_stats, sse, usage
+from specedge.serve.responses import Outcome, Shaper, Writer, specedge_stats, usage
 from specedge.serve.structured import ToolCallFilter, api_calls, parse_output
 from specedge.serve.worker import Failed, Finished, GenerationWorker, Job, Piece, QueueFull
 
@@ -72,9 +72,6 @@ ROUTE_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completi
                          "/tokenize", "/detokenize", *PAGE_PATHS})
 FOLDED_CHARS = 4  # characters a tokenizer's normalizer (NFC) may fold into one, at most
 PING_S = 10.0  # a streamed request waiting this long for its first event gets its headers, then a comment as often
-PING = b": ping\n\n"
-EVENT_STREAM_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
-                        (b"x-accel-buffering", b"no")]
 
 
 @dataclass(frozen=True)
@@ -99,20 +96,21 @@ def longest_token(generator: Generator) -> int:
     return max(map(len, generator.codec.tokenizer.get_vocab(with_added_tokens=True)), default=1)
 
 
-def route_label(path: str) -> str:
-    """The route a response is counted under: its path, `/v1/models/{model}`, or "other" (any
-    other path: so a scan of paths cannot grow the metrics without end)."""
+def route_label(path: str, paths: frozenset[str] = ROUTE_PATHS) -> str:
+    """The route a response is counted under: its path (one of `paths`), `/v1/models/{model}`, or
+    "other" (any other path: so a scan of paths cannot grow the metrics without end)."""
     if path.startswith("/v1/models/"):
         return "/v1/models/{model}"
-    return path if path in ROUTE_PATHS else "other"
+    return path if path in paths else "other"
 
 
 class CountRequests:
     """ASGI middleware: each HTTP response counted by route and status as it starts."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, paths: frozenset[str] = ROUTE_PATHS) -> None:
         self.app = app
         self.metrics = metrics
+        self.paths = paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -121,14 +119,15 @@ class CountRequests:
 
         async def counted(message: Message) -> None:
             if message["type"] == "http.response.start":
-                self.metrics.count_request(route_label(scope["path"]), int(message["status"]))
+                self.metrics.count_request(route_label(scope["path"], self.paths), int(message["status"]))
             await send(message)
 
         await self.app(scope, receive, counted)
 
 
-def api(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Any]]:
-    """Answer any exception out of `handler` as an OpenAI error object."""
+def api(handler: Callable[[Request], Awaitable[Any]],
+        errors: Callable[[APIError], Response] = error_response) -> Callable[[Request], Awaitable[Any]]:
+    """Answer any exception out of `handler` as an error object: OpenAI's, or `errors`' (another protocol's)."""
 
     async def endpoint(request: Request) -> Any:
         try:
@@ -136,7 +135,7 @@ def api(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awa
         except Exception as e:
             err = error_for(e)
             log_error(request, err, e)
-            return error_response(err)
+            return errors(err)
 
     return endpoint
 
@@ -191,15 +190,17 @@ async def until_first(work: Awaitable[Any], receive: Receive, job: Job) -> async
 
 class EventStream:
     """The ASGI response of a streamed request: chunks as the worker decodes them, the final
-    chunk with finish_reason and stats, usage if asked, `data: [DONE]`. Headers wait for the
-    first event, so a request that fails before any text gets its error status (unless it waits
-    past PING_S: then pings keep the stream alive, and an error is an event)."""
+    chunk with finish_reason and stats, usage if asked, `data: [DONE]` (or what its protocol's
+    writer sends). Headers wait for the first event, so a request that fails before any text gets
+    its error status (unless it waits past PING_S: then pings keep the stream alive, and an error
+    is an event)."""
 
-    def __init__(self, job: Job, shaper: Shaper, include_usage: bool, call_names: frozenset[str] = frozenset(),
-                 reasoning: bool = False) -> None:
+    def __init__(self, job: Job, shaper: Writer, include_usage: bool, call_names: frozenset[str] = frozenset(),
+                 reasoning: bool = False, notes: dict[str, object] | None = None) -> None:
         self.job = job
         self.shaper = shaper
         self.include_usage = include_usage
+        self.notes = notes or {}  # added to the `specedge` stats
         # a thinking model's <think> block, sent as reasoning_content
         self.reasoning = ReasoningFilter() if reasoning else None
         # the model's calls to these tools, taken out of its text
@@ -213,13 +214,13 @@ class EventStream:
     async def pump(self, scope: Scope, send: Send) -> None:
         event, started = await self.first_event(send)
         if isinstance(event, Failed) and not started:
-            await error_response(error_for(event.error))(scope, no_receive, send)
+            await self.shaper.error_response(error_for(event.error))(scope, no_receive, send)
             return
         if not started:
-            await send({"type": "http.response.start", "status": 200, "headers": EVENT_STREAM_HEADERS})
+            await send({"type": "http.response.start", "status": 200, "headers": self.shaper.headers()})
         async for data in self.chunks(event):
             await send({"type": "http.response.body", "body": data, "more_body": True})
-        await send({"type": "http.response.body", "body": DONE, "more_body": False})
+        await send({"type": "http.response.body", "body": self.shaper.done, "more_body": False})
 
     async def first_event(self, send: Send) -> tuple[Piece | Finished | Failed, bool]:
         """The job's first event, and whether the headers went out while it was awaited: a request
@@ -232,12 +233,13 @@ class EventStream:
                 return await asyncio.wait_for(self.job.events.get(), PING_S), started
             except asyncio.TimeoutError:
                 if not started:
-                    await send({"type": "http.response.start", "status": 200, "headers": EVENT_STREAM_HEADERS})
+                    await send({"type": "http.response.start", "status": 200, "headers": self.shaper.headers()})
                     started = True
                 await self.ping(send)
 
     async def ping(self, send: Send) -> None:
-        await send({"type": "http.response.body", "body": PING, "more_body": True})
+        if self.shaper.ping:
+            await send({"type": "http.response.body", "body": self.shaper.ping, "more_body": True})
 
     def pieces(self, text: str) -> list[str | list[dict[str, Any]]]:
         """What a piece of the answer sends: itself, or with tool calls on, the text outside calls and the calls."""
@@ -252,6 +254,8 @@ class EventStream:
     async def chunks(self, event: Piece | Finished | Failed) -> AsyncIterator[bytes]:
         shaper, first, sent = self.shaper, True, 0  # sent: log-probabilities sent with the pieces
         held: tuple = ()  # log-probabilities of text held back (a tool call being written)
+        if not isinstance(event, Failed) and (opening := shaper.opening()):
+            yield opening
         while True:
             if isinstance(event, Piece | Finished):
                 text = event.text if isinstance(event, Piece) else None
@@ -273,18 +277,16 @@ class EventStream:
                 for out in self.calls.flush() if self.calls is not None else ():
                     yield shaper.chunk(out, first=first) if isinstance(out, str) else shaper.calls_chunk(out, first)
                     first = False
-                if first and shaper.kind == "chat":
-                    yield shaper.chunk("", first=True)
                 result, called = event.result, self.calls is not None and self.calls.calls > 0
-                yield shaper.final_chunk(finish_reason(result.stats.stop_reason, called),
-                                         specedge_stats(result.stats, event.reused, event.timing),
-                                         (result.logprobs or [])[sent:])
-                if self.include_usage:
-                    yield shaper.usage_chunk(usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused,
-                                                   result.stats, self.job.prediction is not None))
+                yield shaper.end(Outcome(result, finish_reason(result.stats.stop_reason, called),
+                                         usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused,
+                                               result.stats, self.job.prediction is not None),
+                                         {**specedge_stats(result.stats, event.reused, event.timing), **self.notes},
+                                         event.reused, logprobs=(result.logprobs or [])[sent:]),
+                                 first, self.include_usage)
                 return
             if isinstance(event, Failed):
-                yield sse(error_for(event.error).body())
+                yield shaper.error_event(error_for(event.error))
                 return
             event = await self.job.events.get()
 
@@ -306,6 +308,8 @@ class Server:
         self.fills_middle = find_fim_tokens(generator.codec.tokenizer) is not None
         self.lists_tools = renders_tools(generator.codec.template_source)
         self.thinks = thinks(generator.codec.template_source)  # a thinking model: its <think> block apart
+        # its thinking can be switched off: reasoning_effort "none" (and other protocols' switches) sets it
+        self.switches_thinking = self.thinks and "enable_thinking" in (generator.codec.template_source or "")
         self.markup = ToolMarkup.of(generator.codec.tokenizer)  # how this model spells a tool call's markers
         self._side_codec: TextCodec | None = None  # /tokenize's and /detokenize's, under their lock
         self._side_lock = threading.Lock()
@@ -398,25 +402,28 @@ class Server:
             self._side_codec = codec
         return self._side_codec
 
-    def check_model(self, model: str | None) -> None:
-        names = (self.settings.model_id, *self.settings.aliases)
-        if model is not None and model not in names:
-            raise APIError(404, f"the model '{model[:100]}' does not exist; this server serves "
-                                f"'{self.settings.model_id}'", param="model", code="model_not_found")
+    def check_model(self, model: object) -> None:
+        """Any name answers: the server serves one model (as llama-server does); a name must be text."""
+        if model is not None and not isinstance(model, str):
+            raise invalid("model", "must be a string")
 
     def check_prompt_size(self, req: GenerationRequest) -> None:
         """Refuse a prompt too long for the context before it is queued and tokenized: more token ids
         than the context holds, or more characters than that many of the longest tokens spell."""
         param = "messages" if req.kind == "chat" else "prompt"
         if isinstance(req.prompt, tuple) and len(req.prompt) >= self.context:
-            raise APIError(413, f"the prompt has {len(req.prompt)} tokens but the model's context holds "
-                                f"{self.context}; shorten the prompt", param=param, code="context_length_exceeded")
+            raise self.too_long(f"{len(req.prompt)} tokens", param, len(req.prompt))
         chars = sum(len(m["content"]) for m in req.messages) if req.kind == "chat" else len(req.prompt)
-        chars += len(req.suffix or "")
+        chars += len(req.suffix or "") + sum(len(name) + len(text) for name, text in req.files)
         if chars > self.max_prompt_chars:
-            raise APIError(413, f"the prompt has {chars} characters, more than the model's context of {self.context} "
-                                f"tokens can hold (at most {self.max_prompt_chars}); shorten the prompt",
-                           param=param, code="context_length_exceeded")
+            raise self.too_long(f"{chars} characters", param)
+
+    def too_long(self, what: str, param: str, tokens: int | None = None) -> APIError:
+        """The 413 of a prompt the served context cannot hold, naming the flag that serves a longer one."""
+        longer = max(2 * self.context, 1 << max(tokens or 0, 1).bit_length())  # a power of two, room for an answer
+        return APIError(413, f"the prompt has {what} but the served context holds {self.context} tokens; shorten it, "
+                             f"or serve a longer context: specedge serve --context {longer}", param=param,
+                        code="context_length_exceeded")
 
     def check_tools(self, req: GenerationRequest) -> None:
         """Tools need a chat template that lists them: 422 naming the model, before it is queued."""
@@ -439,14 +446,11 @@ class Server:
             raise APIError(400, one_line(str(e.advise("send the text as `prompt` to /v1/completions instead of "
                                                       "`messages`"))), param=param, code="invalid_value") from None
         except PromptTooLong as e:  # a prefix alone passed the context: not tokenized whole
-            raise APIError(413, f"the prompt has {e.tokens} tokens or more but the model's context holds "
-                                f"{self.context}; shorten the prompt", param=param,
-                           code="context_length_exceeded") from None
+            raise self.too_long(f"{e.tokens} tokens or more", param, e.tokens) from None
         if not ids:
             raise APIError(400, "the prompt is empty", param=param, code="invalid_value")
         if len(ids) >= self.context:
-            raise APIError(413, f"the prompt has {len(ids)} tokens but the model's context holds {self.context}; "
-                                "shorten the prompt", param=param, code="context_length_exceeded")
+            raise self.too_long(f"{len(ids)} tokens", param, len(ids))
         return ids
 
     def shape(self, req: GenerationRequest) -> Shape:
@@ -482,19 +486,39 @@ class Server:
         sampling.penalties.check_vocabulary(self.generator.target.manifest.vocab_size)
         return fields
 
-    async def complete(self, request: Request, req: GenerationRequest) -> Response | EventStream:
+    def thinking(self, req: GenerationRequest) -> tuple[GenerationRequest, dict[str, object]]:
+        """A request's thinking switch (reasoning_effort, think...) as the template variable a thinking
+        model reads (Qwen3's enable_thinking; the request's own chat_template_kwargs win), and where
+        the model has no such switch, the note the `specedge` field carries: the switch was a no-op."""
+        if req.thinking is None:
+            return req, {}
+        if self.switches_thinking:
+            kwargs = {"enable_thinking": req.thinking, **(req.template_kwargs or {})}
+            return dataclasses.replace(req, template_kwargs=kwargs), {}
+        if self.thinks and req.thinking:
+            return req, {}
+        why = (f"the model '{self.settings.model_id}' always thinks: its chat template has no enable_thinking switch"
+               if self.thinks else f"the model '{self.settings.model_id}' does not think")
+        return req, {"ignored": {req.thinking_param or "thinking": why}}
+
+    async def complete(self, request: Request, req: GenerationRequest,
+                       writer: Writer | None = None) -> Response | EventStream:
+        """Queue `req` on the worker and answer it: whole, or as a stream of events; OpenAI's
+        objects, or those of `writer` (another protocol's, over the same decoding)."""
         self.check_model(req.model)
         self.check_suffix(req)
         self.check_prompt_size(req)
+        req, notes = self.thinking(req)
         shapes = None if req.logprobs is None else LogprobShapes(req.kind, self.spell)
-        shaper = Shaper(req.kind, self.settings.model_id, logprobs=shapes)
+        shaper = writer or Shaper(req.kind, self.settings.model_id, logprobs=shapes)
         self.check_tools(req)
         form = self.shape(req)
         overrides = self.overrides(req)
         constraint = None if form.grammar is None else await run_in_threadpool(
             self.grammar_state, form, int(overrides["max_new_tokens"]))  # type: ignore[call-overload]
-        job = Job(shaper.id, functools.partial(self.encode, req), overrides, asyncio.get_running_loop(),
-                  stream=req.stream, constraint=constraint, prediction=req.prediction, show_draft=req.show_draft)
+        job = Job(getattr(shaper, "id", "") or "request", functools.partial(self.encode, req), overrides,
+                  asyncio.get_running_loop(), stream=req.stream, constraint=constraint, prediction=req.prediction,
+                  show_draft=req.show_draft)
         try:
             self.worker.submit(job)
         except QueueFull as e:
@@ -502,7 +526,7 @@ class Server:
                                 f"decoded; retry in {e.retry_after} s", kind="server_error", code="queue_full",
                            headers={"Retry-After": str(e.retry_after)}) from None
         if req.stream:
-            return EventStream(job, shaper, req.include_usage, form.call_names, form.reasoning)
+            return EventStream(job, shaper, req.include_usage, form.call_names, form.reasoning, notes)
         finished = await until_first(job.events.get(), request.receive, job)
         if finished is None:
             return Response(status_code=204)  # the client is gone; nobody reads this
@@ -512,12 +536,13 @@ class Server:
         assert isinstance(event, Finished)
         result = event.result
         answer = read_reply(result.text, form)
-        return JSONResponse(shaper.whole(answer.text if answer.text or not answer.calls else None,
-                                         finish_reason(result.stats.stop_reason, bool(answer.calls)),
-                                         usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused,
-                                               result.stats, req.prediction is not None),
-                                         specedge_stats(result.stats, event.reused, event.timing), result.logprobs,
-                                         api_calls(answer.calls) if answer.calls else None, answer.reasoning))
+        return JSONResponse(shaper.body(Outcome(
+            result, finish_reason(result.stats.stop_reason, bool(answer.calls)),
+            usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused, result.stats,
+                  req.prediction is not None),
+            {**specedge_stats(result.stats, event.reused, event.timing), **notes}, event.reused,
+            answer.text if answer.text or not answer.calls else None, answer.reasoning,
+            api_calls(answer.calls) if answer.calls else None, result.logprobs or ())))
 
 
 async def not_found(request: Request, exc: Exception) -> JSONResponse:
@@ -525,6 +550,13 @@ async def not_found(request: Request, exc: Exception) -> JSONResponse:
     what = {404: f"no such path: {request.method} {request.url.path}",
             405: f"{request.method} is not allowed on {request.url.path}"}.get(status, "bad request")
     return error_response(APIError(status, what, code={404: "not_found", 405: "method_not_allowed"}.get(status)))
+
+
+def protocol_routes(server: Server) -> list[Route]:
+    """The other protocols' routes over the same server: llama-server's (/completion, /infill,
+    /props, /slots), OpenAI's Responses (/v1/responses), Anthropic's Messages (/v1/messages) and
+    ollama's (/api/...). Imported here: each module builds on this one."""
+    return []
 
 
 def create_app(generator: Generator, settings: ServeSettings, guarded: bool = True) -> Starlette:
@@ -548,9 +580,11 @@ def create_app(generator: Generator, settings: ServeSettings, guarded: bool = Tr
         Route("/tokenize", api(server.tokenize), methods=["POST"]),
         Route("/detokenize", api(server.detokenize), methods=["POST"]),
         *page_routes(),
+        *protocol_routes(server),
     ]
+    paths = ROUTE_PATHS | {r.path for r in routes if isinstance(r, Route) and "{" not in r.path}
     guard = [Middleware(RequestGuard, origins=settings.origins, api_key=settings.api_key)] if guarded else []
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found},
-                    middleware=[Middleware(CountRequests, metrics=server.worker.metrics), *guard])
+                    middleware=[Middleware(CountRequests, metrics=server.worker.metrics, paths=paths), *guard])
     app.state.server = server
     return app

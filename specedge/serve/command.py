@@ -81,6 +81,10 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allowed-origins", type=origins_arg, action="extend", default=[], metavar="ORIGINS",
                    help="web origins beside the server's own that may call it, comma-separated, * a wildcard "
                         "(chrome-extension://*,http://localhost:3000); default none")
+    p.add_argument("--allowed-hosts", type=hosts_arg, action="extend", default=[], metavar="HOSTS",
+                   help="host names beside the server's own that requests may be addressed to, comma-separated, "
+                        "* a wildcard (*.example.lan; * alone: any); its own are the loopback names, --host, "
+                        "*.localhost, *.local, *.internal (host.docker.internal) and private addresses")
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info",
                    help="the least severe log lines shown, each with its time and level (default info: a line per "
                         "request)")
@@ -112,6 +116,16 @@ def origins_arg(text: str) -> list[str]:
             raise argparse.ArgumentTypeError(f"'{origin}' is not a web origin; write it as scheme://host[:port], "
                                              "e.g. http://localhost:3000 or chrome-extension://*")
     return origins
+
+
+def hosts_arg(text: str) -> list[str]:
+    """--allowed-hosts: comma-separated host names, * matching any text (no scheme, no port)."""
+    hosts = [h.strip() for h in text.split(",") if h.strip()]
+    for host in hosts:
+        if "://" in host or "/" in host or (host.count(":") == 1 and not host.startswith("[")):
+            raise argparse.ArgumentTypeError(f"'{host}' is not a host name; write it without scheme or port, "
+                                             "e.g. box.lan or *.example.lan")
+    return hosts
 
 
 def model_id(args: argparse.Namespace) -> str:
@@ -166,13 +180,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         print(f"specedge serve: warning: listening on {args.host}, reachable from other machines"
               + ("" if args.api_key else ", and with no API key (--api-key)"), file=sys.stderr, flush=True)
+    if "*" in args.allowed_hosts:
+        print("specedge serve: warning: --allowed-hosts '*' answers requests for any host name, so a web page "
+              "whose name resolves to this machine can drive it (DNS rebinding); give an --api-key",
+              file=sys.stderr, flush=True)
     if "*" in args.allowed_origins:
         print("specedge serve: warning: --allowed-origins '*' lets any web page you visit drive this server",
               file=sys.stderr, flush=True)
     print(f"specedge serve: loading the model; http://{host}:{port}/health answers 503 until it is ready",
           file=sys.stderr, flush=True)
     gate = LoadingGate()
-    origins = Origins.of_listener(args.host, port, tuple(args.allowed_origins))
+    origins = Origins.of_listener(args.host, port, tuple(args.allowed_origins), tuple(args.allowed_hosts))
     config = uvicorn.Config(RequestGuard(gate, origins, args.api_key), log_level="warning",
                             access_log=False, timeout_graceful_shutdown=GRACE_S, lifespan="on",
                             http=deadline_protocol(args.request_timeout, args.write_timeout),
@@ -253,7 +271,8 @@ def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: 
                          top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, penalties=s.penalties,
                          model_sampling=model if args.sampling_defaults == "model" else {},
                          api_key=args.api_key,
-                         origins=Origins.of_listener(args.host, port, tuple(args.allowed_origins)))
+                         origins=Origins.of_listener(args.host, port, tuple(args.allowed_origins),
+                                                     tuple(args.allowed_hosts)))
 
 
 def setup_logging(level: str = "info") -> None:

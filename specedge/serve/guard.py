@@ -8,10 +8,16 @@ the page's Origin). So a Host that is none of the server's names gets 421, an Or
 the server's own 403, and a POST whose body is not declared JSON 415 (a browser must ask before it
 sends a cross-site application/json request, and this server grants no such request).
 
-Beside that strict default, `--allowed-origins` names web origins that may call it (a browser
-extension, a local web UI: `chrome-extension://*`, `http://localhost:3000`), answered with CORS
-headers; `--api-key` (or SPECEDGE_API_KEY) asks every request but /health and the chat page's files for
-`Authorization: Bearer KEY`, compared in constant time.
+Its names are the loopback names, its `--host`, and those ollama answers for on its loopback
+default, which no public DNS name can rebind to: names ending in .localhost, .local (mDNS) or
+.internal (`host.docker.internal`: Docker Desktop forwards it to the host's loopback, so a client in a
+container, such as Open WebUI, reaches the server by that name), and private IP addresses.
+`--allowed-hosts` names more (`*` a wildcard: `*.example.lan`; `*` alone: any).
+
+Beside that, `--allowed-origins` names web origins that may call it (a browser extension, a local
+web UI: `chrome-extension://*`, `http://localhost:3000`), answered with CORS headers; `--api-key`
+(or SPECEDGE_API_KEY) asks every request but /health and the chat page's files for
+`Authorization: Bearer KEY` (or Anthropic's `x-api-key: KEY`), compared in constant time.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from specedge.serve.page import PAGE_PATHS
 from specedge.serve.protocol import APIError
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+LOCAL_SUFFIXES = (".localhost", ".local", ".internal")  # names no public DNS name is (ollama allows them too)
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 JSON_TYPE = "application/json"
 
@@ -43,26 +50,36 @@ class Origins:
     port: int | None = None
     any_address: bool = False  # listening on every interface: a Host that is an IP address is its own
     allowed: tuple[str, ...] = ()  # web origins beside its own that may call it (`*` matches any text)
+    hosts: tuple[str, ...] = ()  # host names beside its own it answers for (`*` matches any text)
 
     @classmethod
-    def of_listener(cls, host: str, port: int | None, allowed: tuple[str, ...] = ()) -> Origins:
+    def of_listener(cls, host: str, port: int | None, allowed: tuple[str, ...] = (),
+                    hosts: tuple[str, ...] = ()) -> Origins:
         """The loopback names and `host` (when it is every interface: this machine's name)."""
         names = {*LOOPBACK_NAMES, normal_name(host)}
         wildcard = host in WILDCARD_HOSTS
         if wildcard:
             names.add(normal_name(socket.gethostname()))
-        return cls(frozenset(names - {""}), port, wildcard, tuple(a.rstrip("/").lower() for a in allowed))
+        return cls(frozenset(names - {""}), port, wildcard, tuple(a.rstrip("/").lower() for a in allowed),
+                   tuple(normal_name(h) for h in hosts))
 
     def allows_foreign(self, origin: str) -> bool:
         """A web origin of `--allowed-origins` (answered with CORS headers)."""
         return any(fnmatch.fnmatchcase(origin.rstrip("/").lower(), pattern) for pattern in self.allowed)
 
     def listing(self) -> str:
-        return ", ".join(sorted(f"[{n}]" if ":" in n else n for n in self.names))
+        names = sorted(f"[{n}]" if ":" in n else n for n in (*self.names, *self.hosts))
+        return ", ".join([*names, "*.localhost, *.local, *.internal or a private address (--allowed-hosts names more)"])
 
     def has_name(self, name: str | None) -> bool:
         name = normal_name(name or "")
-        return name in self.names or (self.any_address and is_ip_address(name))
+        if not name:
+            return False
+        if name in self.names or name.endswith(LOCAL_SUFFIXES):
+            return True
+        if is_ip_address(name):
+            return self.any_address or is_private_address(name)
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.hosts)
 
     def has_port(self, port: int | None, default: int) -> bool:
         return self.port is None or (default if port is None else port) == self.port
@@ -102,6 +119,12 @@ def is_ip_address(name: str) -> bool:
     return True
 
 
+def is_private_address(name: str) -> bool:
+    """A loopback, private (10/8, 172.16/12, 192.168/16, fc00::/7), link-local or unspecified address."""
+    address = ipaddress.ip_address(name)
+    return address.is_private or address.is_loopback or address.is_link_local or address.is_unspecified
+
+
 def refusal(origins: Origins, method: str, headers: Headers) -> APIError | None:
     """Why the server will not take this request, or None."""
     host = headers.get("host")
@@ -122,19 +145,21 @@ def refusal(origins: Origins, method: str, headers: Headers) -> APIError | None:
 
 
 CORS_METHODS = "GET, POST, OPTIONS"
-CORS_HEADERS = "Authorization, Content-Type"
+CORS_HEADERS = "Authorization, Content-Type, x-api-key, anthropic-version"
 
 
 def key_refusal(api_key: str | None, path: str, headers: Headers) -> APIError | None:
-    """401 unless the request carries `Authorization: Bearer KEY` (/health and the chat page's static
-    files need none: the page asks for the key)."""
+    """401 unless the request carries `Authorization: Bearer KEY` or `x-api-key: KEY` (Anthropic's
+    clients; /health and the chat page's static files need none: the page asks for the key)."""
     if api_key is None or path == "/health" or path in PAGE_PATHS:
         return None
+    key = api_key.encode()
     scheme, _, given = headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), api_key.encode()):
+    bearer = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key)
+    if bearer or hmac.compare_digest(headers.get("x-api-key", "").strip().encode(), key):
         return None
-    return APIError(401, "this server needs an API key: send 'Authorization: Bearer KEY'", param="Authorization",
-                    code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+    return APIError(401, "this server needs an API key: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')",
+                    param="Authorization", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
 def cors_headers(origin: str) -> dict[str, str]:

@@ -28,7 +28,8 @@ from specedge.runtime.round.logprobs import MAX_TOP_LOGPROBS
 from specedge.runtime.text.template.options import check_template_kwargs
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
-MAX_STOP_STRINGS = 4  # as the OpenAI API documents
+MAX_STOP_STRINGS = 64  # beyond the OpenAI API's 4: editors send local servers more (Continue: a dozen)
+MAX_STOP_CHARS = 1000  # a stop string's characters (a stream holds back as many, less one, until it cannot match)
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the escapes \\ud800 to \\udfff in a JSON text
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # after parsing: pairs became one character
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -158,6 +159,8 @@ class GenerationRequest(Request):
     stream: bool = False
     include_usage: bool = False
     show_draft: bool = False  # each streamed chunk says where its tokens came from
+    thinking: bool | None = None  # a thinking model's switch (Qwen3's enable_thinking); None: the template's default
+    thinking_param: str = ""  # the request's field that asked (reasoning_effort, think...): named where it is a no-op
 
 
 # Known parameters this server cannot honour, each with the test that a value is the API's default
@@ -214,7 +217,21 @@ def parse_chat(body: dict[str, Any]) -> GenerationRequest:
     check_unsupported(body, CHAT_UNSUPPORTED)
     return GenerationRequest(kind="chat", messages=parse_messages(body.get("messages")),
                              logprobs=_chat_logprobs(body), template_kwargs=_template_kwargs(body),
-                             split_reasoning=_reasoning_format(body) != "none", **parse_common(body))
+                             split_reasoning=_reasoning_format(body) != "none",
+                             **parse_effort(body.get("reasoning_effort"), "reasoning_effort"), **parse_common(body))
+
+
+# OpenAI's reasoning_effort as a thinking model's switch: "none" and "minimal" turn thinking off
+EFFORTS = {"none": False, "minimal": False, "low": True, "medium": True, "high": True, "xhigh": True}
+
+
+def parse_effort(value: object, param: str) -> dict[str, Any]:
+    """A reasoning effort as the GenerationRequest's thinking switch and the field it came from."""
+    if value is None:
+        return {}
+    if value not in EFFORTS:
+        raise invalid(param, f"must be one of {', '.join(EFFORTS)}, got {json.dumps(value)[:40]}")
+    return {"thinking": EFFORTS[value], "thinking_param": param}
 
 
 REASONING_FORMATS = ("auto", "deepseek", "none")  # llama-server's: a <think> block apart (auto, deepseek) or not
@@ -293,7 +310,7 @@ def parse_common(body: dict[str, Any]) -> dict[str, Any]:
         "top_p": _number(body, "top_p", 0.0, 1.0, "a number in (0, 1]", low_open=True),
         "top_k": _int(body, "top_k", 0), "min_p": _number(body, "min_p", 0.0, 1.0, "a number from 0 to 1"),
         **_penalties(body),
-        "seed": _seed(body), "stop": _stop(body.get("stop")),
+        "seed": _seed(body), "stop": parse_stop(body.get("stop")),
         "ignore_eos": _bool(body, "ignore_eos"), **_extension(body.get("specedge"), stream),
     }
 
@@ -388,17 +405,20 @@ def _seed(body: dict[str, Any]) -> int | None:
     return seed % (1 << 64)  # the API takes any 64-bit integer; the sampler any integer >= 0
 
 
-def _stop(value: object) -> tuple[str, ...]:
+def parse_stop(value: object, param: str = "stop") -> tuple[str, ...]:
+    """Stop strings: a string or a list of them, at most MAX_STOP_STRINGS of at most MAX_STOP_CHARS each."""
     if value is None:
         return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise invalid("stop", "must be a string or a list of strings")
+        raise invalid(param, "must be a string or a list of strings")
     if len(stops) > MAX_STOP_STRINGS:
-        raise invalid("stop", f"may hold at most {MAX_STOP_STRINGS} sequences, got {len(stops)}")
+        raise invalid(param, f"may hold at most {MAX_STOP_STRINGS} sequences, got {len(stops)}")
     if not all(stops):
-        raise invalid("stop", "may not hold an empty string")
-    return tuple(stops)
+        raise invalid(param, "may not hold an empty string")
+    if stops and (longest := max(map(len, stops))) > MAX_STOP_CHARS:
+        raise invalid(param, f"may hold sequences of at most {MAX_STOP_CHARS} characters, got one of {longest}")
+    return tuple(dict.fromkeys(stops))  # each once
 
 
 def parse_messages(value: object) -> tuple[Message, ...]:

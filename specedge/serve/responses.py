@@ -1,6 +1,11 @@
 """Responses shaped as the OpenAI API documents them: whole completions, server-sent-event chunks,
 usage, logprobs (shaped in serve/logprobs.py); and specedge's statistics of the generation in an
-extra `specedge` field clients ignore."""
+extra `specedge` field clients ignore.
+
+A `Writer` is what a protocol makes of one generation: a whole answer's body (`body`), and a
+stream's events (`opening`, `chunk`, `reasoning_chunk`, `calls_chunk`, `end`, `error_event`).
+`Shaper` writes OpenAI's; the other protocols' routes (routes_*.py) each have their own, over the
+same queue, worker and stream (serve/app.py's `Server.complete` and `EventStream`)."""
 
 from __future__ import annotations
 
@@ -10,12 +15,16 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from starlette.responses import JSONResponse
+
+from specedge.runtime.generator import GenerationResult
 from specedge.runtime.round.logprobs import TokenLogprob
 from specedge.runtime.round.stats import GenerationStats
 from specedge.serve.logprobs import LogprobShapes
-from specedge.serve.protocol import Kind
+from specedge.serve.protocol import APIError, Kind, error_response
 
 DONE = b"data: [DONE]\n\n"
+PING = b": ping\n\n"  # an SSE comment: a stream waiting its turn is kept alive by these
 
 
 def sse(data: dict[str, object]) -> bytes:
@@ -76,8 +85,70 @@ def specedge_stats(s: GenerationStats, reused: int, timing: Timing) -> dict[str,
     }
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """A finished generation as a writer reads it: the result, why it ended (OpenAI's
+    finish_reason), the usage and `specedge` objects; for a whole answer also its text outside
+    tool calls (None: only calls), the thinking model's reasoning, the calls (as the API carries
+    them) and the log-probabilities (in a stream: those no chunk carried)."""
+
+    result: GenerationResult
+    finish: str | None
+    usage: dict[str, object]
+    stats: dict[str, object]
+    reused: int = 0
+    text: str | None = None
+    reasoning: str | None = None
+    calls: list[dict[str, object]] | None = None
+    logprobs: Sequence[TokenLogprob] = ()
+
+
+class Writer:
+    """What a protocol makes of a generation; these defaults are the OpenAI API's stream framing
+    (server-sent events ending in `data: [DONE]`, errors as the error object)."""
+
+    media_type: str = "text/event-stream"
+    done: bytes = DONE  # the stream's last bytes
+    ping: bytes = PING  # sent every PING_S while a stream waits its turn (b"": none)
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"content-type", f"{self.media_type}; charset=utf-8".encode()), (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no")]
+
+    def opening(self) -> bytes:
+        """What a stream sends before its first piece of text."""
+        return b""
+
+    def chunk(self, text: str, first: bool = False, logprobs: Sequence[TokenLogprob] = (),
+              origin: dict[str, object] | None = None) -> bytes:
+        raise NotImplementedError
+
+    def reasoning_chunk(self, text: str, first: bool = False, logprobs: Sequence[TokenLogprob] = (),
+                        origin: dict[str, object] | None = None) -> bytes:
+        raise NotImplementedError
+
+    def calls_chunk(self, tool_calls: list[dict[str, object]], first: bool = False) -> bytes:
+        raise NotImplementedError
+
+    def end(self, outcome: Outcome, first: bool, include_usage: bool) -> bytes:
+        """The stream's last events (before `done`); first: no chunk was sent."""
+        raise NotImplementedError
+
+    def body(self, outcome: Outcome) -> dict[str, object]:
+        """A whole answer."""
+        raise NotImplementedError
+
+    def error_event(self, err: APIError) -> bytes:
+        """An error once the stream has started."""
+        return sse(err.body())
+
+    def error_response(self, err: APIError) -> JSONResponse:
+        """An error before anything was sent."""
+        return error_response(err)
+
+
 @dataclass
-class Shaper:
+class Shaper(Writer):
     """Builds the objects of one response: chat (`chat.completion`, `chat.completion.chunk`) or
     text completion (`text_completion`); with `logprobs`, each choice's log-probabilities (in a
     stream, of the tokens of that chunk)."""
@@ -159,3 +230,13 @@ class Shaper:
     def usage_chunk(self, use: dict[str, object]) -> bytes:
         """The last chunk when stream_options.include_usage is set: no choices, the usage."""
         return sse({**self._head(True), "choices": [], "usage": use})
+
+    def end(self, outcome: Outcome, first: bool, include_usage: bool) -> bytes:
+        o = outcome
+        opened = self.chunk("", first=True) if first and self.kind == "chat" else b""
+        return (opened + self.final_chunk(o.finish, o.stats, o.logprobs)
+                + (self.usage_chunk(o.usage) if include_usage else b""))
+
+    def body(self, outcome: Outcome) -> dict[str, object]:
+        o = outcome
+        return self.whole(o.text, o.finish, o.usage, o.stats, o.logprobs, o.calls, o.reasoning)

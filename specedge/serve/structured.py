@@ -57,6 +57,8 @@ def parse_output(body: dict[str, Any]) -> dict[str, Any]:
 def response_format_param(value: dict[str, Any]) -> str:
     """The field of a response_format that holds its grammar."""
     kind = value["type"]
+    if kind == "json_object" and value.get("schema") is not None:
+        return "response_format.schema"
     return {"json_object": "response_format", "json_schema": "response_format.json_schema.schema"}.get(
         kind, f"response_format.{kind}")
 
@@ -78,8 +80,12 @@ def parse_response_format(value: object) -> Grammar | None:
     kind = value["type"]
     if kind == "text":
         return None
-    if kind == "json_object":
-        return checked(Grammar("json_object"), response_format_param(value))
+    if kind == "json_object":  # with a "schema" (as llama-server and vLLM take it), that schema
+        schema = value.get("schema")
+        if schema is not None and not isinstance(schema, dict):
+            raise invalid("response_format.schema", "must be a JSON schema object")
+        grammar = Grammar("json_object") if schema is None else Grammar("json_schema", schema)
+        return checked(grammar, response_format_param(value))
     if kind == "json_schema":
         spec = value.get("json_schema")
         if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):

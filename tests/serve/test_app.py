@@ -192,12 +192,14 @@ def test_tokenize_and_detokenize(tiny_llama: tuple[Path, Path, Path]) -> None:
         back = client.post("/detokenize", json={"tokens": plain["tokens"]}).json()
         refusals = [client.post("/detokenize", json={"tokens": [10**9]}),
                     client.post("/tokenize", json={"content": 5}),
-                    client.post("/tokenize", json={"content": "x", "model": "other"})]
+                    client.post("/tokenize", json={"content": "x", "model": 5})]
+        other = client.post("/tokenize", json={"content": "x", "model": "other"})  # any name: one model served
     assert plain["tokens"] == gen.codec.encode("héllo", add_special_tokens=False) and plain["count"] == 6
     assert special["tokens"] == gen.encode("héllo") and plain["max_model_len"] == gen.target.manifest.context
     assert messages["tokens"] == gen.encode(chat)
     assert back == {"content": "héllo"}
-    assert [r.status_code for r in refusals] == [400, 400, 404]
+    assert [r.status_code for r in refusals] == [400, 400, 400]
+    assert other.json()["tokens"] == gen.codec.encode("x", add_special_tokens=False)
     assert all(r.json()["error"]["message"] for r in refusals)
 
 
@@ -252,3 +254,19 @@ def test_a_stream_waiting_in_the_queue_is_kept_alive_by_pings(tiny_llama: tuple[
     assert '"text"' in ok.text
     assert failed.status_code == 200 and failed.text.startswith(": ping")  # its headers were out when it failed
     assert "context_length_exceeded" in failed.text and failed.text.endswith("data: [DONE]\n\n")
+
+
+def test_a_prompt_longer_than_the_context_names_the_flag_that_serves_more(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """Agents send 10-30K-token prompts: the 413 says how to serve a longer context, in one line."""
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    app = create_app(gen, ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000)))
+    with TestClient(app, base_url="http://127.0.0.1:8000") as client:
+        r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x" * 200}]})
+        ids = client.post("/v1/completions", json={"prompt": list(range(70))})
+    for answer, tokens in ((r, "tokens"), (ids, "70 tokens")):
+        assert answer.status_code == 413, answer.text
+        message = answer.json()["error"]["message"]
+        assert tokens in message and "served context holds 64 tokens" in message and "\n" not in message
+        said, asked = int(message.split(" tokens")[0].split()[-1]), int(message.rsplit("--context ", 1)[1])
+        assert asked >= 128 and asked > said and asked & (asked - 1) == 0  # a power of two that holds it
+    assert ids.json()["error"]["message"].endswith("specedge serve --context 128")

@@ -75,3 +75,18 @@ def test_soc_is_checked_as_for_chat(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--target", "x", "--soc", "nonsense"])
     assert "unknown QNN SoC 'nonsense'" in capsys.readouterr().err
+
+
+def test_allowed_hosts_name_more_hosts() -> None:
+    from specedge.cli import build_parser
+    from specedge.serve.command import serve_settings
+
+    args = build_parser().parse_args(["serve", "--target", "x", "--allowed-hosts", "*.example.lan, box",
+                                      "--allowed-hosts", "Other.Lan"])
+    origins = serve_settings(args, Path("x"), 8080).origins
+    for host in ("a.example.lan:8080", "box:8080", "other.lan:8080", "host.docker.internal:8080", "localhost:8080"):
+        assert origins.has_host(host), host
+    assert not origins.has_host("evil.example:8080") and not origins.has_host("box:9090")
+    for bad in ("http://box", "box:8080", "a/b"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["serve", "--target", "x", "--allowed-hosts", bad])

@@ -44,8 +44,18 @@ def test_origins_rules() -> None:
     local = Origins.of_listener("127.0.0.1", 8080)
     for host in ("127.0.0.1", "127.0.0.1:8080", "localhost:8080", "LocalHost", "[::1]:8080", "[::1]"):
         assert local.has_host(host), host
-    for host in ("evil.example", "evil.example:8080", "127.0.0.1:8081", "localhost:x", "[::1", "", "10.0.0.2"):
+    for host in ("evil.example", "evil.example:8080", "127.0.0.1:8081", "localhost:x", "[::1", "", "93.184.216.34",
+                 "evil.example.internal.attacker.com", "internal", "local"):
         assert not local.has_host(host), host
+    # the names ollama answers for on its loopback default: no public DNS name can rebind to them
+    for host in ("host.docker.internal:8080", "box.local", "dev.localhost:8080", "10.0.0.2", "192.168.1.5:8080",
+                 "[fd00::1]:8080", "172.16.0.9"):
+        assert local.has_host(host), host
+    assert not local.has_host("host.docker.internal:8081")  # the port is still its own
+    named_more = Origins.of_listener("127.0.0.1", 8080, hosts=("*.example.lan", "box"))
+    assert named_more.has_host("a.example.lan:8080") and named_more.has_host("BOX:8080")
+    assert not named_more.has_host("example.lan:8080") and not named_more.has_host("boxes:8080")
+    assert Origins.of_listener("127.0.0.1", 8080, hosts=("*",)).has_host("anything.example:8080")
     assert local.has_origin("http://127.0.0.1:8080") and local.has_origin("http://[::1]:8080")
     for origin in ("https://evil.example", "http://localhost:3000", "https://localhost:8080", "null",
                    "http://127.0.0.1", "http://evil.example:8080"):

@@ -106,7 +106,10 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
     ({"messages": USER, "top_p": 0}, 400),
     ({"messages": USER, "max_tokens": 0}, 400),
     ({"messages": USER, "max_tokens": "9"}, 400),
-    ({"messages": USER, "stop": ["a", "b", "c", "d", "e"]}, 400),
+    ({"messages": USER, "stop": [f"s{i}" for i in range(65)]}, 400),  # at most 64
+    ({"messages": USER, "stop": ["x" * 1001]}, 400),  # of at most 1000 characters
+    ({"messages": USER, "reasoning_effort": "extreme"}, 400),
+    ({"messages": USER, "response_format": {"type": "json_object", "schema": "object"}}, 400),
     ({"messages": USER, "stop": [""]}, 400),
     ({"messages": USER, "stream": "yes"}, 400),
     ({"messages": USER, "stream_options": {"include_usage": True}}, 400),
@@ -114,6 +117,27 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
 ])
 def test_chat_refusals(body: dict[str, object], status: int) -> None:
     assert status_of(parse_chat_request, body) == status
+
+
+def test_clients_as_they_send_stop_lists_and_reasoning_effort() -> None:
+    """Continue sends a dozen stop strings to a local server; 64 of up to 1000 characters are taken,
+    each once. reasoning_effort is a thinking model's switch: none and minimal turn it off."""
+    stops = ["\n\n", "```", "<|endoftext|>", "<|fim_prefix|>", "/src/", "#- coding: utf-8", *map(str, range(57))]
+    assert parse_chat({"messages": USER, "stop": [*stops, "```"]}).stop == tuple(stops)
+    assert parse_chat({"messages": USER, "stop": ["y" * 1000]}).stop == ("y" * 1000,)
+    assert parse_chat({"messages": USER, "stop": []}).stop == ()
+    efforts = {e: parse_chat({"messages": USER, "reasoning_effort": e}).thinking
+               for e in ("none", "minimal", "low", "medium", "high")}
+    assert efforts == {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
+    assert parse_chat({"messages": USER}).thinking is None
+
+
+def test_a_json_object_with_a_schema_is_that_schema() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    output = parse_output({"response_format": {"type": "json_object", "schema": schema}})
+    assert (output["grammar"].kind, output["grammar"].source, output["grammar_param"]) == (
+        "json_schema", schema, "response_format.schema")
+    assert parse_output({"response_format": {"type": "json_object"}})["grammar"].kind == "json_object"
 
 
 def test_penalties_and_logit_bias_are_read_as_their_apis_define_them() -> None:
