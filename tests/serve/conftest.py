@@ -1,6 +1,8 @@
 """A real `specedge serve` process on a free loopback port, with SmolLM2 (fp32 target, int4 draft),
 shared by the tests of a module; its log lines are collected for the tests to read. And the
-application in this process over a Generator of the tests' own (`served_here`), for the tiny models."""
+application in this process over a Generator of the tests' own (`served_here`), for the tiny models,
+with the official clients of each protocol sending through it (`openai_client`, `anthropic_client`,
+`ollama_client`); `protocol_pair` is a tiny pair every protocol's routes can serve."""
 
 from __future__ import annotations
 
@@ -18,12 +20,22 @@ import httpx
 import openai
 import pytest
 from starlette.testclient import TestClient
+from tokenizers import AddedToken
 
 from specedge.runtime import Generator
 from specedge.serve.app import ServeSettings, create_app
 from specedge.serve.guard import Origins
 
 MODEL = "smollm2-test"
+# Qwen2.5-Coder's fill-in-the-middle and repo-level tokens, and its tool-call markers (tokens of their own)
+PROTOCOL_SPECIALS = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>")
+TOOL_MARKERS = ("<tool_call>", "</tool_call>")
+TOOLS_TEMPLATE = (  # lists the tools and writes earlier calls as Qwen2.5's template does (Hermes-style markup)
+    "{% if tools %}<|system|>You may call:{% for t in tools %}\n{{ t | tojson }}{% endfor %}{% endif %}"
+    "{% for m in messages %}<|{{ m.role }}|>{% if m.content %}{{ m.content }}{% endif %}"
+    "{% for c in m.tool_calls or [] %}<tool_call>\n{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+    "{{ c.function.arguments | tojson }}}\n</tool_call>{% endfor %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 HERE = "http://127.0.0.1:8000"  # the address of the application served in this process
 
 
@@ -116,3 +128,54 @@ def served_here(gen: Generator, model: str = "tiny") -> Iterator[TestClient]:
 def openai_client(http: TestClient) -> openai.OpenAI:
     """The official client, sending its requests through `http` (an application served here)."""
     return openai.OpenAI(base_url=f"{HERE}/v1", api_key="unused", max_retries=0, http_client=http)
+
+
+def anthropic_client(http: TestClient, base_url: str = HERE):  # type: ignore[no-untyped-def]
+    """The official anthropic client, sending its requests through `http`."""
+    anthropic = pytest.importorskip("anthropic")
+    return anthropic.Anthropic(base_url=base_url, api_key="unused", max_retries=0, http_client=http)
+
+
+class Bridge(httpx.BaseTransport):
+    """An httpx transport that sends through a Starlette TestClient (httpx2): for clients built on
+    httpx, such as ollama's, to reach the application served here."""
+
+    def __init__(self, http: TestClient) -> None:
+        self.http = http
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        r = self.http.request(request.method, str(request.url), headers=dict(request.headers),
+                              content=request.read())
+        headers = [(k, v) for k, v in r.headers.multi_items() if k.lower() != "content-encoding"]
+        return httpx.Response(r.status_code, headers=headers, content=r.content)
+
+
+def ollama_client(http: TestClient):  # type: ignore[no-untyped-def]
+    """The official ollama client, sending its requests through `http`."""
+    ollama = pytest.importorskip("ollama")
+    return ollama.Client(host=HERE, transport=Bridge(http))
+
+
+@pytest.fixture(scope="session")
+def protocol_pair(tiny_root: Path) -> tuple[Path, Path]:
+    """A tiny pair (target, draft) every protocol's routes can serve: its byte tokenizer has
+    Qwen2.5-Coder's fill-in-the-middle and repo-level tokens and tool-call markers as tokens of their
+    own, its chat template lists tools; a context of 512 tokens (a byte a token)."""
+    import dataclasses
+
+    from specedge.export.artifact import export_model
+    from specedge.export.settings import ExportSettings
+    from tests.tiny_models import VOCAB, byte_tokenizer, make_tiny_model, write_tokenizer
+
+    root = tiny_root / "protocols"
+    extra = len(PROTOCOL_SPECIALS) + len(TOOL_MARKERS)
+    src = make_tiny_model(root / "src", "llama", seed=3, vocab_size=VOCAB + extra)
+    draft_src = make_tiny_model(root / "draft-src", noise_from=src, noise=0.05, seed=4)
+    tok = byte_tokenizer()
+    tok.add_special_tokens(list(PROTOCOL_SPECIALS))
+    tok.add_tokens([AddedToken(marker, normalized=False) for marker in TOOL_MARKERS])
+    for folder in (src, draft_src):
+        write_tokenizer(folder, tok, TOOLS_TEMPLATE)
+    settings = ExportSettings(quant="fp32", context=512, widths=(1, 2, 3, 5, 8))
+    return (export_model(src, root / "target", settings).path,
+            export_model(draft_src, root / "draft", dataclasses.replace(settings, attention="fused")).path)
