@@ -556,9 +556,10 @@ def protocol_routes(server: Server) -> list[Route]:
     """The other protocols' routes over the same server: llama-server's (/completion, /infill,
     /props, /slots), OpenAI's Responses (/v1/responses), Anthropic's Messages (/v1/messages) and
     ollama's (/api/...). Imported here: each module builds on this one."""
-    from specedge.serve import routes_llama, routes_messages, routes_responses
+    from specedge.serve import routes_llama, routes_messages, routes_ollama, routes_responses
 
-    return [*routes_llama.routes(server), *routes_responses.routes(server), *routes_messages.routes(server)]
+    return [*routes_llama.routes(server), *routes_responses.routes(server), *routes_messages.routes(server),
+            *routes_ollama.routes(server)]
 
 
 def create_app(generator: Generator, settings: ServeSettings, guarded: bool = True) -> Starlette:

@@ -80,6 +80,22 @@ def test_foreign_host_names_are_misdirected(server: ServerProcess) -> None:
         assert httpx.get(f"{server.url}/health", headers={"Host": host}, timeout=10).status_code == 200, host
 
 
+def test_open_webui_in_docker_gets_in_by_host_docker_internal(server: ServerProcess) -> None:
+    """Open WebUI in a container calls the host's server as host.docker.internal (Docker Desktop
+    forwards it to the host's loopback): answered on the loopback default, as ollama answers it,
+    while a foreign Host and a foreign Origin are still refused."""
+    port = port_of(server)
+    docker = {"Host": f"host.docker.internal:{port}"}
+    assert httpx.get(f"{server.url}/api/tags", headers=docker, timeout=10).status_code == 200
+    r = httpx.post(f"{server.url}/api/chat", headers=docker, timeout=60,
+                   json={"model": "anything", "messages": QUESTION, "stream": False, "options": {"num_predict": 2}})
+    assert r.status_code == 200 and r.json()["done"] is True, r.text
+    assert_error(httpx.get(f"{server.url}/api/tags", headers={"Host": f"evil.example:{port}"}, timeout=10), 421,
+                 "misdirected_request")
+    assert_error(httpx.get(f"{server.url}/api/tags", headers={**docker, "Origin": "https://evil.example"},
+                           timeout=10), 403, "forbidden_origin")
+
+
 def test_cross_site_requests_are_refused(server: ServerProcess) -> None:
     port = port_of(server)
     body = json.dumps({"model": MODEL, "prompt": "Hi", "max_tokens": 1})
