@@ -23,6 +23,11 @@ from specedge.models.registry import HUB_PAIRS, MODELS, PAIRS, PairEntry, get_mo
 from specedge.profiling import THIS_DEVICE, new_profile, profiles_dir
 from specedge.resolve import resolve_model
 
+# `specedge serve` holds a registry pair's context at this many tokens (agents send 10-30K-token
+# prompts), on a machine with at least SERVE_CONTEXT_MEMORY of RAM: decoding is as fast as at 4096 and
+# the KV cache grows only as a request fills it (docs/server.md#context, bench/context_bench.py)
+SERVE_CONTEXT = 16384
+SERVE_CONTEXT_MEMORY = 8 << 30
 EVERY_WAY = False  # decode every way, none pruned by pass timings (tests: two tiny exports' timings are a coin toss)
 CALIBRATION_LOCK = "decoding"  # its lock file, .decoding.lock, sits in the profiles' folder
 UNSAVED: dict[str, Choice] = {}  # choices no profile could keep (it cannot be read): measured once a process
@@ -158,6 +163,14 @@ def default_artifact(name: str, quant: str | None = None, context: int | None = 
     """The artifact of a registry model: `quant`'s export, else the one chosen for this machine
     (chosen at the registry's context; the same choice serves any other capacity)."""
     return resolve_model(name, quant or default_quant(name), context)
+
+
+def serve_context(pair_name: str, memory: int | None) -> int | None:
+    """The context `serve` holds a registry pair at by default: SERVE_CONTEXT where this machine has
+    `memory` >= SERVE_CONTEXT_MEMORY bytes of RAM, else (and for other pairs) the registry's."""
+    if pair_name in PAIRS and memory is not None and memory >= SERVE_CONTEXT_MEMORY:
+        return SERVE_CONTEXT
+    return None
 
 
 def pair_decoding(pair_name: str, context: int | None = None) -> Decoding:

@@ -212,7 +212,8 @@ def add_context_flag(p: argparse.ArgumentParser) -> None:
     """-c/--context N: the tokens a registry model's or a source's export holds (read by the commands)."""
     p.add_argument("-c", "--context", type=positive_int, default=None, metavar="N",
                    help="tokens of context (prompt and answer) the model holds, up to what it was trained for "
-                        "(default: 4096); exported once per capacity")
+                        "(default: 4096; serve: 16384 for a registry pair on a machine with 8 GiB or more); "
+                        "exported once per capacity")
 
 
 def say_context(gen: Generator, context: int) -> None:

@@ -122,10 +122,10 @@ def visible(folder: Path) -> Iterator[Path]:
 def used_by_default() -> set[Path]:
     """The exports the default decoding of each registry pair uses here (its target's export kept
     by the measurement, or every current export of the target where nothing was measured yet, and
-    its draft's); nothing is measured or exported to say so."""
+    its draft's; at chat's context and at serve's); nothing is measured or exported to say so."""
     import onnxruntime
 
-    from specedge.defaults import candidate_quants, kept_choice, read_profile
+    from specedge.defaults import SERVE_CONTEXT, candidate_quants, kept_choice, read_profile
     from specedge.resolve import cached_artifact
 
     profile, path = read_profile()
@@ -133,8 +133,9 @@ def used_by_default() -> set[Path]:
     for pair in PAIRS.values():
         choice = kept_choice(pair.target, profile, path, onnxruntime.__version__)
         quants = (choice.quant,) if choice is not None else candidate_quants(pair.target)
-        used.update(cached_artifact(pair.target, q) for q in quants)
-        used.add(cached_artifact(pair.draft))
+        for context in (None, SERVE_CONTEXT):  # chat's, and the context `serve` holds by default
+            used.update(cached_artifact(pair.target, q, context) for q in quants)
+            used.add(cached_artifact(pair.draft, context=context))
     return {p.resolve() for p in used}
 
 

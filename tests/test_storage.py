@@ -44,6 +44,12 @@ def names(root: Path) -> set[str]:
 
 
 def test_prune_keeps_what_the_default_uses(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from specedge.resolve import cached_artifact
+
+    for served in (cached_artifact("qwen2.5-coder-1.5b", "int4", 16384),  # the context `serve` holds by default
+                   cached_artifact("qwen2.5-coder-0.5b", context=16384)):
+        served.mkdir(parents=True)
+        (served / "model.onnx").write_bytes(b"m" * 5000)
     before = names(cache)
     assert main(["prune", "--dry-run"]) == 0 and names(cache) == before
     assert main(["prune"]) == 0

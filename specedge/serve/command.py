@@ -219,6 +219,7 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
     from specedge.serve.app import create_app
 
     try:
+        args.context = args.context or default_context(args)  # load_generator says it and its KV cache's cost
         way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram, args.context)
         from specedge.request import model_sampling
 
@@ -239,6 +240,15 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
              f"{pool_bytes(gen, n) / 1e6:.0f} MB)" if n > 1 else f"one request decodes at a time ({parallel.why})")
     print(f"specedge serve: model '{settings.model_id}' ({pair}) at http://{host}:{port}/v1; {slots}, "
           f"{args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
+
+
+def default_context(args: argparse.Namespace) -> int | None:
+    """The context a registry pair is served with when --context is not given: 16384 tokens where
+    this machine's memory allows (specedge/defaults.py's serve_context), else the registry's."""
+    from specedge.defaults import serve_context
+    from specedge.runtime.engine.kv_cache import physical_memory
+
+    return None if args.target else serve_context(args.pair, physical_memory())
 
 
 def stopping_server(base: type, on_stop: Callable[[], None]) -> type:

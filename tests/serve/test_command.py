@@ -90,3 +90,21 @@ def test_allowed_hosts_name_more_hosts() -> None:
     for bad in ("http://box", "box:8080", "a/b"):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["serve", "--target", "x", "--allowed-hosts", bad])
+
+
+def test_serve_holds_a_registry_pair_at_16k_where_memory_allows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Agents send 10-30K-token prompts: serve's default context for a registry pair is 16384 on a
+    machine with 8 GiB or more (decoding as fast, the cache grown as used), else the registry's."""
+    from specedge.cli import build_parser
+    from specedge.defaults import SERVE_CONTEXT, serve_context
+    from specedge.runtime.engine import kv_cache
+    from specedge.serve.command import default_context
+
+    assert serve_context("qwen2.5-coder", 16 << 30) == SERVE_CONTEXT == 16384
+    assert serve_context("qwen2.5-coder", 4 << 30) is None and serve_context("qwen2.5-coder", None) is None
+    assert serve_context("qwen3", 64 << 30) is None  # a Hugging Face pair: its own default
+    parse = build_parser().parse_args
+    for memory, context in ((16 << 30, 16384), (4 << 30, None)):
+        monkeypatch.setattr(kv_cache, "physical_memory", lambda memory=memory: memory)
+        assert default_context(parse(["serve"])) == context
+        assert default_context(parse(["serve", "--target", "x"])) is None  # an artifact holds its own context
