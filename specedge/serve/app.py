@@ -315,6 +315,16 @@ class Server:
         self._side_lock = threading.Lock()
         self.device = cpu_info().label()  # named on the chat page
 
+    async def body(self, request: Request) -> dict[str, Any]:
+        """A request's JSON body, read as every route reads it (the other protocols' routes too)."""
+        return parse_json(await read_body(request))
+
+    @staticmethod
+    def endpoint(handler: Callable[[Request], Awaitable[Any]],
+                 errors: Callable[[APIError], Response] = error_response) -> Callable[[Request], Awaitable[Any]]:
+        """`handler` answering its errors as error objects (OpenAI's, or `errors`': another protocol's)."""
+        return api(handler, errors)
+
     def model_card(self) -> dict[str, object]:
         gen = self.generator
         draft = draft_model(gen.drafter)

@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import json
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -31,13 +31,11 @@ from specedge.request import Infill
 from specedge.runtime.constraints.grammar import Grammar
 from specedge.runtime.generator import draft_model
 from specedge.runtime.round.stats import GenerationStats
-from specedge.serve.app import EventStream, Server, api, read_body
 from specedge.serve.protocol import (
     GenerationRequest,
     check_unsupported,
     invalid,
     parse_common,
-    parse_json,
     parse_prompt,
     unsupported,
 )
@@ -45,6 +43,9 @@ from specedge.serve.responses import Outcome, Writer, sse
 from specedge.serve.structured import checked
 
 STOP_TYPES = {"eos": "eos", "stop_string": "word", "max_new_tokens": "limit", "context": "limit"}
+
+if TYPE_CHECKING:  # the app imports these routes: no import of it back
+    from specedge.serve.app import EventStream, Server
 
 
 def _neutral(value: object, neutral: float) -> bool:
@@ -226,13 +227,13 @@ def generation_settings(server: Server, req: GenerationRequest | None = None) ->
 
 
 async def completion(server: Server, request: Request) -> Response | EventStream:
-    body = parse_json(await read_body(request))
+    body = await server.body(request)
     req = parse_llama_completion(body, server.context)
     return await decode(server, request, req, body, req.prompt if isinstance(req.prompt, str) else "")
 
 
 async def infill(server: Server, request: Request) -> Response | EventStream:
-    body = parse_json(await read_body(request))
+    body = await server.body(request)
     req = parse_infill(body, server.context)
     server.check_suffix(req)
     return await decode(server, request, req, body, "")
@@ -279,9 +280,9 @@ def routes(server: Server) -> list[Route]:
     async def sync(handler: Any, request: Request) -> Any:
         return handler(server, request)
 
-    return [Route("/completion", api(functools.partial(completion, server)), methods=["POST"]),
-            Route("/completions", api(functools.partial(completion, server)), methods=["POST"]),
-            Route("/infill", api(functools.partial(infill, server)), methods=["POST"]),
-            Route("/props", api(functools.partial(sync, props)), methods=["GET"]),
-            Route("/slots", api(functools.partial(sync, slots)), methods=["GET"])]
+    return [Route("/completion", server.endpoint(functools.partial(completion, server)), methods=["POST"]),
+            Route("/completions", server.endpoint(functools.partial(completion, server)), methods=["POST"]),
+            Route("/infill", server.endpoint(functools.partial(infill, server)), methods=["POST"]),
+            Route("/props", server.endpoint(functools.partial(sync, props)), methods=["GET"]),
+            Route("/slots", server.endpoint(functools.partial(sync, slots)), methods=["GET"])]
 

@@ -16,15 +16,14 @@ import dataclasses
 import functools
 import json
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from specedge.serve.app import EventStream, Server, api, read_body
-from specedge.serve.protocol import APIError, GenerationRequest, invalid, parse_chat, parse_json, unsupported
+from specedge.serve.protocol import APIError, GenerationRequest, invalid, parse_chat, unsupported
 from specedge.serve.responses import Outcome, Writer
 from specedge.serve.structured import parse_output
 
@@ -33,6 +32,9 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "
                421: "invalid_request_error", 422: "invalid_request_error", 429: "rate_limit_error",
                503: "overloaded_error"}
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+if TYPE_CHECKING:  # the app imports these routes: no import of it back
+    from specedge.serve.app import EventStream, Server
 
 
 def error_body(err: APIError) -> dict[str, object]:
@@ -315,13 +317,13 @@ def tool_use(call: dict[str, Any]) -> dict[str, Any]:
 
 
 async def messages(server: Server, request: Request) -> Response | EventStream:
-    req = parse_messages_request(parse_json(await read_body(request)))
+    req = parse_messages_request(await server.body(request))
     return await server.complete(request, req, MessagesWriter(server.settings.model_id))
 
 
 async def count_tokens(server: Server, request: Request) -> JSONResponse:
     """The prompt's tokens as the chat template renders the request (its system, messages and tools)."""
-    body = parse_json(await read_body(request))
+    body = await server.body(request)
     req = parse_messages_request({**body, "max_tokens": 1, "stream": False})
     server.check_model(req.model)
     req, _ = server.thinking(req)
@@ -336,6 +338,7 @@ async def count_tokens(server: Server, request: Request) -> JSONResponse:
 
 
 def routes(server: Server) -> list[Route]:
-    return [Route("/v1/messages", api(functools.partial(messages, server), anthropic_error), methods=["POST"]),
-            Route("/v1/messages/count_tokens", api(functools.partial(count_tokens, server), anthropic_error),
-                  methods=["POST"])]
+    def route(path: str, handler: Any) -> Route:
+        return Route(path, server.endpoint(functools.partial(handler, server), anthropic_error), methods=["POST"])
+
+    return [route("/v1/messages", messages), route("/v1/messages/count_tokens", count_tokens)]

@@ -19,20 +19,18 @@ import dataclasses
 import datetime
 import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from specedge.serve.app import EventStream, Server, api, read_body
 from specedge.serve.protocol import (
     APIError,
     GenerationRequest,
     invalid,
     parse_chat,
     parse_common,
-    parse_json,
     parse_prompt,
     unsupported,
 )
@@ -47,6 +45,9 @@ NEUTRAL = {"mirostat": 0, "tfs_z": 1, "typical_p": 1}  # samplers this server ca
 DONE_REASONS = {"stop": "stop", "tool_calls": "stop", "length": "length"}
 NO_EMBEDDINGS = APIError(422, "this server serves a text generation model and no embedding model; use another "
                               "server for embeddings", code="unsupported_endpoint")
+
+if TYPE_CHECKING:  # the app imports these routes: no import of it back
+    from specedge.serve.app import EventStream, Server
 
 
 def ollama_error(err: APIError) -> JSONResponse:
@@ -243,7 +244,7 @@ def loaded(model: str, generate: bool, reason: str = "load") -> JSONResponse:
 
 
 async def chat(server: Server, request: Request) -> Response | EventStream:
-    body = parse_json(await read_body(request))
+    body = await server.body(request)
     model = body.get("model") if isinstance(body.get("model"), str) else server.settings.model_id
     if body.get("messages") in (None, []):
         return loaded(model, False, "unload" if body.get("keep_alive") in (0, "0") else "load")
@@ -252,7 +253,7 @@ async def chat(server: Server, request: Request) -> Response | EventStream:
 
 
 async def generate(server: Server, request: Request) -> Response | EventStream:
-    body = parse_json(await read_body(request))
+    body = await server.body(request)
     model = body.get("model") if isinstance(body.get("model"), str) else server.settings.model_id
     if not body.get("prompt") and not body.get("suffix"):
         return loaded(model, True, "unload" if body.get("keep_alive") in (0, "0") else "load")
@@ -303,7 +304,7 @@ async def version(server: Server, request: Request) -> JSONResponse:
 
 
 async def show(server: Server, request: Request) -> JSONResponse:
-    body = parse_json(await read_body(request))
+    body = await server.body(request)
     server.check_model(body.get("model", body.get("name")))
     gen, m = server.generator, server.generator.target.manifest
     arch = m.architecture
@@ -326,10 +327,10 @@ async def embeddings(server: Server, request: Request) -> JSONResponse:
 
 def routes(server: Server) -> list[Route]:
     def route(path: str, handler: Any, method: str) -> Route:
-        return Route(path, api(functools.partial(handler, server), ollama_error), methods=[method])
+        return Route(path, server.endpoint(functools.partial(handler, server), ollama_error), methods=[method])
 
     return [route("/api/chat", chat, "POST"), route("/api/generate", generate, "POST"),
             route("/api/tags", tags, "GET"), route("/api/show", show, "POST"), route("/api/ps", ps, "GET"),
             route("/api/version", version, "GET"), route("/api/embed", embeddings, "POST"),
             route("/api/embeddings", embeddings, "POST"),
-            Route("/v1/embeddings", api(functools.partial(embeddings, server)), methods=["POST"])]
+            Route("/v1/embeddings", server.endpoint(functools.partial(embeddings, server)), methods=["POST"])]

@@ -17,20 +17,18 @@ import functools
 import json
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from specedge.serve.app import EventStream, Server, api, read_body
 from specedge.serve.protocol import (
     APIError,
     GenerationRequest,
     invalid,
     parse_chat,
     parse_effort,
-    parse_json,
     unsupported,
 )
 from specedge.serve.responses import Outcome, Writer
@@ -39,6 +37,9 @@ from specedge.serve.structured import parse_output
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 UNSUPPORTED = {"background": "background responses", "conversation": "stored conversations",
                "prompt": "stored prompt templates"}
+
+if TYPE_CHECKING:  # the app imports these routes: no import of it back
+    from specedge.serve.app import EventStream, Server
 
 
 def text_of(content: object, param: str) -> str:
@@ -327,10 +328,10 @@ def call_item(call: dict[str, Any]) -> dict[str, Any]:
 
 
 async def responses(server: Server, request: Request) -> Response | EventStream:
-    body = parse_json(await read_body(request))
+    body = await server.body(request)
     req = parse_responses(body)
     return await server.complete(request, req, ResponsesWriter(server.settings.model_id, body, req))
 
 
 def routes(server: Server) -> list[Route]:
-    return [Route("/v1/responses", api(functools.partial(responses, server)), methods=["POST"])]
+    return [Route("/v1/responses", server.endpoint(functools.partial(responses, server)), methods=["POST"])]
