@@ -170,3 +170,27 @@ def test_bad_input_is_ollamas_error_in_one_line(http: TestClient, path: str, bod
     assert r.status_code == status, r.text
     error = r.json()["error"]
     assert isinstance(error, str) and needle in error and "\n" not in error
+
+
+def test_each_route_is_counted_and_a_prompt_too_long_names_the_flag(http: TestClient) -> None:
+    """The metrics count the routes by their paths; a prompt the context cannot hold is one line in
+    each protocol's error shape naming --context, streamed or not (the error comes before any text)."""
+    long = "x" * 600  # byte tokens: more than the tiny pair's 512
+    answers = {
+        "/api/chat": http.post("/api/chat", json={"model": "m", "messages": [{"role": "user", "content": long}]}),
+        "/v1/messages": http.post("/v1/messages", json={"model": "m", "max_tokens": 5, "stream": True,
+                                                        "messages": [{"role": "user", "content": long}]}),
+        "/v1/responses": http.post("/v1/responses", json={"model": "m", "input": long, "stream": True}),
+        "/completion": http.post("/completion", json={"prompt": long, "stream": True}),
+    }
+    messages = {"/api/chat": answers["/api/chat"].json()["error"],
+                "/v1/messages": answers["/v1/messages"].json()["error"]["message"],
+                "/v1/responses": answers["/v1/responses"].json()["error"]["message"],
+                "/completion": answers["/completion"].json()["error"]["message"]}
+    for path, message in messages.items():
+        assert answers[path].status_code == 413, (path, answers[path].text)
+        assert "specedge serve --context 1024" in message and "\n" not in message, (path, message)
+    assert answers["/v1/messages"].json()["type"] == "error"
+    metrics = http.get("/metrics").text
+    for path in answers:
+        assert f'specedge_requests_total{{route="{path}",status="413"}}' in metrics, path
