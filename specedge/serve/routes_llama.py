@@ -234,9 +234,7 @@ async def completion(server: Server, request: Request) -> Response | EventStream
 
 async def infill(server: Server, request: Request) -> Response | EventStream:
     body = await server.body(request)
-    req = parse_infill(body, server.context)
-    server.check_suffix(req)
-    return await decode(server, request, req, body, "")
+    return await decode(server, request, parse_infill(body, server.context), body, "")
 
 
 async def decode(server: Server, request: Request, req: GenerationRequest, body: dict[str, Any],
