@@ -104,10 +104,10 @@ class StreamGenerator(Generator):
         return self.base.constraint(grammar)  # the vocabulary is read once, for every slot
 
     def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream, drafter: Drafter | None,
-                  constraint: Constraint | None) -> Iterator[Segment]:
+                  constraint: Constraint | None, stop: Callable[[], str] | None = None) -> Iterator[Segment]:
         """The Generator's segments; while its reader holds a piece, the others wait for this stream
         a grace at most (PassScheduler.suspend)."""
-        segments = super()._segments(prompt, config, stream, drafter, constraint)
+        segments = super()._segments(prompt, config, stream, drafter, constraint, stop)
         try:
             for segment in segments:
                 self.scheduler.suspend(self.slot)

@@ -90,6 +90,7 @@ class ServeSettings:
     min_p: float = 0.0
     penalties: Penalties = NONE  # the logit_bias and penalties of a request that sets none
     model_sampling: dict[str, float] = dataclasses.field(default_factory=dict)  # the model's own, where taken
+    decode_timeout: float | None = None  # seconds a request's decoding may take (None: no deadline)
     origins: Origins = LOCAL  # the names and port requests must be addressed to
     api_key: str | None = None  # None: no key asked
 
@@ -494,7 +495,8 @@ class Server:
         constraint = None if form.grammar is None else await run_in_threadpool(
             self.grammar_state, form, int(overrides["max_new_tokens"]))  # type: ignore[call-overload]
         job = Job(shaper.id, functools.partial(self.encode, req), overrides, asyncio.get_running_loop(),
-                  stream=req.stream, constraint=constraint, prediction=req.prediction, show_draft=req.show_draft)
+                  stream=req.stream, constraint=constraint, prediction=req.prediction, show_draft=req.show_draft,
+                  timeout=self.settings.decode_timeout)
         try:
             self.worker.submit(job)
         except QueueFull as e:

@@ -68,6 +68,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--write-timeout", type=positive_float, default=WRITE_TIMEOUT_S, metavar="SECONDS",
                    help=f"a response whose client reads none of what is sent for this long is closed, and its "
                         f"decoding ended (default {WRITE_TIMEOUT_S:g})")
+    p.add_argument("--decode-timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="a request's decoding ends after this long, with what it has decoded (finish_reason "
+                        "length, stop_reason deadline; default: no deadline)")
     p.add_argument("--queue", type=nonnegative_int, default=8,
                    help="requests that may wait while the slots decode (default 8); more get 503 and Retry-After")
     p.add_argument("--parallel", type=parallel_arg, default="auto", metavar="N",
@@ -252,6 +255,7 @@ def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: 
                          parallel=parallel, max_tokens=args.max_new_tokens, temperature=s.temperature,
                          top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, penalties=s.penalties,
                          model_sampling=model if args.sampling_defaults == "model" else {},
+                         decode_timeout=args.decode_timeout,
                          api_key=args.api_key,
                          origins=Origins.of_listener(args.host, port, tuple(args.allowed_origins)))
 

@@ -8,8 +8,9 @@ device decodes one stream at its best speed, and a second stream on its own pass
 the first. With several (`Streams`, runtime/streams/slots.py), the slots' streams share every pass, each
 decoding exactly as it would alone. onnxruntime releases the GIL during a pass, so the event loop
 stays responsive meanwhile. A job whose client is gone is cancelled: waiting, it is skipped;
-decoding, its TextStream is closed at the next text it yields (the next round), which frees its
-slot for the next job. A job's prompt is tokenized by its slot, in its turn: however many large
+decoding, its generation stops before its next pass (a prompt's chunk or a round), whatever it
+yields, which frees its slot for the next job; so does a job past its decoding deadline
+(`--decode-timeout`). A job's prompt is tokenized by its slot, in its turn: however many large
 prompts arrive at once, only those that found a slot are tokenized.
 """
 
@@ -96,9 +97,20 @@ class Job:
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     ended: APIError | None = None  # why the server ended it (shutting down), if it did
+    timeout: float | None = None  # seconds its decoding may take (from when a slot takes it)
+    deadline: float | None = None  # time.monotonic() by which its decoding ends (set when it starts)
 
     def cancel(self) -> None:
         self.cancelled.set()
+
+    def stop_reason(self) -> str:
+        """Asked by its decoding before every pass: "interrupted" once cancelled (the client gone, the
+        server stopping), "deadline" once its time is up, "" to go on."""
+        if self.cancelled.is_set():
+            return "interrupted"
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            return "deadline"
+        return ""
 
     def end(self, why: APIError) -> None:
         """End the job for the server's own reason: its client gets `why`, not silence."""
@@ -266,7 +278,9 @@ class GenerationWorker:
         reused = cached_prefix(gen.cache.tokens, prompt)
         first: float | None = None
         sent = counted = 0  # log-probabilities sent with the pieces, tokens counted in them
-        stream = gen.stream(prompt, prediction=job.prediction, constraint=job.constraint, **job.overrides)
+        job.deadline = time.monotonic() + job.timeout if job.timeout else None
+        stream = gen.stream(prompt, prediction=job.prediction, constraint=job.constraint, stop=job.stop_reason,
+                            **job.overrides)
         try:
             for segment in stream.segments():
                 if first is None:

@@ -252,3 +252,31 @@ def test_a_stream_waiting_in_the_queue_is_kept_alive_by_pings(tiny_llama: tuple[
     assert '"text"' in ok.text
     assert failed.status_code == 200 and failed.text.startswith(": ping")  # its headers were out when it failed
     assert "context_length_exceeded" in failed.text and failed.text.endswith("data: [DONE]\n\n")
+
+
+def test_a_decoding_deadline_ends_a_request_with_what_it_decoded(tiny_llama: tuple[Path, Path, Path],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """--decode-timeout: a request decodes until its deadline, then ends with its text so far,
+    finish_reason length and the stop reason deadline; the slot serves the next one at once."""
+    import time as time_module
+
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    settings = ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000), decode_timeout=0.5)
+    forward = gen.target.forward
+
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time_module.sleep(0.05)  # 20 passes a second: a 60-token answer takes 3 s
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(gen.target, "forward", slow)
+    body = {"model": MODEL, "prompt": "abcab", "max_tokens": 60, "ignore_eos": True, "temperature": 0}
+    with TestClient(create_app(gen, settings), base_url=HERE) as client:
+        started = time_module.monotonic()
+        r = client.post("/v1/completions", json=body).json()
+        took = time_module.monotonic() - started
+        assert r["choices"][0]["finish_reason"] == "length" and r["specedge"]["stop_reason"] == "deadline"
+        assert 0 < r["usage"]["completion_tokens"] < 60 and took < 2.0
+        r = client.post("/v1/completions", json={**body, "max_tokens": 3}).json()
+        assert r["choices"][0]["finish_reason"] == "length" and r["specedge"]["stop_reason"] == "max_new_tokens"
