@@ -75,6 +75,23 @@ class Failed:
 Event = Piece | Finished | Failed
 
 
+@dataclass(eq=False)
+class Admission:
+    """A place in the worker's queue (GenerationWorker.admit), counted until it is given back: by
+    `release` if no job took it, else when the job ends or is withdrawn (`used` once given back)."""
+
+    worker: GenerationWorker
+    used: bool = False
+    taken: bool = False  # a job was submitted with it
+
+    def __enter__(self) -> Admission:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Give the place back unless a job took it (a refusal, a failure before the job was queued)."""
+        self.worker.release(self)
+
+
 class QueueFull(Exception):
     def __init__(self, retry_after: int) -> None:
         super().__init__(f"the queue is full; retry in {retry_after} s")
@@ -99,9 +116,13 @@ class Job:
     ended: APIError | None = None  # why the server ended it (shutting down), if it did
     timeout: float | None = None  # seconds its decoding may take (from when a slot takes it)
     deadline: float | None = None  # time.monotonic() by which its decoding ends (set when it starts)
+    admission: Admission | None = None  # its place in the queue
+    worker: GenerationWorker | None = None  # the worker it waits in, once submitted
 
     def cancel(self) -> None:
         self.cancelled.set()
+        if self.worker is not None:
+            self.worker.withdraw(self)
 
     def stop_reason(self) -> str:
         """Asked by its decoding before every pass: "interrupted" once cancelled (the client gone, the
@@ -209,17 +230,47 @@ class GenerationWorker:
         recent = sorted(self._seconds)
         return max(1, math.ceil(recent[len(recent) // 2])) if recent else 1
 
-    def submit(self, job: Job) -> None:
-        """Queue a job, or raise QueueFull when queue_size jobs already wait behind the running ones
-        (the shutdown's error once the server stops)."""
+    def admit(self) -> Admission:
+        """A place in the queue, taken before a request's work (its parsing, grammar compilation,
+        tokenization): QueueFull when queue_size jobs already wait behind the running ones (the
+        shutdown's error once the server stops). Give it back with `release` unless a job is
+        submitted with it."""
         with self._lock:
             if self.closing is not None:
                 raise self.closing
             if self._outstanding >= self.queue_size + self.slots:
                 raise QueueFull(self.retry_after())
             self._outstanding += 1
+        return Admission(self)
+
+    def release(self, admission: Admission) -> None:
+        """Give back a place no job took."""
+        with self._lock:
+            if not admission.used and not admission.taken:
+                admission.used = True
+                self._outstanding -= 1
+
+    def submit(self, job: Job, admission: Admission | None = None) -> None:
+        """Queue a job on its admission (taken now if none was)."""
+        admission = admission or self.admit()
+        with self._lock:
+            if self.closing is not None:
+                admission.used = True
+                self._outstanding -= 1
+                raise self.closing
+            admission.taken = True
+            job.admission, job.worker = admission, self
             self._waiting.append(job)
         self._jobs.put(job)
+
+    def withdraw(self, job: Job) -> None:
+        """A job whose client left while it waited: its place in the queue back at once (the thread
+        that comes to it skips it)."""
+        with self._lock:
+            if job in self._waiting and job.admission is not None and not job.admission.used:
+                self._waiting.remove(job)
+                job.admission.used = True
+                self._outstanding -= 1
 
     def end_all(self, why: APIError) -> None:
         """The server stops: the running job and every queued one end now, each client told `why`
@@ -234,9 +285,16 @@ class GenerationWorker:
     def _run(self, thread: int) -> None:
         while (job := self._jobs.get()) is not None:
             with self._lock:
-                self._current[thread] = job
-                if job in self._waiting:
-                    self._waiting.remove(job)
+                withdrawn = job.admission is not None and job.admission.used  # its place given back while it waited
+                if not withdrawn:
+                    self._current[thread] = job
+                    if job in self._waiting:
+                        self._waiting.remove(job)
+            if withdrawn:
+                if job.ended is not None:  # the server ended it: its client is told so
+                    log.info("%s: ended: %s", job.name, job.ended.message)
+                    job.emit(Failed(job.ended))
+                continue
             started = time.perf_counter()
             last: Finished | Failed | None = None
             try:
@@ -254,7 +312,10 @@ class GenerationWorker:
             finally:
                 with self._lock:
                     del self._current[thread]
-                    self._outstanding -= 1
+                    if job.admission is None or not job.admission.used:
+                        self._outstanding -= 1
+                    if job.admission is not None:
+                        job.admission.used = True
                 self._seconds.append(time.perf_counter() - started)
             if job.ended is not None:  # the server ended it: said once, and to its client
                 log.info("%s: ended: %s", job.name, job.ended.message)
