@@ -29,7 +29,7 @@ __all__ = ["MAX_VERIFY_WIDTH", "ForwardOutput", "OnnxModel", "attention_bias", "
 @dataclass
 class ForwardOutput:
     # [R, V]: one row per requested position. On CPU the graph writes it into a buffer this model
-    # reuses: valid until its next pass with as many rows
+    # reuses: valid until its next pass
     logits: np.ndarray
     next_ids: np.ndarray  # [R]: the argmax of each row (ties: the lowest id), what greedy decoding reads
     new_keys: list[np.ndarray]  # per layer [1, kv_heads, S, head_dim]

@@ -26,7 +26,9 @@ from typing import TypeVar, cast
 
 import numpy as np
 
+from specedge.core.contract import MAX_VERIFY_WIDTH
 from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import Manifest
 from specedge.runtime.constraints.grammar import Grammar, GrammarConstraint
 from specedge.runtime.constraints.guide import Constraint
 from specedge.runtime.engine.feeds import Feeds
@@ -246,7 +248,7 @@ class Streams:
 PARALLEL_CHOICES = (4, 2)  # slots `parallel_that_pays` weighs, most first
 MIN_GAIN = 1.5  # the streams' passes together must make this many times the tokens of one stream's
 MIN_SHARE = 0.5  # and each stream at least this share of its speed alone
-MEMORY_SHARE = 0.25  # the slots' KV caches may take at most this share of the memory available
+MEMORY_SHARE = 0.25  # the slots' caches and shared passes may take at most this share of the memory available
 
 
 @dataclass(frozen=True)
@@ -256,10 +258,19 @@ class ParallelChoice:
 
 
 def pool_bytes(gen: Generator, slots: int) -> int:
-    """What `slots` slots' KV caches take at most (target's and draft's, the full context)."""
+    """What `slots` slots take at most: their KV caches (target's and draft's, the full context) and
+    the widest pass they share (`pass_bytes`)."""
     draft = draft_model(gen.drafter)
     models = [gen.target.manifest, *([draft.manifest] if draft is not None else [])]
-    return slots * sum(m.costs.kv_slot_bytes * m.context for m in models)
+    return sum(slots * m.costs.kv_slot_bytes * m.context + pass_bytes(m, slots * MAX_VERIFY_WIDTH) for m in models)
+
+
+def pass_bytes(m: Manifest, rows: int) -> int:
+    """The buffers a pass of `rows` rows takes beyond the caches: its logits (float32 [rows, V] and the
+    next ids; runtime/engine/runners.py keeps the widest pass's), and the native attention's scratch
+    (one for the process: each query's scores over the context, and the roped queries)."""
+    queries = rows * m.num_heads
+    return rows * (m.logits_vocab * 4 + 8) + queries * (m.context + m.head_dim + 2) * 4
 
 
 def shared_pass_seconds(model: OnnxModel, streams: int, repeats: int) -> float:

@@ -220,8 +220,9 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
         return
     pair = way.target.name + (f" + {way.draft.name}" if way.draft else "") + (" + n-gram" if way.ngram else "")
     n = parallel.slots
-    slots = (f"{n} requests decode at once, sharing each pass ({parallel.why}; their KV caches take up to "
-             f"{pool_bytes(gen, n) / 1e6:.0f} MB)" if n > 1 else f"one request decodes at a time ({parallel.why})")
+    slots = (f"{n} requests decode at once, sharing each pass ({parallel.why}; their KV caches and shared "
+             f"passes take up to {pool_bytes(gen, n) / 1e6:.0f} MB)" if n > 1
+             else f"one request decodes at a time ({parallel.why})")
     print(f"specedge serve: model '{settings.model_id}' ({pair}) at http://{host}:{port}/v1; {slots}, "
           f"{args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
 
