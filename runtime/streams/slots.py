@@ -99,11 +99,22 @@ class StreamGenerator(Generator):
                  slot: int) -> None:
         super().__init__(target, drafter, base.config, rows=base.rows, codec=base.codec)
         self.base, self.scheduler, self.slot = base, scheduler, slot
+        self.halt = threading.Event()  # set: every stream of this slot stops before its next pass
         self.bandwidth_gb_per_s = base.bandwidth_gb_per_s
         self.clock = functools.partial(scheduler.seconds, slot)
 
     def constraint(self, grammar: Grammar) -> GrammarConstraint:
         return self.base.constraint(grammar)  # the vocabulary is read once, for every slot
+
+    def stream(self, prompt: Prompt, chat: bool = False, prediction: str | Sequence[int] | None = None,
+               constraint: Constraint | None = None, grammar: Grammar | None = None,
+               stop: Callable[[], str] | None = None, **overrides: object) -> TextStream:
+        """Generator.stream, stopping too before the next pass once the slot is halted (`halt`: its
+        Streams interrupted)."""
+        def halted() -> str:
+            return "interrupted" if self.halt.is_set() else (stop() if stop is not None else "")
+
+        return super().stream(prompt, chat, prediction, constraint, grammar, stop=halted, **overrides)
 
     def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream, drafter: Drafter | None,
                   constraint: Constraint | None, stop: Callable[[], str] | None = None) -> Iterator[Segment]:
@@ -194,6 +205,19 @@ class Streams:
     def slots(self) -> int:
         return len(self.generators)
 
+    def halt(self, threads: Sequence[threading.Thread], timeout: float = 30.0) -> None:
+        """Stop every stream before its next pass and wait for their threads (the items not yet begun
+        are not begun): the slots serve the next call as new."""
+        for g in self.generators:
+            g.halt.set()
+        try:
+            deadline = time.monotonic() + timeout
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            for g in self.generators:
+                g.halt.clear()
+
     @property
     def nbytes(self) -> int:
         """The KV caches of every slot, target's and draft's."""
@@ -236,9 +260,10 @@ class Streams:
                 started += 1
             for t in threads:
                 t.join()
-        except BaseException:  # Ctrl-C: the first items not started leave, so no stream waits for them
+        except BaseException:  # Ctrl-C: every stream stops before its next pass, and its slot is clean again
             for g in first[started:]:
                 self.scheduler.leave(g.slot)
+            self.halt(threads[:started])
             raise
         if errors:
             raise errors[0]

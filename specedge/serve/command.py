@@ -9,6 +9,7 @@ saying how to install it.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -234,11 +235,17 @@ def stopping_server(base: type, on_stop: Callable[[], None]) -> type:
     Ctrl-C exits at once (uvicorn's own force exit)."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:  # type: ignore[no-untyped-def]
+        """In the signal's context: only flags, and the stop scheduled on the event loop (which takes
+        locks and prints, as a signal handler must not: the interrupted code may hold them)."""
         if not self.should_exit:
-            print(f"specedge serve: stopping ({signal.Signals(sig).name}); Ctrl-C again to exit at once",
-                  file=sys.stderr, flush=True)
-            on_stop()
+            with contextlib.suppress(RuntimeError):  # no loop runs in this thread: nothing is served to stop
+                asyncio.get_running_loop().call_soon_threadsafe(stopping, sig)
         base.handle_exit(self, sig, frame)
+
+    def stopping(sig: int) -> None:
+        print(f"specedge serve: stopping ({signal.Signals(sig).name}); Ctrl-C again to exit at once",
+              file=sys.stderr, flush=True)
+        on_stop()
 
     return type("StoppingServer", (base,), {"handle_exit": handle_exit})
 
