@@ -94,7 +94,8 @@ class ServeSettings:
     model_sampling: dict[str, float] = dataclasses.field(default_factory=dict)  # the model's own, where taken
     decode_timeout: float | None = None  # seconds a request's decoding may take (None: no deadline)
     origins: Origins = LOCAL  # the names and port requests must be addressed to
-    api_key: str | None = None  # None: no key asked
+    api_key: str | tuple[str, ...] | None = None  # None: no key asked; several: each its clients' (serve/guard.py)
+    share_prefixes: bool = True  # a request may reuse the cached prefix another left (never across API keys)
 
 
 def longest_token(generator: Generator) -> int:
@@ -311,7 +312,7 @@ class Server:
         self.generator = generator
         self.settings = settings
         streams = Streams(generator, settings.parallel) if settings.parallel > 1 else None
-        self.worker = GenerationWorker(generator, settings.queue_size, streams)
+        self.worker = GenerationWorker(generator, settings.queue_size, streams, settings.share_prefixes)
         self.created = int(time.time())
         self.context = generator.target.manifest.context
         self.max_prompt_chars = self.context * longest_token(generator) * FOLDED_CHARS
@@ -568,7 +569,8 @@ class Server:
             shaper = Shaper(req.kind, self.settings.model_id, logprobs=shapes)
             job = Job(shaper.id, functools.partial(self.encode, req), ready.overrides, asyncio.get_running_loop(),
                       stream=req.stream, constraint=ready.constraint, prediction=req.prediction,
-                      show_draft=req.show_draft, timeout=self.settings.decode_timeout)
+                      show_draft=req.show_draft, timeout=self.settings.decode_timeout,
+                      owner=request.scope.get("state", {}).get("api_key"))
             self.worker.submit(job, admission)
         if req.stream:
             return EventStream(job, shaper, req.include_usage, form.call_names, form.reasoning)

@@ -79,9 +79,17 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                         "alone (default auto: as many as this device's measured passes say pay, or 1)")
     p.add_argument("--model-name", default=None,
                    help="the model id clients pass (default: the pair, or the target's registry name or folder)")
+    p.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help="ask every request but /health for one of the keys this file holds, one a line, as "
+                        "'Authorization: Bearer KEY'; several keys: each its own clients, whose cached prompts "
+                        f"never serve another's (default: ${API_KEY_ENV}, else none)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None, metavar="KEY",
-                   help=f"ask every request but /health for 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}; "
-                        "none: no key)")
+                   help=f"one key on the command line (every local user can read it there: prefer --api-key-file "
+                        f"or ${API_KEY_ENV})")
+    p.add_argument("--no-prefix-sharing", action="store_true",
+                   help="never let a request reuse the cached prompt another left (by default requests share "
+                        "them, except across API keys): a client cannot tell from speed or cached_tokens what "
+                        "another sent")
     p.add_argument("--allowed-origins", type=origins_arg, action="extend", default=[], metavar="ORIGINS",
                    help="web origins beside the server's own that may call it, comma-separated, * a wildcard "
                         "(chrome-extension://*,http://localhost:3000); default none")
@@ -164,12 +172,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SpecEdgeError(f"specedge serve needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[serve]'") from None
 
+    keys = api_keys(args)  # a key file that cannot be read fails before anything starts
     sock = listen(args.host, args.port)  # before the models load: a port in use fails at once
     host, port = sock.getsockname()[:2]
     setup_logging(args.log_level)
     if not is_loopback(args.host):
         print(f"specedge serve: warning: listening on {args.host}, reachable from other machines"
-              + ("" if args.api_key else ", and with no API key (--api-key)"), file=sys.stderr, flush=True)
+              + ("" if keys else ", and with no API key (--api-key-file)"), file=sys.stderr, flush=True)
     if "*" in args.allowed_origins:
         print("specedge serve: warning: --allowed-origins '*' lets any web page you visit drive this server",
               file=sys.stderr, flush=True)
@@ -177,7 +186,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     gate = LoadingGate()
     origins = Origins.of_listener(args.host, port, tuple(args.allowed_origins))
-    config = uvicorn.Config(RequestGuard(gate, origins, args.api_key), log_level="warning",
+    config = uvicorn.Config(RequestGuard(gate, origins, keys), log_level="warning",
                             access_log=False, timeout_graceful_shutdown=GRACE_S, lifespan="on",
                             http=deadline_protocol(args.request_timeout, args.write_timeout),
                             timeout_keep_alive=KEEP_ALIVE_S)
@@ -250,6 +259,27 @@ def stopping_server(base: type, on_stop: Callable[[], None]) -> type:
     return type("StoppingServer", (base,), {"handle_exit": handle_exit})
 
 
+MAX_KEYS = 1000
+
+
+def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    """The API keys asked for: --api-key-file's lines (blank lines and # comments left out), and
+    --api-key or $SPECEDGE_API_KEY; a file that cannot be read, or holds no key, is one line."""
+    keys = [args.api_key] if args.api_key else []
+    if args.api_key_file:
+        try:
+            lines = Path(args.api_key_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecEdgeError(f"cannot read the API key file {args.api_key_file}: {e}",
+                                "pass a readable UTF-8 file with one key a line") from None
+        found = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+        if not found or len(found) > MAX_KEYS:
+            raise SpecEdgeError(f"{args.api_key_file} holds {len(found)} API keys",
+                                f"put 1 to {MAX_KEYS} keys in it, one a line")
+        keys += found
+    return tuple(dict.fromkeys(keys))
+
+
 def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: int = 1) -> ServeSettings:
     """The server's settings of its flags: the model's names, the queue and the slots, the origins
     requests must be addressed to, and the sampling flags as the values for a request that sets none."""
@@ -264,7 +294,7 @@ def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: 
                          top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, penalties=s.penalties,
                          model_sampling=model if args.sampling_defaults == "model" else {},
                          decode_timeout=args.decode_timeout,
-                         api_key=args.api_key,
+                         api_key=api_keys(args), share_prefixes=not args.no_prefix_sharing,
                          origins=Origins.of_listener(args.host, port, tuple(args.allowed_origins)))
 
 

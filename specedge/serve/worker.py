@@ -118,6 +118,7 @@ class Job:
     deadline: float | None = None  # time.monotonic() by which its decoding ends (set when it starts)
     admission: Admission | None = None  # its place in the queue
     worker: GenerationWorker | None = None  # the worker it waits in, once submitted
+    owner: object = None  # whose request (the API key, where several are asked): its cache is not another's
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -161,9 +162,14 @@ def piece_logprobs(stream: TextStream, segment: Segment, sent: int) -> tuple[Tok
 
 
 class GenerationWorker:
-    def __init__(self, generator: Generator, queue_size: int, streams: Streams | None = None) -> None:
-        """streams: several slots sharing passes (else one slot, `generator`)."""
+    def __init__(self, generator: Generator, queue_size: int, streams: Streams | None = None,
+                 share_prefixes: bool = True) -> None:
+        """streams: several slots sharing passes (else one slot, `generator`). share_prefixes: a
+        request may reuse the cached prefix another request left in its slot (False: never; requests
+        of different owners never do either way)."""
         self.generator = generator
+        self.share_prefixes = share_prefixes
+        self._owners: dict[int, object] = {}  # slot -> the owner of the request its cache last held
         self.streams = streams
         self.slots = streams.slots if streams is not None else 1
         self.queue_size = queue_size  # jobs that may wait while the slots decode
@@ -217,12 +223,22 @@ class GenerationWorker:
     def generator_of(self, slot: int) -> Generator:
         return self.streams.generators[slot] if self.streams is not None else self.generator
 
-    def take_slot(self, prompt: Sequence[int]) -> int:
-        """The free slot whose cache keeps the most of `prompt` (the next turn of a chat finds its
-        last turn's slot); a thread per slot, so one is free for every job taken."""
+    def take_slot(self, prompt: Sequence[int], owner: object = None) -> int:
+        """The free slot whose cache keeps the most of `prompt` among those the same owner's requests
+        left (the next turn of a chat finds its last turn's slot); a thread per slot, so one is free for
+        every job taken. A slot another owner's request left, or any with share_prefixes off, has its
+        cache emptied first: a request's speed and `cached_tokens` never tell what another sent."""
         with self._lock:
-            slot = max(self._free, key=lambda s: cached_prefix(self.generator_of(s).cache.tokens, prompt))
+            def kept(s: int) -> int:
+                if not self.share_prefixes or self._owners.get(s, owner) != owner:
+                    return 0
+                return cached_prefix(self.generator_of(s).cache.tokens, prompt)
+
+            slot = max(self._free, key=kept)
             self._free.remove(slot)
+            if not self.share_prefixes or self._owners.get(slot, owner) != owner:
+                self.generator_of(slot).cache.reset()
+            self._owners[slot] = owner
             return slot
 
     def retry_after(self) -> int:
@@ -328,7 +344,7 @@ class GenerationWorker:
         the client is gone)."""
         queued = time.perf_counter() - job.arrived
         prompt = job.encode()
-        slot = self.take_slot(prompt)
+        slot = self.take_slot(prompt, job.owner)
         try:
             return self._decode(job, prompt, self.generator_of(slot), queued)
         finally:
