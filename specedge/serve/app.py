@@ -305,6 +305,7 @@ class Ready:
     form: Shape
     overrides: dict[str, object]
     constraint: GrammarConstraint | None
+    prediction: list[int] | None  # its ids, tokenized here rather than under the decoding's codec
 
 
 class Server:
@@ -558,7 +559,22 @@ class Server:
         tokens = overrides["max_new_tokens"]
         assert isinstance(tokens, int)
         constraint = None if form.grammar is None else self.grammar_state(form, tokens)
-        return Ready(req, form, overrides, constraint)
+        return Ready(req, form, overrides, constraint, self.prediction_ids(req.prediction))
+
+    def prediction_ids(self, prediction: str | None) -> list[int] | None:
+        """A prediction's token ids, at most a context's worth: it is scanned every round."""
+        if prediction is None:
+            return None
+        try:
+            with self._side_lock:
+                return self.side_codec().encode(prediction, add_special_tokens=False, what="the prediction",
+                                                limit=self.context)
+        except PromptTooLong as e:
+            raise APIError(413, f"the prediction has {e.tokens} tokens or more, more than the model's context of "
+                                f"{self.context}; send the part of it the answer may repeat",
+                           param="prediction", code="context_length_exceeded") from None
+        except SpecEdgeError as e:
+            raise invalid("prediction", e.problem) from None
 
     async def complete(self, request: Request,
                        read: Callable[[], GenerationRequest] | GenerationRequest) -> Response | EventStream:
@@ -568,7 +584,7 @@ class Server:
             shapes = None if req.logprobs is None else LogprobShapes(req.kind, self.spell)
             shaper = Shaper(req.kind, self.settings.model_id, logprobs=shapes)
             job = Job(shaper.id, functools.partial(self.encode, req), ready.overrides, asyncio.get_running_loop(),
-                      stream=req.stream, constraint=ready.constraint, prediction=req.prediction,
+                      stream=req.stream, constraint=ready.constraint, prediction=ready.prediction,
                       show_draft=req.show_draft, timeout=self.settings.decode_timeout,
                       owner=request.scope.get("state", {}).get("api_key"))
             self.worker.submit(job, admission)

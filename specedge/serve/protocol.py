@@ -24,11 +24,11 @@ from starlette.responses import JSONResponse
 from specedge.core.errors import SpecEdgeError
 from specedge.request import Request
 from specedge.runtime.constraints.grammar import GrammarFault
+from specedge.runtime.round.decoding import check_stop_strings
 from specedge.runtime.round.logprobs import MAX_TOP_LOGPROBS
 from specedge.runtime.text.template.options import check_template_kwargs
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
-MAX_STOP_STRINGS = 4  # as the OpenAI API documents
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the escapes \\ud800 to \\udfff in a JSON text
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # after parsing: pairs became one character
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -394,10 +394,12 @@ def _stop(value: object) -> tuple[str, ...]:
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise invalid("stop", "must be a string or a list of strings")
-    if len(stops) > MAX_STOP_STRINGS:
-        raise invalid("stop", f"may hold at most {MAX_STOP_STRINGS} sequences, got {len(stops)}")
     if not all(stops):
         raise invalid("stop", "may not hold an empty string")
+    try:  # the runtime's bounds, as for every route and the CLI (more than OpenAI's 4: clients send dozens)
+        check_stop_strings(tuple(stops))
+    except SpecEdgeError as e:
+        raise APIError(400, f"{e.problem}: {e.fix}", param="stop", code="invalid_value") from None
     return tuple(stops)
 
 

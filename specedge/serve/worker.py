@@ -108,7 +108,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     stream: bool  # False: only the Finished (or Failed) event is sent
     constraint: Constraint | None = None  # the state of the grammar every token must follow (checked when made)
-    prediction: str | None = None  # the caller's prediction of the output, drafted from
+    prediction: list[int] | None = None  # the caller's prediction of the output (its ids), drafted from
     show_draft: bool = False  # each streamed piece carries its origin (origin_of)
     arrived: float = field(default_factory=time.perf_counter)
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
