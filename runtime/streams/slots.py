@@ -287,15 +287,37 @@ def pool_bytes(gen: Generator, slots: int) -> int:
     the widest pass they share (`pass_bytes`)."""
     draft = draft_model(gen.drafter)
     models = [gen.target.manifest, *([draft.manifest] if draft is not None else [])]
-    return sum(slots * m.costs.kv_slot_bytes * m.context + pass_bytes(m, slots * MAX_VERIFY_WIDTH) for m in models)
+    return sum(slots * m.costs.kv_slot_bytes * m.context
+               + pass_bytes(m, widest_rows(m, slots), slots * MAX_VERIFY_WIDTH)
+               for m in models)
 
 
-def pass_bytes(m: Manifest, rows: int) -> int:
-    """The buffers a pass of `rows` rows takes beyond the caches: its logits (float32 [rows, V] and the
-    next ids; runtime/engine/runners.py keeps the widest pass's), and the native attention's scratch
-    (one for the process: each query's scores over the context, and the roped queries)."""
+def widest_rows(m: Manifest, slots: int) -> int:
+    """The rows of the widest pass `slots` streams share: each a prefill chunk, or a verification."""
+    return slots * max(m.prefill_width, MAX_VERIFY_WIDTH)
+
+
+def pass_bytes(m: Manifest, rows: int, logit_rows: int) -> int:
+    """The buffers a pass of `rows` rows takes beyond the caches and ONNX Runtime's own: the logits of
+    `logit_rows` of them (float32 [rows, V] and the next ids; runtime/engine/runners.py keeps the
+    widest pass's), and the native attention's scratch (one for the process: each query's scores over
+    the context, and the roped queries)."""
     queries = rows * m.num_heads
-    return rows * (m.logits_vocab * 4 + 8) + queries * (m.context + m.head_dim + 2) * 4
+    return logit_rows * (m.logits_vocab * 4 + 8) + queries * (m.context + m.head_dim + 2) * 4
+
+
+def run_widest_pass(model: OnnxModel, slots: int) -> None:
+    """One pass as wide as `slots` streams can share (each a prefill chunk, over a pool made for it;
+    nothing committed), so that ONNX Runtime's arena has grown to what the widest pass needs before
+    the process's memory is read (`specedge serve`'s start line states it)."""
+    m = model.manifest
+    width = max(m.prefill_width, 1)
+    pool = CachePool(m.num_layers, m.num_kv_heads, m.head_dim, m.context, slots)
+    feeds = {"input_ids": np.full((1, slots * width), min(100, m.vocab_size - 1), np.int64),
+             "position_ids": np.tile(np.arange(width, dtype=np.int64), slots)[None],
+             "stream_ids": np.repeat(np.arange(slots, dtype=np.int64), width)[None],
+             "logits_index": np.arange(width - 1, slots * width, width, dtype=np.int64)}
+    model.runner(feeds, pool)
 
 
 def shared_pass_seconds(model: OnnxModel, streams: int, repeats: int) -> float:

@@ -234,7 +234,25 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
              f"passes take up to {pool_bytes(gen, n) / 1e6:.0f} MB)" if n > 1
              else f"one request decodes at a time ({parallel.why})")
     print(f"specedge serve: model '{settings.model_id}' ({pair}) at http://{host}:{port}/v1; {slots}, "
-          f"{args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
+          f"{args.queue} may wait{memory_bound(gen, n)}; Ctrl-C stops", file=sys.stderr, flush=True)
+
+
+def memory_bound(gen: Any, slots: int) -> str:
+    """What the server's memory comes to: resident now - once the widest pass the slots share has run,
+    so that ONNX Runtime's arenas have grown for it - and at most, once every slot's cache is full
+    (the caches' pages are taken as they are first written)."""
+    from specedge.runtime.engine.kv_cache import resident_memory
+    from specedge.runtime.round.drafters import draft_model
+    from specedge.runtime.streams.slots import pool_bytes, run_widest_pass
+
+    if slots > 1:
+        for model in (gen.target, draft_model(gen.drafter)):
+            if model is not None:
+                run_widest_pass(model, slots)
+    now = resident_memory()
+    if now is None:
+        return ""
+    return f"; memory {now / 1e6:.0f} MB now, at most {(now + pool_bytes(gen, slots)) / 1e6:.0f} MB"
 
 
 def stopping_server(base: type, on_stop: Callable[[], None]) -> type:
