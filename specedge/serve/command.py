@@ -242,7 +242,7 @@ def memory_bound(gen: Any, slots: int) -> str:
     so that ONNX Runtime's arenas have grown for it - and at most, once every slot's cache is full
     (the caches' pages are taken as they are first written)."""
     from specedge.runtime.engine.kv_cache import resident_memory
-    from specedge.runtime.round.drafters import draft_model
+    from specedge.runtime.generator import draft_model
     from specedge.runtime.streams.slots import pool_bytes, run_widest_pass
 
     if slots > 1:

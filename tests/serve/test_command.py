@@ -75,3 +75,19 @@ def test_soc_is_checked_as_for_chat(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--target", "x", "--soc", "nonsense"])
     assert "unknown QNN SoC 'nonsense'" in capsys.readouterr().err
+
+
+def test_the_start_line_states_the_memory_now_and_at_most(tiny_streams_pair: tuple[Path, Path]) -> None:
+    """With several slots, the widest pass they share runs first, then the line states the memory
+    resident and the most the slots' caches and shared buffers add to it."""
+    import re
+
+    from specedge.runtime import Generator
+    from specedge.runtime.streams.slots import pool_bytes
+    from specedge.serve.command import memory_bound
+
+    gen = Generator.load(*tiny_streams_pair)
+    said = re.fullmatch(r"; memory (\d+) MB now, at most (\d+) MB", memory_bound(gen, 2))
+    assert said is not None
+    now, most = int(said.group(1)), int(said.group(2))
+    assert abs(most - now - pool_bytes(gen, 2) / 1e6) <= 1
