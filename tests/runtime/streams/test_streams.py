@@ -184,6 +184,28 @@ def test_a_fault_in_one_streams_rows_ends_that_stream_alone(pair: tuple[Path, Pa
                                                              if not isinstance(r, str)]
 
 
+def test_a_pass_run_again_stream_by_stream_gives_each_its_own_rows(pair: tuple[Path, Path]) -> None:
+    """A merged decoding pass that fails once is run again for each stream alone, on the same
+    buffers: each stream keeps its own rows (not the last lone pass's), and decodes as alone."""
+    gen = load(pair, "none", gamma=0, ignore_eos=True)
+    alone = [gen.generate(p).token_ids for p in PROMPTS[:3]]
+    streams = Streams(gen, 3)
+    shared = streams.generators[0].target.runner.shared
+    runner = shared.runner
+    failed = []
+
+    def fails_once(feeds, cache):  # type: ignore[no-untyped-def]
+        decoding = feeds["input_ids"].shape[1] == 3 and set(feeds["stream_ids"][0].tolist()) == {0, 1, 2}
+        if decoding and not failed:
+            failed.append(True)
+            raise RuntimeError("a transient fault")
+        return runner(feeds, cache)
+
+    shared.runner = fails_once
+    assert streams.map(lambda g, prompt: g.generate(prompt).token_ids, list(PROMPTS[:3])) == alone
+    assert failed  # the fault was met, in a pass of every stream's decoding row
+
+
 def test_interrupted_streams_stop_and_leave_their_slots_clean(pair: tuple[Path, Path]) -> None:
     """Streams.halt (what map does on Ctrl-C): every stream stops before its next pass, its result
     "interrupted", and the slots then serve new prompts as alone."""
