@@ -222,7 +222,9 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
         gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
         parallel = parallel_that_pays(gen) if args.parallel == "auto" else ParallelChoice(args.parallel, "asked for")
         settings = serve_settings(args, way.target, port, parallel.slots)
-        if not gate.open(create_app(gen, settings, guarded=False)):  # the gate's guard is in front
+        app = create_app(gen, settings, guarded=False)  # the gate's guard is in front
+        memory = memory_bound(gen, parallel.slots)  # its passes run before any request's can
+        if not gate.open(app):
             return
     except BaseException as e:  # a SpecEdgeError is one line once the server has stopped
         failed.append(e)
@@ -234,7 +236,7 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
              f"passes take up to {pool_bytes(gen, n) / 1e6:.0f} MB)" if n > 1
              else f"one request decodes at a time ({parallel.why})")
     print(f"specedge serve: model '{settings.model_id}' ({pair}) at http://{host}:{port}/v1; {slots}, "
-          f"{args.queue} may wait{memory_bound(gen, n)}; Ctrl-C stops", file=sys.stderr, flush=True)
+          f"{args.queue} may wait{memory}; Ctrl-C stops", file=sys.stderr, flush=True)
 
 
 def memory_bound(gen: Any, slots: int) -> str:
