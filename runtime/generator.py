@@ -75,9 +75,15 @@ def check_pair(target: OnnxModel, draft: OnnxModel) -> None:
 
 def draft_model(drafter: Drafter | None) -> OnnxModel | None:
     """The draft model behind a drafter, if it has one."""
+    found = model_drafter(drafter)
+    return found.model if found is not None else None
+
+
+def model_drafter(drafter: Drafter | None) -> DraftModelDrafter | None:
+    """The drafter that runs a draft model (and keeps its cache), if `drafter` has one."""
     if isinstance(drafter, HybridDrafter):
         drafter = drafter.model
-    return drafter.model if isinstance(drafter, DraftModelDrafter) else None
+    return drafter if isinstance(drafter, DraftModelDrafter) else None
 
 
 def check_scores_all(target: OnnxModel) -> None:
@@ -237,6 +243,13 @@ class Generator:
         if items and all(isinstance(m, dict) for m in items):
             return self.codec.encode_chat(items, **chat_args)
         return check_token_ids(items, self.target.manifest.vocab_size)
+
+    def forget(self) -> None:
+        """Empty every cache a next prompt could reuse a prefix of: the target's and the draft's (so
+        that nothing of a prompt outlives it where another client's request comes next)."""
+        self.cache.reset()
+        if (drafts := model_drafter(self.drafter)) is not None:
+            drafts.cache.reset()
 
     def stream(self, prompt: Prompt, chat: bool = False, prediction: str | Sequence[int] | None = None,
                constraint: Constraint | None = None, grammar: Grammar | None = None,

@@ -237,7 +237,7 @@ class GenerationWorker:
             slot = max(self._free, key=kept)
             self._free.remove(slot)
             if not self.share_prefixes or self._owners.get(slot, owner) != owner:
-                self.generator_of(slot).cache.reset()
+                self.generator_of(slot).forget()  # the target's cache and the draft's
             self._owners[slot] = owner
             return slot
 

@@ -103,3 +103,29 @@ def test_several_api_keys_each_their_own_clients_whose_prompts_never_serve_anoth
     keys.write_text("# none\n")
     with pytest.raises(SpecEdgeError, match="holds 0 API keys"):
         api_keys(argparse.Namespace(api_key=None, api_key_file=str(keys)))
+
+
+def test_a_slot_another_key_left_forgets_the_drafts_cache_too(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """The draft model's cache is emptied with the target's where a slot changes keys: its prefill's
+    time would tell the next client what the last one sent."""
+    from specedge.runtime.generator import model_drafter
+
+    gen = Generator.load(tiny_llama[1], tiny_llama[2], config=SpecConfig(gamma=2))
+    drafts = model_drafter(gen.drafter)
+    assert drafts is not None
+    body = {"model": "tiny", "prompt": "abcdefghijklmnop", "max_tokens": 4, "temperature": 0}
+    settings = ServeSettings(model_id="tiny", origins=Origins.of_listener("127.0.0.1", 8000), api_key=("alpha", "beta"))
+    held_at_forget: list[int] = []
+    forget = gen.forget
+
+    def recording() -> None:
+        held_at_forget.append(len(drafts.cache.tokens))
+        forget()
+        assert len(drafts.cache.tokens) == 0 and len(gen.cache.tokens) == 0
+
+    gen.forget = recording  # type: ignore[method-assign]
+    with TestClient(create_app(gen, settings), base_url=HERE) as http:
+        for key in ("alpha", "beta"):
+            r = http.post("/v1/completions", json=body, headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == 200, r.text
+    assert held_at_forget[-1] > 0  # beta's slot held alpha's drafts, and they were dropped
