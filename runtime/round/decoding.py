@@ -43,7 +43,7 @@ from specedge.runtime.constraints.guide import Constraint, Guide, mask_rows
 from specedge.runtime.engine.kv_cache import KVCache
 from specedge.runtime.engine.model import ForwardOutput, OnnxModel
 from specedge.runtime.engine.rows import ONE_ROW, RowPolicy, group_pad
-from specedge.runtime.round.drafters import Ask, Draft, Drafter, GoOn, NgramDrafter
+from specedge.runtime.round.drafters import Ask, Draft, Drafter, GoOn, NgramDrafter, adapt
 from specedge.runtime.round.gamma import GammaController, Outcome, RoundCosts
 from specedge.runtime.round.logprobs import MAX_TOP_LOGPROBS
 from specedge.runtime.round.stats import GenerationStats, RoundCounts
@@ -176,8 +176,10 @@ class Run:
     def of(cls, target: OnnxModel, drafter: Drafter | None, config: SpecConfig, rows: RowPolicy = ONE_ROW,
            constraint: Constraint | None = None) -> Run:
         """A run over a fresh cache of `target`, with its grammar's guide and, with auto_gamma and a
-        drafter, a fresh γ auto (`gamma_auto`)."""
+        drafter, a fresh γ auto (`gamma_auto`); a drafter written to an earlier protocol is asked
+        through `adapt`."""
         guide = Guide(constraint) if constraint is not None else None
+        drafter = adapt(drafter)
         return cls(target, target.new_cache(), drafter, config, rows, guide, gamma_auto(target, drafter, config, rows))
 
     @property
@@ -289,7 +291,7 @@ def decode_tokens(run: Run, prompt: Sequence[int], watchers: Sequence[Watcher] =
         if reason := run.stop():
             raise DecodingStopped(reason)
         with Stopwatch(run.clock) as watch:
-            run.drafter.begin(context)
+            run.drafter.begin(context, run.stop)
         for w in watchers:
             w.drafts_begun(watch.lap.seconds)
     while len(context) <= run.target.manifest.context:  # the pending token still fits
