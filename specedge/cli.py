@@ -208,10 +208,11 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from specedge.storage import cached_items, gigabytes, remove, used_by_default
+    from specedge.storage import cached_items, dead_scratch, gigabytes, remove, used_by_default
 
     used = used_by_default()
     unused = [item for item in cached_items() if item.kind == "export" and item.path.resolve() not in used]
+    unused += dead_scratch()
     if not unused:
         print("every cached export is one the default decoding uses")
         return 0

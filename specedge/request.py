@@ -274,12 +274,14 @@ def read_reply(text: str, shape_: Shape) -> Answer:
     return Answer(reasoning, rest, calls)
 
 
-FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length", "context": "length"}
+FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length", "context": "length",
+                  "deadline": "length"}
 
 
 def finish_reason(stop_reason: str, called: bool = False) -> str | None:
     """The OpenAI API's finish_reason for the runtime's stop reason (None: interrupted): "stop",
-    "length" (max_tokens, or the context full), or "tool_calls" for an answer that ended after
-    calling tools (one cut short by max_tokens is "length", as llama-server says)."""
+    "length" (max_tokens, the context full, or the server's decoding deadline), or "tool_calls" for an
+    answer that ended after calling tools (one cut short by max_tokens is "length", as llama-server
+    says)."""
     reason = FINISH_REASONS.get(stop_reason)
     return "tool_calls" if called and reason == "stop" else reason

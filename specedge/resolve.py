@@ -14,6 +14,7 @@ from specedge.core.manifest import manifest_fields
 from specedge.export.cache import artifact_path, is_exported
 from specedge.export.settings import ExportSettings, int4_kernel_here, int8_weights_here
 from specedge.models.fetch import fetch
+from specedge.models.locks import reading
 from specedge.models.paths import artifacts_dir
 from specedge.models.registry import ExportDefaults, ModelEntry, get_model
 
@@ -60,9 +61,11 @@ def resolve_model(name: str, quant: str | None = None, context: int | None = Non
     out = artifact_path(entry.name, entry.sha256, settings)
     if is_exported(out):
         return mark_used(out)
-    return mark_used(export_once(fetch(name), out, settings, f"{name} ({settings.quant}, context "
+    weights = fetch(name)
+    with reading(weights, "exporting"):  # `specedge rm --weights` waits for the export reading them
+        return mark_used(export_once(weights, out, settings, f"{name} ({settings.quant}, context "
                                                              f"{settings.context}){why_again(entry.name, settings)}",
-                                 entry.sha256))
+                                     entry.sha256))
 
 
 def mark_used(artifact: Path) -> Path:

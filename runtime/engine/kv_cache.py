@@ -171,6 +171,14 @@ def physical_memory() -> int | None:
         return None
 
 
+def resident_memory() -> int | None:
+    """Bytes of this process's memory in RAM now (its RSS), if the OS says (Linux: /proc)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def available_memory() -> int | None:
     """Bytes of memory available to a new allocation: MemAvailable, else free pages, if known."""
     try:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numbers
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from specedge.core.contract import MAX_VERIFY_WIDTH
-from specedge.core.errors import SpecEdgeError
+from specedge.core.errors import DecodingStopped, SpecEdgeError
 from specedge.core.manifest import Manifest, load_manifest
 from specedge.kernels.sampling import argmax
 from specedge.runtime.engine.feeds import FEEDS, attention_bias, one_stream
@@ -29,7 +29,7 @@ __all__ = ["MAX_VERIFY_WIDTH", "ForwardOutput", "OnnxModel", "attention_bias", "
 @dataclass
 class ForwardOutput:
     # [R, V]: one row per requested position. On CPU the graph writes it into a buffer this model
-    # reuses: valid until its next pass with as many rows
+    # reuses: valid until its next pass
     logits: np.ndarray
     next_ids: np.ndarray  # [R]: the argmax of each row (ties: the lowest id), what greedy decoding reads
     new_keys: list[np.ndarray]  # per layer [1, kv_heads, S, head_dim]
@@ -148,13 +148,17 @@ class OnnxModel:
             return [context[-1]]
         return feed
 
-    def prefill(self, tokens: Sequence[int], cache: KVCache, rows: RowPolicy = ONE_ROW) -> np.ndarray:
+    def prefill(self, tokens: Sequence[int], cache: KVCache, rows: RowPolicy = ONE_ROW,
+                stop: Callable[[], str] | None = None) -> np.ndarray:
         """Bring the cache to hold `tokens`, reusing a cached prefix, feeding the rest in chunks
-        of the prefill width; returns the logits after the last token [V]."""
+        of the prefill width; returns the logits after the last token [V]. stop: asked before each
+        chunk; a reason it returns ends the prefill (DecodingStopped), its chunks so far kept."""
         cache.reuse_prefix(tokens, limit=len(tokens) - 1)  # the last token is fed for its logits
         logits = np.empty(0)
         i = cache.length
         while i < len(tokens):
+            if stop is not None and (reason := stop()):
+                raise DecodingStopped(reason)
             piece = tokens[i:i + self.chunk_width(len(tokens) - i)]
             out = self.forward(piece, cache, all_logits=False, rows=rows)
             cache.commit(out.new_keys, out.new_values, piece)

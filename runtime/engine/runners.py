@@ -51,8 +51,9 @@ class CopyRunner:
 
 class InPlaceRunner:
     """Each cache buffer is bound as both past and present: the pass writes its entries into it, and
-    its logits [R, V] and next ids [R] land in buffers bound once per row count (valid until the
-    next pass with as many rows): no copy, no allocation, no output objects to build."""
+    its logits [R, V] and next ids [R] land in the first R rows of one buffer as wide as the widest
+    pass so far (valid until the next pass): no copy, no output objects to build, and no more
+    logits memory than the widest pass needs."""
 
     def __init__(self, session: ort.InferenceSession, num_layers: int, vocab: int, next_ids: bool) -> None:
         self.session = session
@@ -62,7 +63,8 @@ class InPlaceRunner:
         self._bound: list[np.ndarray] = []
         self._binding: ort.IOBinding | None = None
         self._feeds: Feeds = {}
-        self._out_buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # rows -> (logits, next_ids)
+        self._logits = np.empty((1, 0, vocab), np.float32)  # the widest pass's logits buffer
+        self._next_ids = np.empty((1, 0), np.int64)
 
     def __call__(self, feeds: Feeds, cache: Caches) -> RunResult:
         b = self._cache_binding(cache)
@@ -93,6 +95,13 @@ class InPlaceRunner:
         return binding
 
     def _output_buffers(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
-        if rows not in self._out_buffers:
-            self._out_buffers[rows] = (np.empty((1, rows, self.vocab), np.float32), np.empty((1, rows), np.int64))
-        return self._out_buffers[rows]
+        """Views of the first `rows` rows of the logits and next-ids buffers, grown to `rows` if narrower."""
+        if rows > self._logits.shape[1]:
+            self._logits = np.empty((1, rows, self.vocab), np.float32)
+            self._next_ids = np.empty((1, rows), np.int64)
+        return self._logits[:, :rows], self._next_ids[:, :rows]
+
+    @property
+    def nbytes(self) -> int:
+        """The output buffers' bytes (the widest pass's)."""
+        return self._logits.nbytes + self._next_ids.nbytes

@@ -35,7 +35,7 @@ from typing import Protocol
 import numpy as np
 
 from specedge.core.contract import DEFAULT_GAMMA
-from specedge.core.errors import SpecEdgeError
+from specedge.core.errors import DecodingStopped, SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_rejection, accept_sampled
 from specedge.kernels.laws import Laws, law
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count
@@ -43,7 +43,7 @@ from specedge.runtime.constraints.guide import Constraint, Guide, mask_rows
 from specedge.runtime.engine.kv_cache import KVCache
 from specedge.runtime.engine.model import ForwardOutput, OnnxModel
 from specedge.runtime.engine.rows import ONE_ROW, RowPolicy, group_pad
-from specedge.runtime.round.drafters import Ask, Draft, Drafter, GoOn, NgramDrafter
+from specedge.runtime.round.drafters import Ask, Draft, Drafter, GoOn, NgramDrafter, adapt
 from specedge.runtime.round.gamma import GammaController, Outcome, RoundCosts
 from specedge.runtime.round.logprobs import MAX_TOP_LOGPROBS
 from specedge.runtime.round.stats import GenerationStats, RoundCounts
@@ -105,10 +105,20 @@ class SpecConfig:
         return "race" if self.seed is not None else "rejection"
 
 
+STOP_STRINGS_LIMIT = 64  # stop strings a generation may have (clients send dozens at most) ...
+STOP_CHARS_LIMIT = 512  # ... each at most this long: the text held back after every token is bounded
+
+
 def check_stop_strings(stop_strings: object) -> None:
     if isinstance(stop_strings, str) or not isinstance(stop_strings, (tuple, list)):
         raise SpecEdgeError(f"stop_strings must be a tuple of strings, got {stop_strings!r}",
                             "pass stop_strings=('text',) - a bare string would be read as its characters")
+    if len(stop_strings) > STOP_STRINGS_LIMIT:
+        raise SpecEdgeError(f"{len(stop_strings)} stop strings are more than the {STOP_STRINGS_LIMIT} a generation "
+                            "may have", f"pass at most {STOP_STRINGS_LIMIT}")
+    if any(isinstance(s, str) and len(s) > STOP_CHARS_LIMIT for s in stop_strings):
+        raise SpecEdgeError(f"a stop string is longer than {STOP_CHARS_LIMIT} characters",
+                            f"pass stop strings of at most {STOP_CHARS_LIMIT} characters")
     if not all(isinstance(s, str) and s for s in stop_strings):
         raise SpecEdgeError(f"stop_strings must each be non-empty text, got {list(stop_strings)!r}",
                             "drop the empty --stop, or give it some text")
@@ -153,6 +163,7 @@ class Run:
     guide: Guide | None = None
     controller: GammaController | None = None
     clock: Callable[[], float] = time.perf_counter
+    stop: Callable[[], str] = lambda: ""  # asked between passes: a reason ends decoding (DecodingStopped)
     draws: Draws = field(init=False)
     rng: np.random.Generator = field(init=False)  # the rejection rule's uniforms and corrections
     answer_from: int = field(init=False, default=0)  # where the answer begins in the context (the prompt's length)
@@ -165,8 +176,10 @@ class Run:
     def of(cls, target: OnnxModel, drafter: Drafter | None, config: SpecConfig, rows: RowPolicy = ONE_ROW,
            constraint: Constraint | None = None) -> Run:
         """A run over a fresh cache of `target`, with its grammar's guide and, with auto_gamma and a
-        drafter, a fresh γ auto (`gamma_auto`)."""
+        drafter, a fresh γ auto (`gamma_auto`); a drafter written to an earlier protocol is asked
+        through `adapt`."""
         guide = Guide(constraint) if constraint is not None else None
+        drafter = adapt(drafter)
         return cls(target, target.new_cache(), drafter, config, rows, guide, gamma_auto(target, drafter, config, rows))
 
     @property
@@ -275,11 +288,15 @@ def decode_tokens(run: Run, prompt: Sequence[int], watchers: Sequence[Watcher] =
     context.append(first.token)
     yield [first.token]
     if run.drafter is not None:  # the draft's prefill after the first token is out: it waits for none of it
+        if reason := run.stop():
+            raise DecodingStopped(reason)
         with Stopwatch(run.clock) as watch:
-            run.drafter.begin(context)
+            run.drafter.begin(context, run.stop)
         for w in watchers:
             w.drafts_begun(watch.lap.seconds)
     while len(context) <= run.target.manifest.context:  # the pending token still fits
+        if reason := run.stop():
+            raise DecodingStopped(reason)
         rnd = play_round(run, context, produced=len(context) - len(prompt))
         for w in watchers:
             w.finished(rnd)
@@ -299,7 +316,7 @@ class First:
 def first_token(run: Run, context: list[int]) -> First:
     """Prefill the target with the prompt and choose the first token (under the grammar's mask)."""
     start = time.perf_counter()
-    row = prefill(run.target, run.cache, context, run.rows)
+    row = prefill(run.target, run.cache, context, run.rows, run.stop)
     shaped = run.config.sampling.penalties.apply(row, context, run.answer_from)
     masked = shaped if run.guide is None else mask_rows(shaped[None], run.guide.row_masks())[0]
     token = pick_token(masked, run.config.sampling, run.draws, len(context))
@@ -401,14 +418,15 @@ def commit(run: Run, pending: int, draft: Draft, out: ForwardOutput, result: Acc
         run.drafter.keep(run.cache.length)
 
 
-def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int], rows: RowPolicy = ONE_ROW) -> np.ndarray:
+def prefill(target: OnnxModel, cache: KVCache, prompt: Sequence[int], rows: RowPolicy = ONE_ROW,
+            stop: Callable[[], str] | None = None) -> np.ndarray:
     if len(prompt) >= target.manifest.context:
         raise SpecEdgeError(
             f"the prompt has {len(prompt)} tokens but the target's context holds {target.manifest.context}",
             "shorten the prompt or re-export the target with a larger --context")
     if not prompt:
         raise SpecEdgeError("the prompt is empty", "pass some text to continue")
-    return target.prefill(prompt, cache, rows)
+    return target.prefill(prompt, cache, rows, stop)
 
 
 # -- what watches the rounds -----------------------------------------------------------------------

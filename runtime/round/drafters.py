@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -33,6 +33,8 @@ from specedge.kernels.sampling import Draws, SamplingParams, argmax, top_probabi
 from specedge.runtime.constraints.guide import Guide, mask_rows
 from specedge.runtime.engine.model import OnnxModel
 from specedge.runtime.engine.traffic import Traffic
+
+Stop = Callable[[], str]  # asked before a pass: a reason to stop ("": go on)
 
 GoOn = Callable[[int, float], bool]  # (tokens drafted, the draft's confidence in them) -> draft another
 
@@ -80,8 +82,10 @@ class Ask:
 class Drafter(Protocol):
     name: str
 
-    def begin(self, context: Sequence[int]) -> None:
-        """Start a generation whose context (prompt + first token) is given."""
+    def begin(self, context: Sequence[int], stop: Stop | None = None) -> None:
+        """Start a generation whose context (prompt + first token) is given; `stop`, asked before
+        each pass a drafter runs to begin (a draft model's prefill chunks), ends it with the reason
+        it returns (DecodingStopped)."""
 
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         """Where drafts for this context can come from, best first (empty: none this round)."""
@@ -94,16 +98,22 @@ class Drafter(Protocol):
 
 
 class EarlierDrafter:
-    """A drafter written to the protocol before `Ask` - propose(context, k, params, draws, source=,
-    guide=, go_on=) - asked through the one of now (`adapt`). go_on is passed only where the round
-    has one, so a drafter written before it was added is asked as it was."""
+    """A drafter written to an earlier protocol - propose(context, k, params, draws, source=, guide=,
+    go_on=) before `Ask`, begin(context) before its `stop` - asked through the one of now (`adapt`).
+    go_on is passed only where the round has one, so a drafter written before it was added is asked
+    as it was."""
 
     def __init__(self, drafter: Any) -> None:
         self.drafter = drafter
         self.name: str = getattr(drafter, "name", type(drafter).__name__)
+        self.asks = takes(drafter.propose, "ask")
+        self.stops = takes(drafter.begin, "stop")
 
-    def begin(self, context: Sequence[int]) -> None:
-        self.drafter.begin(context)
+    def begin(self, context: Sequence[int], stop: Stop | None = None) -> None:
+        if self.stops:
+            self.drafter.begin(context, stop)
+        else:
+            self.drafter.begin(context)
 
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         return tuple(self.drafter.sources(context))
@@ -112,6 +122,8 @@ class EarlierDrafter:
         self.drafter.keep(committed)
 
     def propose(self, context: Sequence[int], ask: Ask) -> Draft:
+        if self.asks:
+            return cast(Draft, self.drafter.propose(context, ask))
         extra = {"go_on": ask.go_on} if ask.go_on is not None else {}
         draft: Draft = self.drafter.propose(context, ask.k, ask.params, ask.draws, source=ask.source, guide=ask.guide,
                                             **extra)
@@ -119,11 +131,15 @@ class EarlierDrafter:
 
 
 def adapt(drafter: Any) -> Any:
-    """A drafter as the round asks it: one whose propose takes an `Ask` as it is, an earlier one
+    """A drafter as the round asks it: one written to the protocol of now as it is, an earlier one
     through `EarlierDrafter` (None stays None)."""
-    if drafter is None or "ask" in inspect.signature(drafter.propose).parameters:
+    if drafter is None or (takes(drafter.propose, "ask") and takes(drafter.begin, "stop")):
         return drafter
     return EarlierDrafter(drafter)
+
+
+def takes(method: Callable[..., object], name: str) -> bool:
+    return name in inspect.signature(method).parameters
 
 
 def continuations(seq: np.ndarray, needle: np.ndarray) -> np.ndarray:
@@ -143,7 +159,7 @@ class NgramDrafter:
         self.max_ngram = max_ngram  # a long suffix finds the right place to copy from in code
         self.min_ngram = min_ngram
 
-    def begin(self, context: Sequence[int]) -> None:
+    def begin(self, context: Sequence[int], stop: Stop | None = None) -> None:
         pass
 
     def keep(self, committed: int) -> None:
@@ -178,10 +194,10 @@ class DraftModelDrafter:
         self.model = model
         self.cache = model.new_cache()
 
-    def begin(self, context: Sequence[int]) -> None:
+    def begin(self, context: Sequence[int], stop: Stop | None = None) -> None:
         """Prefill the draft's cache with the context but its last token (fed by propose)."""
         if len(context) > 1:
-            self.model.prefill(context[:-1], self.cache)
+            self.model.prefill(context[:-1], self.cache, stop=stop)
         else:
             self.cache.reset()
 
@@ -253,8 +269,8 @@ class HybridDrafter:
         self.model = adapt(model)
         self.min_match = min_match
 
-    def begin(self, context: Sequence[int]) -> None:
-        self.model.begin(context)
+    def begin(self, context: Sequence[int], stop: Stop | None = None) -> None:
+        self.model.begin(context, stop)
 
     def keep(self, committed: int) -> None:
         self.model.keep(committed)
@@ -284,7 +300,7 @@ class PredictionDrafter:
         self.min_match = min_match  # a shorter match is too common to say where the output is (as HybridDrafter's)
         self.cursor = 0  # where in the prediction the last proposal started
 
-    def begin(self, context: Sequence[int]) -> None:
+    def begin(self, context: Sequence[int], stop: Stop | None = None) -> None:
         self.cursor = 0
 
     def keep(self, committed: int) -> None:
@@ -320,10 +336,10 @@ class PredictedDrafter:
         self.other = adapt(other)
         self.name = f"prediction+{other.name}" if other is not None else "prediction"
 
-    def begin(self, context: Sequence[int]) -> None:
+    def begin(self, context: Sequence[int], stop: Stop | None = None) -> None:
         self.prediction.begin(context)
         if self.other is not None:
-            self.other.begin(context)
+            self.other.begin(context, stop)
 
     def keep(self, committed: int) -> None:
         if self.other is not None:

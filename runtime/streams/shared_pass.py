@@ -112,6 +112,32 @@ class SharedModel:
             request.result = RunResult(out.logits[a:b], next_ids, [], [])
 
 
+def run_isolated(model: SharedModel, batch: Sequence[Request]) -> None:
+    """One pass for the batch; if it fails, each stream's rows again alone, so a fault of one stream's
+    part (its feeds, its slot) ends that stream only, the others getting rows as sound as alone. A
+    fault that is not an error (Ctrl-C, the interpreter exiting) reaches every stream of the pass.
+    Each lone pass reuses the runner's buffers: its rows are copied before the next one runs."""
+    try:
+        model.run(batch)
+    except Exception:
+        if len(batch) == 1:
+            raise
+        for r in batch:
+            try:
+                model.run([r])
+            except Exception as e:
+                r.error = e
+                continue
+            assert r.result is not None
+            r.result = own_copy(r.result)
+
+
+def own_copy(result: RunResult) -> RunResult:
+    """A pass's rows in arrays of their own (not views of the runner's buffers)."""
+    next_ids = None if result.next_ids is None else result.next_ids.copy()
+    return result._replace(logits=result.logits.copy(), next_ids=next_ids)
+
+
 GRACE_S = 0.02  # how long the others wait for a stream whose reader holds it between pieces
 
 
@@ -201,7 +227,7 @@ class PassScheduler:
             self._cond.release()
             start = time.perf_counter()
             try:
-                model.run(batch)
+                run_isolated(model, batch)
             except BaseException as e:  # every stream of the pass gets its fault, in its own thread
                 for r in batch:
                     r.error = e

@@ -26,7 +26,9 @@ from typing import TypeVar, cast
 
 import numpy as np
 
+from specedge.core.contract import MAX_VERIFY_WIDTH
 from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import Manifest
 from specedge.runtime.constraints.grammar import Grammar, GrammarConstraint
 from specedge.runtime.constraints.guide import Constraint
 from specedge.runtime.engine.feeds import Feeds
@@ -97,17 +99,28 @@ class StreamGenerator(Generator):
                  slot: int) -> None:
         super().__init__(target, drafter, base.config, rows=base.rows, codec=base.codec)
         self.base, self.scheduler, self.slot = base, scheduler, slot
+        self.halt = threading.Event()  # set: every stream of this slot stops before its next pass
         self.bandwidth_gb_per_s = base.bandwidth_gb_per_s
         self.clock = functools.partial(scheduler.seconds, slot)
 
     def constraint(self, grammar: Grammar) -> GrammarConstraint:
         return self.base.constraint(grammar)  # the vocabulary is read once, for every slot
 
+    def stream(self, prompt: Prompt, chat: bool = False, prediction: str | Sequence[int] | None = None,
+               constraint: Constraint | None = None, grammar: Grammar | None = None,
+               stop: Callable[[], str] | None = None, **overrides: object) -> TextStream:
+        """Generator.stream, stopping too before the next pass once the slot is halted (`halt`: its
+        Streams interrupted)."""
+        def halted() -> str:
+            return "interrupted" if self.halt.is_set() else (stop() if stop is not None else "")
+
+        return super().stream(prompt, chat, prediction, constraint, grammar, stop=halted, **overrides)
+
     def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream, drafter: Drafter | None,
-                  constraint: Constraint | None) -> Iterator[Segment]:
+                  constraint: Constraint | None, stop: Callable[[], str] | None = None) -> Iterator[Segment]:
         """The Generator's segments; while its reader holds a piece, the others wait for this stream
         a grace at most (PassScheduler.suspend)."""
-        segments = super()._segments(prompt, config, stream, drafter, constraint)
+        segments = super()._segments(prompt, config, stream, drafter, constraint, stop)
         try:
             for segment in segments:
                 self.scheduler.suspend(self.slot)
@@ -192,6 +205,19 @@ class Streams:
     def slots(self) -> int:
         return len(self.generators)
 
+    def halt(self, threads: Sequence[threading.Thread], timeout: float = 30.0) -> None:
+        """Stop every stream before its next pass and wait for their threads (the items not yet begun
+        are not begun): the slots serve the next call as new."""
+        for g in self.generators:
+            g.halt.set()
+        try:
+            deadline = time.monotonic() + timeout
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+        finally:
+            for g in self.generators:
+                g.halt.clear()
+
     @property
     def nbytes(self) -> int:
         """The KV caches of every slot, target's and draft's."""
@@ -234,9 +260,10 @@ class Streams:
                 started += 1
             for t in threads:
                 t.join()
-        except BaseException:  # Ctrl-C: the first items not started leave, so no stream waits for them
+        except BaseException:  # Ctrl-C: every stream stops before its next pass, and its slot is clean again
             for g in first[started:]:
                 self.scheduler.leave(g.slot)
+            self.halt(threads[:started])
             raise
         if errors:
             raise errors[0]
@@ -246,7 +273,7 @@ class Streams:
 PARALLEL_CHOICES = (4, 2)  # slots `parallel_that_pays` weighs, most first
 MIN_GAIN = 1.5  # the streams' passes together must make this many times the tokens of one stream's
 MIN_SHARE = 0.5  # and each stream at least this share of its speed alone
-MEMORY_SHARE = 0.25  # the slots' KV caches may take at most this share of the memory available
+MEMORY_SHARE = 0.25  # the slots' caches and shared passes may take at most this share of the memory available
 
 
 @dataclass(frozen=True)
@@ -256,10 +283,41 @@ class ParallelChoice:
 
 
 def pool_bytes(gen: Generator, slots: int) -> int:
-    """What `slots` slots' KV caches take at most (target's and draft's, the full context)."""
+    """What `slots` slots take at most: their KV caches (target's and draft's, the full context) and
+    the widest pass they share (`pass_bytes`)."""
     draft = draft_model(gen.drafter)
     models = [gen.target.manifest, *([draft.manifest] if draft is not None else [])]
-    return slots * sum(m.costs.kv_slot_bytes * m.context for m in models)
+    return sum(slots * m.costs.kv_slot_bytes * m.context
+               + pass_bytes(m, widest_rows(m, slots), slots * MAX_VERIFY_WIDTH)
+               for m in models)
+
+
+def widest_rows(m: Manifest, slots: int) -> int:
+    """The rows of the widest pass `slots` streams share: each a prefill chunk, or a verification."""
+    return slots * max(m.prefill_width, MAX_VERIFY_WIDTH)
+
+
+def pass_bytes(m: Manifest, rows: int, logit_rows: int) -> int:
+    """The buffers a pass of `rows` rows takes beyond the caches and ONNX Runtime's own: the logits of
+    `logit_rows` of them (float32 [rows, V] and the next ids; runtime/engine/runners.py keeps the
+    widest pass's), and the native attention's scratch (one for the process: each query's scores over
+    the context, and the roped queries)."""
+    queries = rows * m.num_heads
+    return logit_rows * (m.logits_vocab * 4 + 8) + queries * (m.context + m.head_dim + 2) * 4
+
+
+def run_widest_pass(model: OnnxModel, slots: int) -> None:
+    """One pass as wide as `slots` streams can share (each a prefill chunk, over a pool made for it;
+    nothing committed), so that ONNX Runtime's arena has grown to what the widest pass needs before
+    the process's memory is read (`specedge serve`'s start line states it)."""
+    m = model.manifest
+    width = max(m.prefill_width, 1)
+    pool = CachePool(m.num_layers, m.num_kv_heads, m.head_dim, m.context, slots)
+    feeds = {"input_ids": np.full((1, slots * width), min(100, m.vocab_size - 1), np.int64),
+             "position_ids": np.tile(np.arange(width, dtype=np.int64), slots)[None],
+             "stream_ids": np.repeat(np.arange(slots, dtype=np.int64), width)[None],
+             "logits_index": np.arange(width - 1, slots * width, width, dtype=np.int64)}
+    model.runner(feeds, pool)
 
 
 def shared_pass_seconds(model: OnnxModel, streams: int, repeats: int) -> float:

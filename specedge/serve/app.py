@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import threading
 import time
@@ -65,12 +66,13 @@ from specedge.serve.protocol import (
 )
 from specedge.serve.responses import Outcome, Shaper, Writer, specedge_stats, usage
 from specedge.serve.structured import ToolCallFilter, api_calls, parse_output
-from specedge.serve.worker import Failed, Finished, GenerationWorker, Job, Piece, QueueFull
+from specedge.serve.worker import Admission, Failed, Finished, GenerationWorker, Job, Piece, QueueFull
 
 log = logging.getLogger("specedge.serve")
 ROUTE_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions",
                          "/tokenize", "/detokenize", *PAGE_PATHS})
 FOLDED_CHARS = 4  # characters a tokenizer's normalizer (NFC) may fold into one, at most
+DETOKENIZE_IDS = 65_536  # ids /detokenize decodes at once (at least; the context, if larger)
 PING_S = 10.0  # a streamed request waiting this long for its first event gets its headers, then a comment as often
 
 
@@ -87,8 +89,10 @@ class ServeSettings:
     min_p: float = 0.0
     penalties: Penalties = NONE  # the logit_bias and penalties of a request that sets none
     model_sampling: dict[str, float] = dataclasses.field(default_factory=dict)  # the model's own, where taken
+    decode_timeout: float | None = None  # seconds a request's decoding may take (None: no deadline)
     origins: Origins = LOCAL  # the names and port requests must be addressed to
-    api_key: str | None = None  # None: no key asked
+    api_key: str | tuple[str, ...] | None = None  # None: no key asked; several: each its clients' (serve/guard.py)
+    share_prefixes: bool = True  # a request may reuse the cached prefix another left (never across API keys)
 
 
 def longest_token(generator: Generator) -> int:
@@ -295,12 +299,24 @@ async def no_receive() -> dict[str, Any]:
     return {"type": "http.disconnect"}
 
 
+@dataclass(frozen=True)
+class Ready:
+    """A request read and checked, off the event loop, holding its place in the queue."""
+
+    req: GenerationRequest
+    form: Shape
+    overrides: dict[str, object]
+    constraint: GrammarConstraint | None
+    prediction: list[int] | None  # its ids, tokenized here rather than under the decoding's codec
+    notes: dict[str, object] = dataclasses.field(default_factory=dict)  # added to the `specedge` stats
+
+
 class Server:
     def __init__(self, generator: Generator, settings: ServeSettings) -> None:
         self.generator = generator
         self.settings = settings
         streams = Streams(generator, settings.parallel) if settings.parallel > 1 else None
-        self.worker = GenerationWorker(generator, settings.queue_size, streams)
+        self.worker = GenerationWorker(generator, settings.queue_size, streams, settings.share_prefixes)
         self.created = int(time.time())
         self.context = generator.target.manifest.context
         self.max_prompt_chars = self.context * longest_token(generator) * FOLDED_CHARS
@@ -360,43 +376,87 @@ class Server:
 
     async def chat(self, request: Request) -> Response | EventStream:
         body = parse_json(await read_body(request))
-        return await self.complete(request, dataclasses.replace(parse_chat(body), **parse_output(body)))
+        req = parse_chat(body)
+        self.check_sizes(req, body)  # before the request takes a place in the queue: sizes cost nothing
+        return await self.complete(request, lambda: dataclasses.replace(req, **parse_output(body)))
 
     async def completions(self, request: Request) -> Response | EventStream:
-        return await self.complete(request, parse_completion(parse_json(await read_body(request))))
+        req = parse_completion(parse_json(await read_body(request)))
+        self.check_sizes(req)
+        return await self.complete(request, req)
+
+    def check_sizes(self, req: GenerationRequest, body: dict[str, Any] | None = None) -> None:
+        """The checks that cost nothing, before a place in the queue: the model asked for, a suffix the
+        model can fill, the prompt's size with its tools (`body`'s, not yet read) and its prediction."""
+        self.check_model(req.model)
+        self.check_suffix(req)
+        tools = body.get("tools") if body is not None else None
+        self.check_prompt_size(dataclasses.replace(req, tools=tuple(tools)) if isinstance(tools, list) else req)
+        prediction = body.get("prediction") if body is not None else None
+        if isinstance(prediction, dict) and isinstance(prediction.get("content"), str):
+            self.check_prompt_size(dataclasses.replace(req, prediction=prediction["content"]))
+
+    def admit(self) -> Admission:
+        """A place in the queue, before a request's work (parsing, checks, grammars, tokenizing): a
+        full queue refuses it with 503 and Retry-After, so the queue bounds that work too."""
+        try:
+            return self.worker.admit()
+        except QueueFull as e:
+            raise APIError(503, f"the server is busy: {self.worker.waiting} requests wait for the one being "
+                                f"decoded; retry in {e.retry_after} s", kind="server_error", code="queue_full",
+                           headers={"Retry-After": str(e.retry_after)}) from None
 
     async def tokenize(self, request: Request) -> JSONResponse:
         """llama-server's /tokenize ({"content": text, "add_special": bool}; vLLM's "prompt" or chat
-        "messages" too): the token ids, their count and the context."""
+        "messages" too): the token ids, their count and the context. Under the prompt's limits and a
+        place in the queue, off the event loop."""
         body = parse_json(await read_body(request))
         self.check_model(body.get("model"))
-        ids = await run_in_threadpool(self.tokens_of, body)
+        with self.admit():
+            ids = await run_in_threadpool(self.tokens_of, body)
         return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": self.context})
 
     async def detokenize(self, request: Request) -> JSONResponse:
-        """llama-server's /detokenize ({"tokens": [ids]}): their text."""
+        """llama-server's /detokenize ({"tokens": [ids]}): their text. At most DETOKENIZE_IDS ids (or
+        the context, if larger), checked and decoded off the event loop."""
         body = parse_json(await read_body(request))
         self.check_model(body.get("model"))
+        tokens = body.get("tokens") or []
+        limit = max(self.context, DETOKENIZE_IDS)
+        if isinstance(tokens, list) and len(tokens) > limit:
+            raise APIError(413, f"'tokens' holds {len(tokens)} ids, more than the {limit} this server decodes at once",
+                           param="tokens", code="request_too_large")
+        with self.admit():
+            return JSONResponse({"content": await run_in_threadpool(self.text_of_body, tokens)})
+
+    def text_of_body(self, tokens: object) -> str:
         try:
-            ids = check_token_ids(body.get("tokens") or [], self.generator.target.manifest.vocab_size)
+            ids = check_token_ids(tokens if isinstance(tokens, list) else [tokens],
+                                  self.generator.target.manifest.vocab_size)
         except SpecEdgeError as e:
             raise invalid("tokens", e.problem) from None
-        return JSONResponse({"content": await run_in_threadpool(self.text_of, ids)})
+        return self.text_of(ids)
 
     def text_of(self, ids: list[int]) -> str:
         with self._side_lock:
             return self.side_codec().decode(ids)
 
     def tokens_of(self, body: dict[str, Any]) -> list[int]:
-        """The ids of a /tokenize body, on a codec of its own (the worker's tokenizer is the worker's)."""
+        """The ids of a /tokenize body, on a codec of its own (the worker's tokenizer is the worker's),
+        refused past the prompt's limit in characters as a request's prompt is."""
         with self._side_lock:
             codec = self.side_codec()
             if "messages" in body:
                 req = parse_chat(body)
+                self.check_prompt_size(req)
                 return codec.encode_chat([dict(m) for m in req.messages], template_kwargs=req.template_kwargs)
             text = body.get("content", body.get("prompt"))
             if not isinstance(text, str):
                 raise invalid("content", "must be a string (or send 'messages')")
+            if len(text) > self.max_prompt_chars:
+                raise APIError(413, f"the content has {len(text)} characters, more than the model's context of "
+                                    f"{self.context} tokens can hold (at most {self.max_prompt_chars})",
+                               param="content", code="context_length_exceeded")
             special = body.get("add_special", body.get("add_special_tokens", False))
             if not isinstance(special, bool):
                 raise invalid("add_special", "must be true or false")
@@ -425,8 +485,13 @@ class Server:
             raise self.too_long(f"{len(req.prompt)} tokens", param, len(req.prompt))
         chars = sum(len(m["content"]) for m in req.messages) if req.kind == "chat" else len(req.prompt)
         chars += len(req.suffix or "") + sum(len(name) + len(text) for name, text in req.files)
+        chars += len(json.dumps(list(req.tools))) if req.tools else 0
         if chars > self.max_prompt_chars:
             raise self.too_long(f"{chars} characters", param)
+        if req.prediction is not None and len(req.prediction) > self.max_prompt_chars:
+            raise APIError(413, f"the prediction has {len(req.prediction)} characters, more than the model's context "
+                                f"of {self.context} tokens can hold (at most {self.max_prompt_chars})",
+                           param="prediction", code="context_length_exceeded")
 
     def too_long(self, what: str, param: str, tokens: int | None = None) -> APIError:
         """The 413 of a prompt the served context cannot hold, naming the flag that serves a longer one."""
@@ -511,30 +576,53 @@ class Server:
                if self.thinks else f"the model '{self.settings.model_id}' does not think")
         return req, {"ignored": {req.thinking_param or "thinking": why}}
 
-    async def complete(self, request: Request, req: GenerationRequest,
-                       writer: Writer | None = None) -> Response | EventStream:
-        """Queue `req` on the worker and answer it: whole, or as a stream of events; OpenAI's
-        objects, or those of `writer` (another protocol's, over the same decoding)."""
+    def prepare(self, read: Callable[[], GenerationRequest] | GenerationRequest) -> Ready:
+        """Read the request (`read`: its parser, or the request parsed) and do every check, its shape
+        and its grammar's compilation: the work a request costs before its turn, done on a worker
+        thread while it holds a place in the queue."""
+        req = read() if callable(read) else read
         self.check_model(req.model)
         self.check_suffix(req)
         self.check_prompt_size(req)
         req, notes = self.thinking(req)
-        shapes = None if req.logprobs is None else LogprobShapes(req.kind, self.spell)
-        shaper = writer or Shaper(req.kind, self.settings.model_id, logprobs=shapes)
         self.check_tools(req)
         form = self.shape(req)
         overrides = self.overrides(req)
-        constraint = None if form.grammar is None else await run_in_threadpool(
-            self.grammar_state, form, int(overrides["max_new_tokens"]))  # type: ignore[call-overload]
-        job = Job(getattr(shaper, "id", "") or "request", functools.partial(self.encode, req), overrides,
-                  asyncio.get_running_loop(), stream=req.stream, constraint=constraint, prediction=req.prediction,
-                  show_draft=req.show_draft)
+        tokens = overrides["max_new_tokens"]
+        assert isinstance(tokens, int)
+        constraint = None if form.grammar is None else self.grammar_state(form, tokens)
+        return Ready(req, form, overrides, constraint, self.prediction_ids(req.prediction), notes)
+
+    def prediction_ids(self, prediction: str | None) -> list[int] | None:
+        """A prediction's token ids, at most a context's worth: it is scanned every round."""
+        if prediction is None:
+            return None
         try:
-            self.worker.submit(job)
-        except QueueFull as e:
-            raise APIError(503, f"the server is busy: {self.worker.waiting} requests wait for the one being "
-                                f"decoded; retry in {e.retry_after} s", kind="server_error", code="queue_full",
-                           headers={"Retry-After": str(e.retry_after)}) from None
+            with self._side_lock:
+                return self.side_codec().encode(prediction, add_special_tokens=False, what="the prediction",
+                                                limit=self.context)
+        except PromptTooLong as e:
+            raise APIError(413, f"the prediction has {e.tokens} tokens or more, more than the model's context of "
+                                f"{self.context}; send the part of it the answer may repeat",
+                           param="prediction", code="context_length_exceeded") from None
+        except SpecEdgeError as e:
+            raise invalid("prediction", e.problem) from None
+
+    async def complete(self, request: Request, read: Callable[[], GenerationRequest] | GenerationRequest,
+                       writer: Callable[[GenerationRequest], Writer] | None = None) -> Response | EventStream:
+        """Queue the request (`read`: its parser, run under a place in the queue, or the request parsed)
+        on the worker and answer it: whole, or as a stream of events; OpenAI's objects, or those of the
+        `writer` made for it (another protocol's, over the same decoding, admission and cancellation)."""
+        with self.admit() as admission:
+            ready = await run_in_threadpool(self.prepare, read)
+            req, form, notes = ready.req, ready.form, ready.notes
+            shapes = None if req.logprobs is None else LogprobShapes(req.kind, self.spell)
+            shaper = writer(req) if writer is not None else Shaper(req.kind, self.settings.model_id, logprobs=shapes)
+            job = Job(getattr(shaper, "id", "") or "request", functools.partial(self.encode, req), ready.overrides,
+                      asyncio.get_running_loop(), stream=req.stream, constraint=ready.constraint,
+                      prediction=ready.prediction, show_draft=req.show_draft, timeout=self.settings.decode_timeout,
+                      owner=request.scope.get("state", {}).get("api_key"))
+            self.worker.submit(job, admission)
         if req.stream:
             return EventStream(job, shaper, req.include_usage, form.call_names, form.reasoning, notes)
         finished = await until_first(job.events.get(), request.receive, job)

@@ -9,6 +9,7 @@ saying how to install it.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -68,6 +69,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--write-timeout", type=positive_float, default=WRITE_TIMEOUT_S, metavar="SECONDS",
                    help=f"a response whose client reads none of what is sent for this long is closed, and its "
                         f"decoding ended (default {WRITE_TIMEOUT_S:g})")
+    p.add_argument("--decode-timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="a request's decoding ends after this long, with what it has decoded (finish_reason "
+                        "length, stop_reason deadline; default: no deadline)")
     p.add_argument("--queue", type=nonnegative_int, default=8,
                    help="requests that may wait while the slots decode (default 8); more get 503 and Retry-After")
     p.add_argument("--parallel", type=parallel_arg, default="auto", metavar="N",
@@ -75,9 +79,17 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                         "alone (default auto: as many as this device's measured passes say pay, or 1)")
     p.add_argument("--model-name", default=None,
                    help="the model id clients pass (default: the pair, or the target's registry name or folder)")
+    p.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help="ask every request but /health for one of the keys this file holds, one a line, as "
+                        "'Authorization: Bearer KEY'; several keys: each its own clients, whose cached prompts "
+                        f"never serve another's (default: ${API_KEY_ENV}, else none)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None, metavar="KEY",
-                   help=f"ask every request but /health for 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}; "
-                        "none: no key)")
+                   help=f"one key on the command line (every local user can read it there: prefer --api-key-file "
+                        f"or ${API_KEY_ENV})")
+    p.add_argument("--no-prefix-sharing", action="store_true",
+                   help="never let a request reuse the cached prompt another left (by default requests share "
+                        "them, except across API keys): a client cannot tell from speed or cached_tokens what "
+                        "another sent")
     p.add_argument("--allowed-origins", type=origins_arg, action="extend", default=[], metavar="ORIGINS",
                    help="web origins beside the server's own that may call it, comma-separated, * a wildcard "
                         "(chrome-extension://*,http://localhost:3000); default none")
@@ -174,15 +186,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SpecEdgeError(f"specedge serve needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[serve]'") from None
 
+    keys = api_keys(args)  # a key file that cannot be read fails before anything starts
     sock = listen(args.host, args.port)  # before the models load: a port in use fails at once
     host, port = sock.getsockname()[:2]
     setup_logging(args.log_level)
     if not is_loopback(args.host):
         print(f"specedge serve: warning: listening on {args.host}, reachable from other machines"
-              + ("" if args.api_key else ", and with no API key (--api-key)"), file=sys.stderr, flush=True)
+              + ("" if keys else ", and with no API key (--api-key-file)"), file=sys.stderr, flush=True)
     if "*" in args.allowed_hosts:
         print("specedge serve: warning: --allowed-hosts '*' answers requests for any host name, so a web page "
-              "whose name resolves to this machine can drive it (DNS rebinding); give an --api-key",
+              "whose name resolves to this machine can drive it (DNS rebinding); give an --api-key-file",
               file=sys.stderr, flush=True)
     if "*" in args.allowed_origins:
         print("specedge serve: warning: --allowed-origins '*' lets any web page you visit drive this server",
@@ -191,7 +204,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     gate = LoadingGate()
     origins = Origins.of_listener(args.host, port, tuple(args.allowed_origins), tuple(args.allowed_hosts))
-    config = uvicorn.Config(RequestGuard(gate, origins, args.api_key), log_level="warning",
+    config = uvicorn.Config(RequestGuard(gate, origins, keys), log_level="warning",
                             access_log=False, timeout_graceful_shutdown=GRACE_S, lifespan="on",
                             http=deadline_protocol(args.request_timeout, args.write_timeout),
                             timeout_keep_alive=KEEP_ALIVE_S)
@@ -228,7 +241,9 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
         gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
         parallel = parallel_that_pays(gen) if args.parallel == "auto" else ParallelChoice(args.parallel, "asked for")
         settings = serve_settings(args, way.target, port, parallel.slots)
-        if not gate.open(create_app(gen, settings, guarded=False)):  # the gate's guard is in front
+        app = create_app(gen, settings, guarded=False)  # the gate's guard is in front
+        memory = memory_bound(gen, parallel.slots)  # its passes run before any request's can
+        if not gate.open(app):
             return
     except BaseException as e:  # a SpecEdgeError is one line once the server has stopped
         failed.append(e)
@@ -236,10 +251,29 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
         return
     pair = way.target.name + (f" + {way.draft.name}" if way.draft else "") + (" + n-gram" if way.ngram else "")
     n = parallel.slots
-    slots = (f"{n} requests decode at once, sharing each pass ({parallel.why}; their KV caches take up to "
-             f"{pool_bytes(gen, n) / 1e6:.0f} MB)" if n > 1 else f"one request decodes at a time ({parallel.why})")
+    slots = (f"{n} requests decode at once, sharing each pass ({parallel.why}; their KV caches and shared "
+             f"passes take up to {pool_bytes(gen, n) / 1e6:.0f} MB)" if n > 1
+             else f"one request decodes at a time ({parallel.why})")
     print(f"specedge serve: model '{settings.model_id}' ({pair}) at http://{host}:{port}/v1; {slots}, "
-          f"{args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
+          f"{args.queue} may wait{memory}; Ctrl-C stops", file=sys.stderr, flush=True)
+
+
+def memory_bound(gen: Any, slots: int) -> str:
+    """What the server's memory comes to: resident now - once the widest pass the slots share has run,
+    so that ONNX Runtime's arenas have grown for it - and at most, once every slot's cache is full
+    (the caches' pages are taken as they are first written)."""
+    from specedge.runtime.engine.kv_cache import resident_memory
+    from specedge.runtime.generator import draft_model
+    from specedge.runtime.streams.slots import pool_bytes, run_widest_pass
+
+    if slots > 1:
+        for model in (gen.target, draft_model(gen.drafter)):
+            if model is not None:
+                run_widest_pass(model, slots)
+    now = resident_memory()
+    if now is None:
+        return ""
+    return f"; memory {now / 1e6:.0f} MB now, at most {(now + pool_bytes(gen, slots)) / 1e6:.0f} MB"
 
 
 def default_context(args: argparse.Namespace) -> int | None:
@@ -258,13 +292,40 @@ def stopping_server(base: type, on_stop: Callable[[], None]) -> type:
     Ctrl-C exits at once (uvicorn's own force exit)."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:  # type: ignore[no-untyped-def]
+        """In the signal's context: only flags, and the stop scheduled on the event loop (which takes
+        locks and prints, as a signal handler must not: the interrupted code may hold them)."""
         if not self.should_exit:
-            print(f"specedge serve: stopping ({signal.Signals(sig).name}); Ctrl-C again to exit at once",
-                  file=sys.stderr, flush=True)
-            on_stop()
+            with contextlib.suppress(RuntimeError):  # no loop runs in this thread: nothing is served to stop
+                asyncio.get_running_loop().call_soon_threadsafe(stopping, sig)
         base.handle_exit(self, sig, frame)
 
+    def stopping(sig: int) -> None:
+        print(f"specedge serve: stopping ({signal.Signals(sig).name}); Ctrl-C again to exit at once",
+              file=sys.stderr, flush=True)
+        on_stop()
+
     return type("StoppingServer", (base,), {"handle_exit": handle_exit})
+
+
+MAX_KEYS = 1000
+
+
+def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    """The API keys asked for: --api-key-file's lines (blank lines and # comments left out), and
+    --api-key or $SPECEDGE_API_KEY; a file that cannot be read, or holds no key, is one line."""
+    keys = [args.api_key] if args.api_key else []
+    if args.api_key_file:
+        try:
+            lines = Path(args.api_key_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecEdgeError(f"cannot read the API key file {args.api_key_file}: {e}",
+                                "pass a readable UTF-8 file with one key a line") from None
+        found = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+        if not found or len(found) > MAX_KEYS:
+            raise SpecEdgeError(f"{args.api_key_file} holds {len(found)} API keys",
+                                f"put 1 to {MAX_KEYS} keys in it, one a line")
+        keys += found
+    return tuple(dict.fromkeys(keys))
 
 
 def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: int = 1) -> ServeSettings:
@@ -280,7 +341,8 @@ def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: 
                          parallel=parallel, max_tokens=args.max_new_tokens, temperature=s.temperature,
                          top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, penalties=s.penalties,
                          model_sampling=model if args.sampling_defaults == "model" else {},
-                         api_key=args.api_key,
+                         decode_timeout=args.decode_timeout,
+                         api_key=api_keys(args), share_prefixes=not args.no_prefix_sharing,
                          origins=Origins.of_listener(args.host, port, tuple(args.allowed_origins),
                                                      tuple(args.allowed_hosts)))
 

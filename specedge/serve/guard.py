@@ -26,6 +26,7 @@ import fnmatch
 import hmac
 import ipaddress
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -148,15 +149,31 @@ CORS_METHODS = "GET, POST, OPTIONS"
 CORS_HEADERS = "Authorization, Content-Type, x-api-key, anthropic-version"
 
 
-def key_refusal(api_key: str | None, path: str, headers: Headers) -> APIError | None:
-    """401 unless the request carries `Authorization: Bearer KEY` or `x-api-key: KEY` (Anthropic's
-    clients; /health and the chat page's static files need none: the page asks for the key)."""
-    if api_key is None or path == "/health" or path in PAGE_PATHS:
-        return None
-    key = api_key.encode()
+def as_keys(api_key: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The API keys a server asks for (none: no key asked)."""
+    if api_key is None:
+        return ()
+    return tuple(k for k in ((api_key,) if isinstance(api_key, str) else api_key) if k)
+
+
+def key_of(keys: Sequence[str], headers: Headers) -> int | None:
+    """Which of `keys` the request carries as `Authorization: Bearer KEY` or `x-api-key: KEY`
+    (Anthropic's clients; None: none of them), every key compared in constant time."""
     scheme, _, given = headers.get("authorization", "").partition(" ")
-    bearer = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key)
-    if bearer or hmac.compare_digest(headers.get("x-api-key", "").strip().encode(), key):
+    bearer = given.strip().encode() if scheme.lower() == "bearer" else b""
+    header = headers.get("x-api-key", "").strip().encode()
+    found = None
+    for i, key in enumerate(keys):  # keys are never empty (as_keys): an absent header matches none
+        matched = hmac.compare_digest(bearer, key.encode()) | hmac.compare_digest(header, key.encode())
+        if matched and found is None:
+            found = i
+    return found
+
+
+def key_refusal(keys: Sequence[str], path: str, headers: Headers) -> APIError | None:
+    """401 unless the request carries one of the keys as `Authorization: Bearer KEY` or `x-api-key:
+    KEY` (/health and the chat page's static files need none: the page asks for the key)."""
+    if not keys or path == "/health" or path in PAGE_PATHS or key_of(keys, headers) is not None:
         return None
     return APIError(401, "this server needs an API key: send 'Authorization: Bearer KEY' (or 'x-api-key: KEY')",
                     param="Authorization", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
@@ -170,10 +187,10 @@ class RequestGuard:
     """ASGI middleware: a request `refusal` names gets its error object, others go on to `app`; an
     allowed foreign origin's requests (and their preflight) get CORS headers."""
 
-    def __init__(self, app: ASGIApp, origins: Origins, api_key: str | None = None) -> None:
+    def __init__(self, app: ASGIApp, origins: Origins, api_key: str | Sequence[str] | None = None) -> None:
         self.app = app
         self.origins = origins
-        self.api_key = api_key or None
+        self.keys = as_keys(api_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -188,12 +205,14 @@ class RequestGuard:
             await Response(status_code=204, headers=preflight)(scope, receive, send)
             return
         err = (refusal(self.origins, scope["method"], headers)
-               or key_refusal(self.api_key, scope["path"], headers))
+               or key_refusal(self.keys, scope["path"], headers))
         if err is not None:
             response = JSONResponse(err.body(), status_code=err.status,
                                     headers={**err.headers, **cors, "Connection": "close"})
             await response(scope, receive, send)
             return
+        if len(self.keys) > 1:  # whose request it is: its cached prefix is not another key's (serve/worker.py)
+            scope.setdefault("state", {})["api_key"] = key_of(self.keys, headers)
         await self.app(scope, receive, with_headers(send, cors) if cors else send)
 
 

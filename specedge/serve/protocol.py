@@ -24,12 +24,11 @@ from starlette.responses import JSONResponse
 from specedge.core.errors import SpecEdgeError
 from specedge.request import Request
 from specedge.runtime.constraints.grammar import GrammarFault
+from specedge.runtime.round.decoding import check_stop_strings
 from specedge.runtime.round.logprobs import MAX_TOP_LOGPROBS
 from specedge.runtime.text.template.options import check_template_kwargs
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
-MAX_STOP_STRINGS = 64  # beyond the OpenAI API's 4: editors send local servers more (Continue: a dozen)
-MAX_STOP_CHARS = 1000  # a stop string's characters (a stream holds back as many, less one, until it cannot match)
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the escapes \\ud800 to \\udfff in a JSON text
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # after parsing: pairs became one character
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -406,18 +405,18 @@ def _seed(body: dict[str, Any]) -> int | None:
 
 
 def parse_stop(value: object, param: str = "stop") -> tuple[str, ...]:
-    """Stop strings: a string or a list of them, at most MAX_STOP_STRINGS of at most MAX_STOP_CHARS each."""
+    """Stop strings: a string or a list of them, within the runtime's bounds (check_stop_strings), each once."""
     if value is None:
         return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise invalid(param, "must be a string or a list of strings")
-    if len(stops) > MAX_STOP_STRINGS:
-        raise invalid(param, f"may hold at most {MAX_STOP_STRINGS} sequences, got {len(stops)}")
     if not all(stops):
         raise invalid(param, "may not hold an empty string")
-    if stops and (longest := max(map(len, stops))) > MAX_STOP_CHARS:
-        raise invalid(param, f"may hold sequences of at most {MAX_STOP_CHARS} characters, got one of {longest}")
+    try:  # the runtime's bounds, as for every route and the CLI (more than OpenAI's 4: clients send dozens)
+        check_stop_strings(tuple(stops))
+    except SpecEdgeError as e:
+        raise APIError(400, f"{e.problem}: {e.fix}", param=param, code="invalid_value") from None
     return tuple(dict.fromkeys(stops))  # each once
 
 

@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import json
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -228,24 +229,30 @@ def generation_settings(server: Server, req: GenerationRequest | None = None) ->
 
 async def completion(server: Server, request: Request) -> Response | EventStream:
     body = await server.body(request)
-    req = parse_llama_completion(body, server.context)
-    return await decode(server, request, req, body, req.prompt if isinstance(req.prompt, str) else "")
+    return await decode(server, request, functools.partial(parse_llama_completion, body, server.context), body, True)
 
 
 async def infill(server: Server, request: Request) -> Response | EventStream:
     body = await server.body(request)
-    return await decode(server, request, parse_infill(body, server.context), body, "")
+    return await decode(server, request, functools.partial(parse_infill, body, server.context), body, False)
 
 
-async def decode(server: Server, request: Request, req: GenerationRequest, body: dict[str, Any],
-                 prompt: str) -> Response | EventStream:
-    """Queue the request; its answer in llama-server's objects (n_predict 0: llama.vscode's warm-up,
-    one token decoded so the prompt is in the cache, nothing answered)."""
-    if req.max_tokens is None:
-        req = dataclasses.replace(req, max_tokens=server.settings.max_tokens)
-    writer = LlamaWriter(server.settings.model_id, generation_settings(server, req), prompt,
-                         warm_up=body.get("n_predict", body.get("max_tokens")) == 0)
-    return await server.complete(request, req, writer)
+async def decode(server: Server, request: Request, parse: Callable[[], GenerationRequest], body: dict[str, Any],
+                 echo_prompt: bool) -> Response | EventStream:
+    """Queue the request, read by `parse` once it holds a place in the queue (as every route's is); its
+    answer in llama-server's objects (n_predict 0: llama.vscode's warm-up, one token decoded so the
+    prompt is in the cache, nothing answered)."""
+
+    def read() -> GenerationRequest:
+        req = parse()
+        return req if req.max_tokens is not None else dataclasses.replace(req, max_tokens=server.settings.max_tokens)
+
+    def writer(req: GenerationRequest) -> LlamaWriter:
+        prompt = req.prompt if echo_prompt and isinstance(req.prompt, str) else ""
+        return LlamaWriter(server.settings.model_id, generation_settings(server, req), prompt,
+                           warm_up=body.get("n_predict", body.get("max_tokens")) == 0)
+
+    return await server.complete(request, read, writer)
 
 
 def props(server: Server, request: Request) -> JSONResponse:

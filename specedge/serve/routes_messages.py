@@ -317,24 +317,28 @@ def tool_use(call: dict[str, Any]) -> dict[str, Any]:
 
 
 async def messages(server: Server, request: Request) -> Response | EventStream:
-    req = parse_messages_request(await server.body(request))
-    return await server.complete(request, req, MessagesWriter(server.settings.model_id))
+    body = await server.body(request)
+    return await server.complete(request, functools.partial(parse_messages_request, body),
+                                 lambda req: MessagesWriter(server.settings.model_id))
 
 
 async def count_tokens(server: Server, request: Request) -> JSONResponse:
-    """The prompt's tokens as the chat template renders the request (its system, messages and tools)."""
+    """The prompt's tokens as the chat template renders the request (its system, messages and tools):
+    read, checked and tokenized off the event loop under a place in the queue, as /tokenize is."""
     body = await server.body(request)
-    req = parse_messages_request({**body, "max_tokens": 1, "stream": False})
-    server.check_model(req.model)
-    req, _ = server.thinking(req)
 
     def count() -> int:
+        req = parse_messages_request({**body, "max_tokens": 1, "stream": False})
+        server.check_model(req.model)
+        server.check_prompt_size(req)
+        req, _ = server.thinking(req)
         with server._side_lock:
             codec = server.side_codec()
             return len(codec.encode_chat([dict(m) for m in req.messages], tools=list(req.tools) or None,
                                          template_kwargs=req.template_kwargs))
 
-    return JSONResponse({"input_tokens": await run_in_threadpool(count)})
+    with server.admit():
+        return JSONResponse({"input_tokens": await run_in_threadpool(count)})
 
 
 def routes(server: Server) -> list[Route]:

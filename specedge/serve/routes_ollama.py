@@ -248,8 +248,9 @@ async def chat(server: Server, request: Request) -> Response | EventStream:
     model = body.get("model") if isinstance(body.get("model"), str) else server.settings.model_id
     if body.get("messages") in (None, []):
         return loaded(model, False, "unload" if body.get("keep_alive") in (0, "0") else "load")
-    req = chat_request(body, server.context, chat_messages(body.get("messages")))
-    return await server.complete(request, req, OllamaWriter(model, False))
+    return await server.complete(request, lambda: chat_request(body, server.context,
+                                                                chat_messages(body.get("messages"))),
+                                 lambda req: OllamaWriter(model, False))
 
 
 async def generate(server: Server, request: Request) -> Response | EventStream:
@@ -257,8 +258,8 @@ async def generate(server: Server, request: Request) -> Response | EventStream:
     model = body.get("model") if isinstance(body.get("model"), str) else server.settings.model_id
     if not body.get("prompt") and not body.get("suffix"):
         return loaded(model, True, "unload" if body.get("keep_alive") in (0, "0") else "load")
-    req = generate_request(body, server.context)
-    return await server.complete(request, req, OllamaWriter(model, True))
+    return await server.complete(request, functools.partial(generate_request, body, server.context),
+                                 lambda req: OllamaWriter(model, True))
 
 
 def name_of(server: Server) -> str:

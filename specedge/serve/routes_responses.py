@@ -329,8 +329,8 @@ def call_item(call: dict[str, Any]) -> dict[str, Any]:
 
 async def responses(server: Server, request: Request) -> Response | EventStream:
     body = await server.body(request)
-    req = parse_responses(body)
-    return await server.complete(request, req, ResponsesWriter(server.settings.model_id, body, req))
+    return await server.complete(request, functools.partial(parse_responses, body),
+                                 lambda req: ResponsesWriter(server.settings.model_id, body, req))
 
 
 def routes(server: Server) -> list[Route]:

@@ -294,9 +294,10 @@ def test_sampled_tokens_follow_target_law(small_vocab_pair: tuple[Path, Path, Pa
         assert ok, f"token {position + 1}: chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
 
 
-def correction_from_p(p: Law, q: Law | None, drafted: int) -> tuple[np.ndarray | None, np.ndarray]:
+def correction_from_p(p: Law, q: Law | None, drafted: int) -> tuple[np.ndarray, np.ndarray]:
     """A broken rejection rule's residual: the correction drawn from p itself, not max(0, p - q)."""
-    return None, p.dense()
+    dense = p.dense()
+    return np.arange(len(dense)), dense
 
 
 @pytest.mark.slow
@@ -316,8 +317,8 @@ def test_the_rejection_rule_through_the_loop_follows_the_target_law(small_vocab_
 
         propose = DraftModelDrafter.propose
 
-        def propose_cut(self: DraftModelDrafter, *args: object, **kwargs: object) -> Draft:
-            draft = propose(self, *args, **{**kwargs, "go_on": lambda drafted, confidence: confidence > 0.25})
+        def propose_cut(self: DraftModelDrafter, context: Sequence[int], ask: Ask) -> Draft:
+            draft = propose(self, context, dataclasses.replace(ask, go_on=lambda drafted, sure: sure > 0.25))
             cuts.append(len(draft.tokens))
             return draft
 

@@ -117,7 +117,7 @@ def test_x_api_key_is_the_key(pair_gen: Generator) -> None:
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}], "max_tokens": 5}, 422, "image"),
     ({"messages": ASK, "max_tokens": 5, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}, 422,
      "web_search"),
-    ({"messages": ASK, "max_tokens": 5, "stop_sequences": ["x" * 1001]}, 400, "stop_sequences"),
+    ({"messages": ASK, "max_tokens": 5, "stop_sequences": ["x" * 513]}, 400, "stop_sequences"),
     ({"messages": [{"role": "system", "content": "x"}], "max_tokens": 5}, 400, "role"),
     ({"messages": ASK, "max_tokens": 5, "thinking": {"type": "sometimes"}}, 400, "thinking"),
 ])

@@ -94,3 +94,22 @@ def test_the_draft_model_proposes_under_the_bias_and_penalties(tiny_llama: tuple
     never_twice = SamplingParams(penalties=Penalties(presence=2.0, bias=((favoured, 3.0),)))
     tokens = drafter.propose(FRESH, Ask(6, never_twice, draws, answer_from=len(FRESH))).tokens
     assert len(tokens) == 6 and tokens != [favoured] * 6  # once drafted, the presence penalty weighs on it
+
+
+def test_a_draft_models_prefill_stops_between_chunks(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """The stop a generation is given is asked before every chunk of the draft's prefill, through a
+    hybrid drafter too: the chunks before it are kept, none after."""
+    from specedge.core.errors import DecodingStopped
+
+    drafter = DraftModelDrafter(OnnxModel(tiny_llama[2]))
+    width = drafter.model.manifest.prefill_width
+    asked: list[int] = []
+
+    def stop_after_one_chunk() -> str:
+        asked.append(drafter.cache.length)
+        return "interrupted" if drafter.cache.length >= width else ""
+
+    context = [3 + i % 50 for i in range(3 * width + 2)]
+    with pytest.raises(DecodingStopped):
+        HybridDrafter(NgramDrafter(), drafter).begin(context, stop_after_one_chunk)
+    assert asked == [0, width] and drafter.cache.length == width

@@ -81,7 +81,7 @@ class TableModel:
         logits = logits if all_logits else logits[-1:]
         return ForwardOutput(logits, argmax(logits), [], [], Traffic())
 
-    def prefill(self, tokens: Sequence[int], cache: KVCache, rows=ONE_ROW) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def prefill(self, tokens: Sequence[int], cache: KVCache, rows=ONE_ROW, stop=None) -> np.ndarray:  # type: ignore[no-untyped-def]
         """The cache brought to hold `tokens` (as OnnxModel.prefill), and the logits after them."""
         cache.reset()
         cache.commit([], [], tokens)

@@ -152,3 +152,79 @@ def test_a_stream_its_reader_holds_does_not_stall_the_others(pair: tuple[Path, P
     t.join(timeout=60)  # not a clock: only how long a stall is waited for before it fails
     assert not t.is_alive() and result == [want]
     assert len(list(held)) > 0  # the held stream goes on where it was
+
+
+def test_a_fault_in_one_streams_rows_ends_that_stream_alone(pair: tuple[Path, Path]) -> None:
+    """A pass that fails for one stream's part (here: its slot) ends that stream with the fault; the
+    others of the pass decode on, each as alone."""
+    gen = load(pair, "none", gamma=0, ignore_eos=True)
+    alone = [gen.generate(p).token_ids for p in PROMPTS[:3]]
+    streams = Streams(gen, 3)
+    shared = streams.generators[0].target.runner.shared
+    runner = shared.runner
+
+    def broken_for_slot_1(feeds, cache):  # type: ignore[no-untyped-def]
+        if 1 in feeds["stream_ids"][0]:
+            raise RuntimeError("slot 1's cache is damaged")
+        return runner(feeds, cache)
+
+    shared.runner = broken_for_slot_1
+    results: list[object] = []
+
+    def work(g, prompt):  # type: ignore[no-untyped-def]
+        try:
+            return g.generate(prompt).token_ids
+        except RuntimeError as e:
+            return str(e)
+
+    results = streams.map(work, list(PROMPTS[:3]))
+    failed = [r for r in results if isinstance(r, str)]
+    assert failed == ["slot 1's cache is damaged"]
+    assert [r for r in results if not isinstance(r, str)] == [t for t, r in zip(alone, results, strict=True)
+                                                             if not isinstance(r, str)]
+
+
+def test_a_pass_run_again_stream_by_stream_gives_each_its_own_rows(pair: tuple[Path, Path]) -> None:
+    """A merged decoding pass that fails once is run again for each stream alone, on the same
+    buffers: each stream keeps its own rows (not the last lone pass's), and decodes as alone."""
+    gen = load(pair, "none", gamma=0, ignore_eos=True)
+    alone = [gen.generate(p).token_ids for p in PROMPTS[:3]]
+    streams = Streams(gen, 3)
+    shared = streams.generators[0].target.runner.shared
+    runner = shared.runner
+    failed = []
+
+    def fails_once(feeds, cache):  # type: ignore[no-untyped-def]
+        decoding = feeds["input_ids"].shape[1] == 3 and set(feeds["stream_ids"][0].tolist()) == {0, 1, 2}
+        if decoding and not failed:
+            failed.append(True)
+            raise RuntimeError("a transient fault")
+        return runner(feeds, cache)
+
+    shared.runner = fails_once
+    assert streams.map(lambda g, prompt: g.generate(prompt).token_ids, list(PROMPTS[:3])) == alone
+    assert failed  # the fault was met, in a pass of every stream's decoding row
+
+
+def test_interrupted_streams_stop_and_leave_their_slots_clean(pair: tuple[Path, Path]) -> None:
+    """Streams.halt (what map does on Ctrl-C): every stream stops before its next pass, its result
+    "interrupted", and the slots then serve new prompts as alone."""
+    gen = load(pair, "hybrid", gamma=4, max_new_tokens=60, ignore_eos=True)
+    streams = Streams(gen, 2)
+    begun = threading.Event()
+    outcome: list[object] = []
+
+    def work(g, prompt):  # type: ignore[no-untyped-def]
+        stream = g.stream(prompt)
+        for _ in stream:
+            begun.set()
+            g.halt.wait(10)  # the halt comes while the stream still has tokens to decode
+        return stream.result.stats.stop_reason
+
+    runner = threading.Thread(target=lambda: outcome.append(streams.map(work, list(PROMPTS[:2]))))
+    runner.start()
+    assert begun.wait(30)
+    streams.halt([runner], timeout=30)
+    assert not runner.is_alive() and outcome[0] == ["interrupted", "interrupted"]
+    alone = [gen.generate(p, max_new_tokens=8).token_ids for p in PROMPTS[2:4]]
+    assert [r.token_ids for r in streams.generate(PROMPTS[2:4], max_new_tokens=8)] == alone
