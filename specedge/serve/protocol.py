@@ -416,7 +416,7 @@ def parse_stop(value: object, param: str = "stop") -> tuple[str, ...]:
     try:  # the runtime's bounds, as for every route and the CLI (more than OpenAI's 4: clients send dozens)
         check_stop_strings(tuple(stops))
     except SpecEdgeError as e:
-        raise APIError(400, f"{e.problem}: {e.fix}", param=param, code="invalid_value") from None
+        raise invalid(param, f"is out of bounds: {e.problem}; {e.fix}") from None
     return tuple(dict.fromkeys(stops))  # each once
 
 
