@@ -270,13 +270,17 @@ class GenerationWorker:
         """Queue a job on its admission (taken now if none was)."""
         admission = admission or self.admit()
         with self._lock:
-            if self.closing is not None:
+            closing = self.closing
+            if closing is None:
+                admission.taken = True
+                job.admission, job.worker = admission, self
+                self._waiting.append(job)
+            else:
                 admission.used = True
                 self._outstanding -= 1
-                raise self.closing
-            admission.taken = True
-            job.admission, job.worker = admission, self
-            self._waiting.append(job)
+        if closing is not None:  # the server stopped while the request was read: ended as a queued job is
+            log.info("%s: ended: %s", job.name, closing.message)
+            raise closing
         self._jobs.put(job)
 
     def withdraw(self, job: Job) -> None:
