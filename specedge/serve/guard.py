@@ -28,6 +28,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from specedge.core.errors import SpecEdgeError
 from specedge.serve.page import PAGE_PATHS
 from specedge.serve.protocol import APIError
 
@@ -130,7 +131,12 @@ def as_keys(api_key: str | Sequence[str] | None) -> tuple[str, ...]:
     """The API keys a server asks for (none: no key asked)."""
     if api_key is None:
         return ()
-    return tuple(k for k in ((api_key,) if isinstance(api_key, str) else api_key) if k)
+    keys = tuple(k for k in ((api_key,) if isinstance(api_key, str) else api_key) if k)
+    if any(not k.isascii() or not k.isprintable() for k in keys):
+        raise SpecEdgeError("an API key holds a character outside printable ASCII, which HTTP clients cannot "
+                            "send in an Authorization header", "use letters, digits and punctuation only "
+                            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return keys
 
 
 def key_of(keys: Sequence[str], headers: Headers) -> int | None:
@@ -141,7 +147,8 @@ def key_of(keys: Sequence[str], headers: Headers) -> int | None:
         return None
     found = None
     for i, key in enumerate(keys):
-        if hmac.compare_digest(given.strip().encode(), key.encode()) and found is None:
+        # the header as its bytes came (latin-1 is how they were read); keys are ASCII (as_keys)
+        if hmac.compare_digest(given.strip().encode("latin-1", "replace"), key.encode()) and found is None:
             found = i
     return found
 
