@@ -77,8 +77,10 @@ def exclusive(target: Path, what: str, wait: bool = True) -> Iterator[None]:
 def reading(target: Path, what: str) -> Iterator[None]:
     """Hold `target`'s lock shared for the block (many readers at once, no writer): an export reading
     a fetched file, so that `specedge rm --weights` waits for it instead of removing it under it."""
+    if not os.access(target.parent, os.W_OK):  # a read-only cache: no writer can remove the file either
+        yield
+        return
     path = lock_path(target)
-    ensure_writable(target.parent)
     fd = _acquire(path, target, what, wait=True, shared=True)
     try:
         yield

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,11 +62,26 @@ def resolve_model(name: str, quant: str | None = None, context: int | None = Non
     out = artifact_path(entry.name, entry.sha256, settings)
     if is_exported(out):
         return mark_used(out)
-    weights = fetch(name)
-    with reading(weights, "exporting"):  # `specedge rm --weights` waits for the export reading them
+    with held_weights(entry) as weights:
         return mark_used(export_once(weights, out, settings, f"{name} ({settings.quant}, context "
                                                              f"{settings.context}){why_again(entry.name, settings)}",
                                      entry.sha256))
+
+
+@contextlib.contextmanager
+def held_weights(entry: ModelEntry, weights: Path | None = None) -> Iterator[Path]:
+    """The verified weights file of `entry` (`weights` if just fetched), held shared for the block:
+    `specedge rm --weights` waits for an export reading them. A removal between the fetch and the
+    hold is seen inside it, and the weights fetched again."""
+    for _ in range(3):
+        path = weights or fetch(entry.name)
+        with reading(path, "exporting"):
+            if path.exists():
+                yield path
+                return
+        weights = None
+    raise SpecEdgeError(f"the weights of {entry.name} were removed each time they were fetched",
+                        "stop the other specedge process removing them (specedge rm --weights), then try again")
 
 
 def mark_used(artifact: Path) -> Path:

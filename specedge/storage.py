@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,9 +206,13 @@ def erase(path: Path) -> None:
 SCRATCH_MARKS = (".partial-", REMOVING_MARK, ".fetch-")  # what a killed export, removal or fetch leaves
 
 
+SCRATCH_QUIET_SECONDS = 600.0  # a scratch folder left alone this long: its writer's pid may live in another namespace
+
+
 def dead_scratch() -> list[CachedItem]:
     """Hidden folders a killed export (`.NAME.partial-PID`), removal or fetch left in the cache: those
-    whose process is gone (a live one is still writing)."""
+    whose process is gone (a live one is still writing) and in which nothing changed for ten minutes
+    (a process in another container sharing the cache has a pid this one cannot see)."""
     found = []
     for folder in (weights_dir(), artifacts_dir()):
         try:
@@ -217,9 +222,20 @@ def dead_scratch() -> list[CachedItem]:
         for path in entries:
             mark = next((m for m in SCRATCH_MARKS if m in path.name), None)
             pid = path.name.rpartition("-")[2] if mark is not None else ""
-            if mark is not None and path.is_dir() and not (pid.isdigit() and alive(int(pid))):
+            if (mark is not None and path.is_dir() and not (pid.isdigit() and alive(int(pid)))
+                    and quiet_for(path, SCRATCH_QUIET_SECONDS)):
                 found.append(CachedItem(path, "scratch", "", "", folder_size(path)))
     return found
+
+
+def quiet_for(path: Path, seconds: float) -> bool:
+    """Whether nothing under `path` (the folder, its folders and files) changed in the last `seconds`."""
+    newest = 0.0
+    for root, _, files in os.walk(path):
+        for p in (root, *(os.path.join(root, name) for name in files)):
+            with contextlib.suppress(OSError):  # removed meanwhile
+                newest = max(newest, os.lstat(p).st_mtime)
+    return time.time() - newest >= seconds
 
 
 def alive(pid: int) -> bool:

@@ -313,6 +313,8 @@ MAX_KEYS = 1000
 def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
     """The API keys asked for: --api-key-file's lines (blank lines and # comments left out), and
     --api-key or $SPECEDGE_API_KEY; a file that cannot be read, or holds no key, is one line."""
+    from specedge.serve.guard import as_keys
+
     keys = [args.api_key] if args.api_key else []
     if args.api_key_file:
         try:
@@ -325,7 +327,7 @@ def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
             raise SpecEdgeError(f"{args.api_key_file} holds {len(found)} API keys",
                                 f"put 1 to {MAX_KEYS} keys in it, one a line")
         keys += found
-    return tuple(dict.fromkeys(keys))
+    return as_keys(tuple(dict.fromkeys(keys)))  # a key no client can send is refused here, before loading
 
 
 def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: int = 1) -> ServeSettings:

@@ -34,6 +34,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from specedge.core.errors import SpecEdgeError
 from specedge.serve.page import PAGE_PATHS
 from specedge.serve.protocol import APIError
 
@@ -153,15 +154,21 @@ def as_keys(api_key: str | Sequence[str] | None) -> tuple[str, ...]:
     """The API keys a server asks for (none: no key asked)."""
     if api_key is None:
         return ()
-    return tuple(k for k in ((api_key,) if isinstance(api_key, str) else api_key) if k)
+    keys = tuple(k for k in ((api_key,) if isinstance(api_key, str) else api_key) if k)
+    if any(not k.isascii() or not k.isprintable() for k in keys):
+        raise SpecEdgeError("an API key holds a character outside printable ASCII, which HTTP clients cannot "
+                            "send in an Authorization header", "use letters, digits and punctuation only "
+                            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return keys
 
 
 def key_of(keys: Sequence[str], headers: Headers) -> int | None:
     """Which of `keys` the request carries as `Authorization: Bearer KEY` or `x-api-key: KEY`
     (Anthropic's clients; None: none of them), every key compared in constant time."""
     scheme, _, given = headers.get("authorization", "").partition(" ")
-    bearer = given.strip().encode() if scheme.lower() == "bearer" else b""
-    header = headers.get("x-api-key", "").strip().encode()
+    # each header as its bytes came (latin-1 is how they were read); keys are ASCII (as_keys)
+    bearer = given.strip().encode("latin-1", "replace") if scheme.lower() == "bearer" else b""
+    header = headers.get("x-api-key", "").strip().encode("latin-1", "replace")
     found = None
     for i, key in enumerate(keys):  # keys are never empty (as_keys): an absent header matches none
         matched = hmac.compare_digest(bearer, key.encode()) | hmac.compare_digest(header, key.encode())

@@ -316,14 +316,18 @@ def parse_common(body: dict[str, Any]) -> dict[str, Any]:
 
 def _penalties(body: dict[str, Any]) -> dict[str, Any]:
     """OpenAI's presence_penalty, frequency_penalty and logit_bias; transformers' repetition_penalty
-    (llama-server's repeat_penalty) with llama-server's repeat_last_n (-1, like 0: the whole context)."""
+    (llama-server's repeat_penalty) with llama-server's repeat_last_n as llama-server reads it: -1 the
+    whole context, 0 no penalties at all (the model's default ones included)."""
     repetition = _number(body, "repetition_penalty", 0.0, math.inf, "a number > 0", low_open=True)
     if repetition is None:
         repetition = _number(body, "repeat_penalty", 0.0, math.inf, "a number > 0", low_open=True)
     last_n = _int(body, "repeat_last_n", -1)
-    return {"presence_penalty": _number(body, "presence_penalty", -2.0, 2.0, "a number from -2 to 2"),
-            "frequency_penalty": _number(body, "frequency_penalty", -2.0, 2.0, "a number from -2 to 2"),
-            "repetition_penalty": repetition, "repeat_last_n": None if last_n is None else max(last_n, 0),
+    presence = _number(body, "presence_penalty", -2.0, 2.0, "a number from -2 to 2")
+    frequency = _number(body, "frequency_penalty", -2.0, 2.0, "a number from -2 to 2")
+    if last_n == 0:
+        presence, frequency, repetition, last_n = 0.0, 0.0, 1.0, None
+    return {"presence_penalty": presence, "frequency_penalty": frequency, "repetition_penalty": repetition,
+            "repeat_last_n": None if last_n is None else max(last_n, 0),  # -1: 0, the whole context
             "logit_bias": _logit_bias(body.get("logit_bias"))}
 
 

@@ -129,3 +129,20 @@ def test_a_slot_another_key_left_forgets_the_drafts_cache_too(tiny_llama: tuple[
             r = http.post("/v1/completions", json=body, headers={"Authorization": f"Bearer {key}"})
             assert r.status_code == 200, r.text
     assert held_at_forget[-1] > 0  # beta's slot held alpha's drafts, and they were dropped
+
+
+def test_a_key_no_client_can_send_is_refused_before_loading(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A non-ASCII key (a header's value is read as latin-1: it could never match) is one line at the
+    start; an ASCII key whose header bytes come as latin-1 still matches only itself."""
+    from starlette.datastructures import Headers
+
+    from specedge.cli import main
+    from specedge.serve.guard import key_of
+
+    keys = tmp_path / "keys"
+    keys.write_text("clé-secrète\n", encoding="utf-8")
+    assert main(["serve", "--api-key-file", str(keys), "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "printable ASCII" in err[0] and "Traceback" not in err[0], err
+    header = Headers(raw=[(b"authorization", "Bearer clé".encode())])
+    assert key_of(("cl",), header) is None and key_of(("abc", "def"), Headers({"authorization": "Bearer def"})) == 1

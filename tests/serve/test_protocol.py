@@ -148,6 +148,8 @@ def test_penalties_and_logit_bias_are_read_as_their_apis_define_them() -> None:
     assert req.logit_bias == {12: -100.0, 7: 2.5}
     llama = parse_chat({"messages": USER, "repeat_penalty": 1.2, "repeat_last_n": -1})  # llama-server's names
     assert (llama.repetition_penalty, llama.repeat_last_n) == (1.2, 0)
+    off = parse_chat({"messages": USER, "repeat_penalty": 1.2, "frequency_penalty": 1, "repeat_last_n": 0})
+    assert (off.repetition_penalty, off.frequency_penalty, off.presence_penalty) == (1.0, 0.0, 0.0)  # as llama-server
     none = parse_chat({"messages": USER, "presence_penalty": 0, "logit_bias": {}})  # a client's defaults
     assert none.presence_penalty == 0 and none.logit_bias is None
 
