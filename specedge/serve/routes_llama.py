@@ -71,7 +71,8 @@ UNSUPPORTED = {
 def llama_body(body: dict[str, Any], context: int) -> dict[str, Any]:
     """A llama-server body with its names and conventions as the OpenAI parser reads them:
     n_predict (-1: until the context is full) as max_tokens, seed -1 (random) as none, a negative
-    temperature as greedy, repeat_last_n 0 (no repetition penalty), logit_bias as [[id, bias]] pairs."""
+    temperature as greedy, logit_bias as [[id, bias]] pairs (repeat_last_n 0, no penalty at all, is the
+    OpenAI parser's reading already)."""
     out = dict(body)
     out.pop("stream_options", None)
     n_predict = body.get("n_predict", body.get("max_tokens"))
@@ -85,9 +86,6 @@ def llama_body(body: dict[str, Any], context: int) -> dict[str, Any]:
     temperature = body.get("temperature")
     if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature < 0:
         out["temperature"] = 0.0
-    if body.get("repeat_last_n") == 0:
-        out["repeat_penalty"] = 1.0
-        out.pop("repeat_last_n")
     bias = body.get("logit_bias")
     if isinstance(bias, list):
         out["logit_bias"] = llama_logit_bias(bias)

@@ -76,9 +76,7 @@ def options_of(value: object, context: int) -> dict[str, Any]:
         out["max_tokens"] = context if n < 0 else n  # -1: until the context is full, -2: fill it
     if out.get("seed") == -1:
         out.pop("seed")
-    if out.get("repeat_last_n") == 0:  # ollama's 0: no repetition penalty
-        out.pop("repeat_last_n")
-        out["repeat_penalty"] = 1.0
+    # repeat_last_n 0 (no penalty at all, as llama.cpp's sampler reads it) is the OpenAI parser's reading already
     return out
 
 

@@ -181,3 +181,13 @@ def test_infill_needs_fim_tokens(tiny_llama: tuple[Path, Path, Path]) -> None:
     with served_here(Generator.load(tiny_llama[1], single_steps=True)) as http:
         r = http.post("/infill", json={"input_prefix": "a", "input_suffix": "b", "n_predict": 2})
     assert r.status_code == 422 and "fill in the middle" in r.json()["error"]["message"]
+
+
+def test_repeat_last_n_0_turns_every_penalty_off() -> None:
+    """As llama-server reads it (main's parser): repeat_last_n 0 turns off the repetition, presence and
+    frequency penalties, the ones asked for beside it too."""
+    from specedge.serve.routes_llama import parse_llama_completion
+
+    req = parse_llama_completion({"prompt": "ab", "repeat_penalty": 1.2, "frequency_penalty": 1, "presence_penalty": 1,
+                                  "repeat_last_n": 0}, 512)
+    assert (req.repetition_penalty, req.frequency_penalty, req.presence_penalty) == (1.0, 0.0, 0.0)

@@ -194,3 +194,12 @@ def test_each_route_is_counted_and_a_prompt_too_long_names_the_flag(http: TestCl
     metrics = http.get("/metrics").text
     for path in answers:
         assert f'specedge_requests_total{{route="{path}",status="413"}}' in metrics, path
+
+
+def test_repeat_last_n_0_turns_every_penalty_off() -> None:
+    """ollama's options as llama.cpp's sampler reads them: repeat_last_n 0 turns every penalty off."""
+    from specedge.serve.routes_ollama import generate_request
+
+    req = generate_request({"prompt": "ab", "options": {"repeat_penalty": 1.2, "frequency_penalty": 1,
+                                                        "presence_penalty": 1, "repeat_last_n": 0}}, 512)
+    assert (req.repetition_penalty, req.frequency_penalty, req.presence_penalty) == (1.0, 0.0, 0.0)
