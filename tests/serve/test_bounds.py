@@ -42,7 +42,8 @@ CONTEXT = 8192
 CANCEL_SECONDS = 2.0  # from the client's leaving to its slot free
 STOP_SECONDS = 6.0  # from SIGTERM to the process's exit
 EOS = 2  # SmolLM2's <|im_end|>
-LONG_PROMPT = "Repeat after me: " + "the lighthouse keeper climbs the stairs. " * 200  # ~1,800 tokens
+# ~1,800 tokens took 3.2-3.8 s here, under the control's 2 x CANCEL_SECONDS: twice as many
+LONG_PROMPT = "Repeat after me: " + "the lighthouse keeper climbs the stairs. " * 400  # ~3,600 tokens
 
 
 @pytest.fixture(scope="module")
