@@ -43,6 +43,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import tokenize
 from collections import defaultdict
@@ -68,7 +69,7 @@ MODULES = [
     "export/source_config.py", "export/gguf_source.py", "export/hf_source.py", "export/decoder_graph.py",
 ]
 SUBPACKAGES = ("core", "export", "runtime", "kernels", "models", "device_profiles")  # pyproject's package-dir
-PER_MODULE = 20
+PER_MODULE = 10
 SEED = 67
 
 
@@ -105,6 +106,7 @@ class Mutant:
     lines: tuple[int, ...]      # the lines whose tests run it
     fallback: str               # where to look when no test covers `lines`: "none", "function" or "module"
     function_lines: tuple[int, ...]
+    uses: tuple[int, ...]       # a module-level name's value: the lines that read the name
     before: str          # the text replaced and its replacement, as the report shows them
     after: str
     occurrence: int = 0  # among mutants of the same scope, before and after
@@ -143,6 +145,11 @@ class Planter(ast.NodeVisitor):
         self.function: list[ast.AST] = []   # the enclosing function definitions
         self.in_body: list[bool] = []       # whether the visit is inside the innermost function's body
         self.skip_lines = {i + 1 for i, line in enumerate(self.lines) if "pragma: no mutate" in line}
+        self.reads: dict[str, set[int]] = defaultdict(set)   # name -> the lines that read it
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                self.reads[node.id].add(node.lineno)
+        self.uses: tuple[int, ...] = ()
         self.found: list[Mutant] = []
 
     # positions: ast columns are UTF-8 byte offsets
@@ -178,7 +185,7 @@ class Planter(ast.NodeVisitor):
         mutated = self.source[start:end]
         self.found.append(Mutant(
             module=self.module, scope=".".join(self.scope) or "<module>", start=start, end=end,
-            replacement=replacement, line=node.lineno, lines=own, fallback=fallback,
+            replacement=replacement, line=node.lineno, lines=own, fallback=fallback, uses=self.uses,
             function_lines=function_lines,
             before=short(before if before is not None else mutated),
             after=short(after if after is not None else replacement)))
@@ -233,6 +240,16 @@ class Planter(ast.NodeVisitor):
     def visit_arguments(self, node: ast.arguments) -> None:
         for default in [*node.defaults, *[d for d in node.kw_defaults if d is not None]]:
             self.visit(default)   # annotations are not evaluated (from __future__ import annotations)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        """A module-level constant runs the tests of the lines that read it."""
+        names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        if self.scope or not names:
+            self.generic_visit(node)
+            return
+        self.uses = tuple(sorted(set().union(*(self.reads[n] for n in names)) - {node.lineno}))
+        self.generic_visit(node)
+        self.uses = ()
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         if node.value is not None:
@@ -475,9 +492,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 def write_hooks() -> None:
     HOOK.mkdir(parents=True, exist_ok=True)
-    (HOOK / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    (HOOK / "mutants_select.py").write_text(SELECT_PLUGIN)
-    (HOOK / "mutants_cover.py").write_text(COVER_PLUGIN)
+    for name, text in (("sitecustomize.py", SITECUSTOMIZE), ("mutants_select.py", SELECT_PLUGIN),
+                       ("mutants_cover.py", COVER_PLUGIN)):
+        if not (HOOK / name).exists() or (HOOK / name).read_text() != text:   # runs at once share them
+            (HOOK / name).write_text(text)
 
 
 def digest(module: str) -> str:
@@ -532,6 +550,8 @@ class Covering:
         if not ids and mutant.fallback == "function":
             ids = {i for line in mutant.function_lines for i in lines.get(line, [])}
         if not ids and mutant.fallback == "module":
+            ids = {i for line in mutant.uses for i in lines.get(line, [])}
+        if not ids and mutant.fallback == "module":
             ids = {i for these in lines.values() for i in these}
         return sorted(ids, key=lambda i: (self.seconds[i], self.tests[i]))
 
@@ -542,11 +562,14 @@ def run_one(mutant: Mutant, tests: list[str], seconds: float, *, verbose: bool =
     """Runs `tests` against `mutant` in a pytest process of its own."""
     write_hooks()
     source = (ROOT / mutant.module).read_text()
-    mutated = WORK / "mutant.py"
+    with tempfile.TemporaryDirectory(dir=WORK, prefix="run-") as here:
+        return run_in(mutant, source, tests, seconds, Path(here), verbose)
+
+
+def run_in(mutant: Mutant, source: str, tests: list[str], seconds: float, here: Path, verbose: bool) -> dict:
+    mutated, listing, out = here / "mutant.py", here / "tests.txt", here / "outcome.json"
     mutated.write_text(mutant.apply(source))
-    listing, out = WORK / "tests.txt", WORK / "outcome.json"
     listing.write_text("\n".join(tests) + "\n")
-    out.unlink(missing_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HOOK), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                PYTHONDONTWRITEBYTECODE="1", MUTANTS_MODULE=module_name(mutant.module),
                MUTANTS_ORIGIN=str(ROOT / mutant.module), MUTANTS_SOURCE=str(mutated),
@@ -578,7 +601,8 @@ def run_one(mutant: Mutant, tests: list[str], seconds: float, *, verbose: bool =
     else:
         status = "killed"  # the tests did not load (a collection error) or pytest stopped
     return {"id": mutant.id, "module": mutant.module, "line": mutant.line, "scope": mutant.scope,
-            "mutation": mutant.mutation, "status": status, "exit": proc.returncode,
+            "mutation": mutant.mutation, "code": short(source.splitlines()[mutant.line - 1], 100),
+            "status": status, "exit": proc.returncode,
             "killed_by": outcome["failed"][0] if outcome["failed"] else None,
             "tests": len(tests), "ran": len(outcome["ran"]), "seconds": round(took, 1),
             "limit": round(limit, 1), "key": mutant.key}
@@ -594,7 +618,7 @@ def load_explained() -> list[dict]:
 
 def explanation(row: dict, explained: list[dict]) -> dict | None:
     for entry in explained:
-        if entry["module"] == row["module"] and entry["scope"] == row["scope"] and entry["mutation"] == row["mutation"]:
+        if entry["id"] == row["id"]:
             return entry
     return None
 
@@ -638,7 +662,11 @@ def campaign(args: argparse.Namespace) -> None:
         if args.tests:
             tests = resolve_tests(args.tests)
             seconds = 60.0
-        row = done.get(mutant.key) or run_one(mutant, tests, seconds, verbose=args.verbose)
+        row = done.get(mutant.key)
+        if row is None or (args.rerun_survivors and row["status"] == "survived"):
+            row = run_one(mutant, tests, seconds, verbose=args.verbose)
+        code = (ROOT / mutant.module).read_text().splitlines()[mutant.line - 1]
+        row = dict(row, line=mutant.line, code=short(code, 100))
         rows.append(row)
         if not (args.id or args.tests):
             save(args, modules, figures, rows, started, out)
@@ -714,8 +742,9 @@ def write_report(report: dict, explained: list[dict], path: Path) -> None:
     for r in survivors:
         found = explanation(r, explained)
         why = f"{found['kind']}: {found['why']}" if found else "UNEXPLAINED"
-        lines.append(f"| {r['id']} | `{r['module']}:{r['line']}` `{r['scope']}` | {r['mutation'].replace('|', '∣')} | "
-                     f"{' '.join(why.split())} |")
+        code = r.get("code", "").replace("|", "∣").replace("`", "'")
+        lines.append(f"| {r['id']} | `{r['module']}:{r['line']}` `{r['scope']}` | {r['mutation'].replace('|', '∣')} "
+                     f"in `{code}` | {' '.join(why.split())} |")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -751,6 +780,8 @@ def main() -> None:
     r.add_argument("--tests", nargs="+", help="with --id: run these tests (files or node ids) instead")
     r.add_argument("--out", default=str(RESULTS))
     r.add_argument("--resume", action="store_true", help="keep the outcomes --out already holds")
+    r.add_argument("--rerun-survivors", action="store_true",
+                   help="with --resume: run the survivors again (after tests were added)")
     r.add_argument("-v", "--verbose", action="store_true", help="show pytest's output")
     s = sub.add_parser("show", help="a mutant's diff and covering tests")
     s.add_argument("id", nargs="+")
