@@ -75,3 +75,11 @@ def test_the_draft_model_asks_go_on_after_each_draft_with_its_confidence(tiny_ll
     assert [c for _, c in asked] == pytest.approx([tops[0], tops[0] * tops[1]], rel=1e-6)
     assert 0 < asked[1][1] <= asked[0][1] <= 1
     assert np.isfinite(asked[1][1])
+
+
+def test_lookup_matches_a_suffix_of_at_most_8_tokens() -> None:
+    """The longest suffix looked up is 8 tokens (design.md): where the last 9 occurred before, the
+    continuation is still that of the latest occurrence of the last 8."""
+    nine = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    context = [*nine, 50, *nine[1:], 60, *nine]  # the 9 tokens seen before 50; their last 8 last seen before 60
+    assert NgramDrafter().match(context, 2) == ([60, 1], 8)
