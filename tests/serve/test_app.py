@@ -28,9 +28,11 @@ class Lines(logging.Handler):
         super().__init__()
         self.setFormatter(logging.Formatter("specedge serve: %(message)s"))  # as serve/command.py's
         self.written: list[str] = []
+        self.levels: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.written.append(self.format(record))
+        self.levels.append(record.levelname)
 
 
 @pytest.fixture
@@ -252,3 +254,19 @@ def test_a_stream_waiting_in_the_queue_is_kept_alive_by_pings(tiny_llama: tuple[
     assert '"text"' in ok.text
     assert failed.status_code == 200 and failed.text.startswith(": ping")  # its headers were out when it failed
     assert "context_length_exceeded" in failed.text and failed.text.endswith("data: [DONE]\n\n")
+
+
+def test_a_refused_request_is_one_info_line_naming_route_and_status(tiny_llama: tuple[Path, Path, Path],
+                                                                    server_log: Lines) -> None:
+    """A request refused as the client's fault (400) is one log line at INFO, the route, the status
+    and the message, no traceback (`--log-level warning` leaves it out)."""
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    app = create_app(gen, ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000)))
+    with TestClient(app, base_url=HERE) as client:
+        r = client.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 0})
+    assert r.status_code == 400
+    assert server_log.levels == ["INFO"], server_log.written
+    line = server_log.written[0]
+    assert line.startswith("specedge serve: POST /v1/completions: 400 'max_tokens'") and "\n" not in line
