@@ -168,3 +168,16 @@ def test_a_text_too_long_says_its_tokens_and_the_room_it_may_take(tiny_llama) ->
             codec.encode(text, limit=100, what="the message")
         assert (e.value.limit, e.value.fix) == (100, "shorten it")
         assert e.value.problem == f"the message has {e.value.tokens} tokens or more, more than the 100 it may take"
+
+
+def test_the_text_of_tokens_leaves_out_special_tokens(tiny_llama) -> None:  # type: ignore[no-untyped-def]
+    """A reply's text is its tokens' text without the tokenizer's special tokens (chat markers, the
+    end of text a reply decoded past with ignore_eos)."""
+    from specedge.core.manifest import load_manifest
+    from specedge.runtime.text import TextCodec
+
+    codec = TextCodec(tiny_llama[1], load_manifest(tiny_llama[1]))
+    text = codec.encode("ab", add_special_tokens=False)
+    specials = codec.encode("<|user|><|eos|>", add_special_tokens=False)
+    assert len(specials) == 2
+    assert codec.decode([*text, *specials, *text]) == "abab"

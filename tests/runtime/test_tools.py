@@ -117,3 +117,11 @@ def test_a_block_left_open_at_the_end_is_sent_as_written() -> None:
         out = [o for i in range(0, len(text), 5) for o in stream.push(text[i:i + 5])] + list(stream.flush())
         assert all(isinstance(o, str) and o for o in out) and "".join(out) == text  # type: ignore[arg-type]
         assert read_tool_calls(text, names) == (text, [])
+
+
+def test_a_calls_arguments_keep_their_text_as_written() -> None:
+    """Arguments the model wrote as an object come back as JSON text with non-ASCII characters as
+    they are (as transformers' tojson writes them), not as \\u escapes."""
+    text = '<tool_call>\n{"name": "f", "arguments": {"city": "Zürich", "note": "日本"}}\n</tool_call>'
+    _, calls = read_tool_calls(text, frozenset({"f"}))
+    assert [c.arguments for c in calls] == ['{"city": "Zürich", "note": "日本"}']

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -270,3 +271,18 @@ def test_a_refused_request_is_one_info_line_naming_route_and_status(tiny_llama: 
     assert server_log.levels == ["INFO"], server_log.written
     line = server_log.written[0]
     assert line.startswith("specedge serve: POST /v1/completions: 400 'max_tokens'") and "\n" not in line
+
+
+def test_a_chat_past_the_context_is_refused_by_its_prefix(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """A chat whose rendered text passes the context is refused (413) once a prefix of it shows so,
+    as a prompt is: not tokenized whole."""
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    app = create_app(gen, ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000)))
+    with TestClient(app, base_url=HERE) as client:
+        r = client.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": 1,
+                                                      "messages": [{"role": "user", "content": "7" * 3000}]})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "context_length_exceeded"
+    tokens = re.search(r"has (\d+) tokens or more", r.json()["error"]["message"])
+    assert tokens is not None and 64 <= int(tokens[1]) <= 504, r.text  # a prefix of 63 x 8 characters
