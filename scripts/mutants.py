@@ -40,6 +40,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -416,13 +417,43 @@ import coverage, pytest
 
 _cov = coverage.Coverage(data_file=None, include=json.loads(os.environ["MUTANTS_FILES"]), config_file=False)
 _cov.start()
-_seconds, _failed = {}, set()
+_seconds, _failed, _uses = {}, set(), {}
+_contexts = [""]  # the test running, then the shared fixtures being set up within it
+# the Python processes a test starts measure themselves (sitecustomize.py), as that test's
+os.environ["MUTANTS_SUBPROCESS_COVER"] = os.environ["MUTANTS_COVER_DIR"]
+
+def _switch(context):
+    _cov.switch_context(context)
+    os.environ["MUTANTS_CONTEXT"] = context
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    _cov.switch_context(item.nodeid)
+    _contexts[:] = [item.nodeid]
+    _switch(item.nodeid)
     yield
-    _cov.switch_context("")
+    _contexts[:] = [""]
+    _switch("")
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A session or module fixture's setup runs for every test that uses it, not only the first:
+    its lines are the fixture's, given to each test that uses the fixture."""
+    if fixturedef.scope == "function":
+        yield
+        return
+    _contexts.append("fixture:" + fixturedef.argname)
+    _switch(_contexts[-1])
+    try:
+        yield
+    finally:
+        _contexts.pop()
+        _switch(_contexts[-1])
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    request = getattr(item, "_request", None)
+    _uses[item.nodeid] = sorted(set(getattr(request, "_fixture_defs", {}) or {}) | set(item.fixturenames))
+    yield
 
 def pytest_runtest_logreport(report):
     _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
@@ -437,7 +468,7 @@ def pytest_sessionfinish(session):
         lines[name] = {line: sorted(c for c in contexts if c)
                        for line, contexts in data.contexts_by_lineno(name).items()}
     with open(os.environ["MUTANTS_OUT"], "w") as f:
-        json.dump({"seconds": _seconds, "failed": sorted(_failed), "lines": lines}, f)
+        json.dump({"seconds": _seconds, "failed": sorted(_failed), "lines": lines, "uses": _uses}, f)
 '''
 
 SITECUSTOMIZE = '''
@@ -462,6 +493,22 @@ if _name:
             return importlib.util.spec_from_file_location(fullname, _origin, loader=_Loader(fullname, _origin))
 
     sys.meta_path.insert(0, _Finder())
+
+# scripts/mutants.py coverage: a process a test started measures the mutated modules, as that test's
+_cover = os.environ.get("MUTANTS_SUBPROCESS_COVER")
+if _cover:
+    import atexit, json
+    import coverage
+
+    _cov = coverage.Coverage(data_file=os.path.join(_cover, "sub"), data_suffix=True, config_file=False,
+                             include=json.loads(os.environ["MUTANTS_FILES"]),
+                             context=os.environ.get("MUTANTS_CONTEXT") or None)
+    _cov.start()
+
+    @atexit.register
+    def _save():
+        _cov.stop()
+        _cov.save()
 '''
 
 SELECT_PLUGIN = '''
@@ -505,13 +552,26 @@ def digest(module: str) -> str:
 def take_coverage(args: argparse.Namespace) -> None:
     write_hooks()
     out = WORK / "coverage.raw.json"
+    sub = WORK / "subprocesses"
+    shutil.rmtree(sub, ignore_errors=True)
+    sub.mkdir(parents=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HOOK), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               MUTANTS_FILES=json.dumps([str(ROOT / m) for m in MODULES]), MUTANTS_OUT=str(out))
+               MUTANTS_FILES=json.dumps([str(ROOT / m) for m in MODULES]), MUTANTS_OUT=str(out),
+               MUTANTS_COVER_DIR=str(sub))
     started = time.monotonic()
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "mutants_cover", "-p", "no:cacheprovider", *args.pytest_args]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, env=env, check=False)
     raw = json.loads(out.read_text())
+    merge_subprocesses(raw["lines"], sub)
+    users: dict[str, set[str]] = defaultdict(set)   # a shared fixture -> the tests that use it
+    for test, fixtures in raw["uses"].items():
+        for name in fixtures:
+            users["fixture:" + name].add(test)
+    for by_line in raw["lines"].values():
+        for line, contexts in by_line.items():
+            by_line[line] = sorted({t for c in contexts
+                                    for t in (users.get(c, ()) if c.startswith("fixture:") else (c,))})
     tests = sorted(raw["seconds"])
     index = {t: i for i, t in enumerate(tests)}
     lines: dict[str, dict[str, list[int]]] = {}
@@ -523,6 +583,19 @@ def take_coverage(args: argparse.Namespace) -> None:
         "seconds": [round(raw["seconds"][t], 3) for t in tests], "failed": raw["failed"], "lines": lines,
         "took": round(time.monotonic() - started, 1)}))
     print(f"coverage of {len(lines)} modules by {len(tests)} tests in {time.monotonic() - started:.0f} s: {COVERAGE}")
+
+
+def merge_subprocesses(lines: dict[str, dict[str, list[str]]], folder: Path) -> None:
+    """Adds what the processes the tests started ran (each file's context: the test that started it)."""
+    import coverage
+
+    for path in sorted(folder.glob("sub.*")):
+        data = coverage.CoverageData(basename=str(path))
+        data.read()
+        for name in data.measured_files():
+            mine = lines.setdefault(name, {})
+            for line, contexts in data.contexts_by_lineno(name).items():
+                mine[str(line)] = sorted(set(mine.get(str(line), [])) | {c for c in contexts if c})
 
 
 def load_coverage(modules: list[str]) -> dict:
@@ -646,9 +719,14 @@ def campaign(args: argparse.Namespace) -> None:
         modules = [m for m in modules if any(i.rsplit("-", 1)[0] == Path(m).stem for i in args.id)]
     cov_json = load_coverage(modules)
     cov = Covering(cov_json)
-    figures, chosen = sample(modules, cov, 0 if args.id else args.per_module, args.seed)
+    figures, chosen = sample(modules, cov, 0 if args.id or args.sample_from else args.per_module, args.seed)
     if args.id:
         chosen = [(m, ids) for m, ids in chosen if m.id in args.id]
+    if args.sample_from:   # the mutants of an earlier run (its sample, whatever the coverage now)
+        keys = {r["key"] for r in json.loads(Path(args.sample_from).read_text())["mutants"]}
+        chosen = [(m, ids) for m, ids in chosen if m.key in keys]
+        for module in modules:
+            figures[module]["run"] = sum(m.module == module for m, _ in chosen)
     explained = load_explained()
     out = Path(args.out)
     done = {}
@@ -780,6 +858,7 @@ def main() -> None:
     r.add_argument("--tests", nargs="+", help="with --id: run these tests (files or node ids) instead")
     r.add_argument("--out", default=str(RESULTS))
     r.add_argument("--resume", action="store_true", help="keep the outcomes --out already holds")
+    r.add_argument("--sample-from", help="run the mutants an earlier results file ran (before and after tests)")
     r.add_argument("--rerun-survivors", action="store_true",
                    help="with --resume: run the survivors again (after tests were added)")
     r.add_argument("-v", "--verbose", action="store_true", help="show pytest's output")
