@@ -503,6 +503,8 @@ if _cover:
     _cov = coverage.Coverage(data_file=os.path.join(_cover, "sub"), data_suffix=True, config_file=False,
                              include=json.loads(os.environ["MUTANTS_FILES"]),
                              context=os.environ.get("MUTANTS_CONTEXT") or None)
+    _cov.set_option("run:disable_warnings", ["no-data-collected", "module-not-imported", "module-not-measured",
+                                             "already-imported", "no-ctracer", "include-ignored"])
     _cov.start()
 
     @atexit.register
@@ -631,15 +633,17 @@ class Covering:
 
 # -- the campaign ------------------------------------------------------------------------------------
 
-def run_one(mutant: Mutant, tests: list[str], seconds: float, *, verbose: bool = False) -> dict:
+def run_one(mutant: Mutant, tests: list[str], seconds: float, *, verbose: bool = False,
+            marks: str | None = None) -> dict:
     """Runs `tests` against `mutant` in a pytest process of its own."""
     write_hooks()
     source = (ROOT / mutant.module).read_text()
     with tempfile.TemporaryDirectory(dir=WORK, prefix="run-") as here:
-        return run_in(mutant, source, tests, seconds, Path(here), verbose)
+        return run_in(mutant, source, tests, seconds, Path(here), verbose, marks)
 
 
-def run_in(mutant: Mutant, source: str, tests: list[str], seconds: float, here: Path, verbose: bool) -> dict:
+def run_in(mutant: Mutant, source: str, tests: list[str], seconds: float, here: Path, verbose: bool,
+           marks: str | None) -> dict:
     mutated, listing, out = here / "mutant.py", here / "tests.txt", here / "outcome.json"
     mutated.write_text(mutant.apply(source))
     listing.write_text("\n".join(tests) + "\n")
@@ -648,7 +652,8 @@ def run_in(mutant: Mutant, source: str, tests: list[str], seconds: float, here: 
                MUTANTS_ORIGIN=str(ROOT / mutant.module), MUTANTS_SOURCE=str(mutated),
                MUTANTS_TESTS=str(listing), MUTANTS_OUT=str(out))
     files = sorted({t.split("::")[0] for t in tests})
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "mutants_select", *files]
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "mutants_select", *files,
+           *(["-m", marks] if marks else [])]
     limit = 3 * seconds + 30
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True,
@@ -738,11 +743,11 @@ def campaign(args: argparse.Namespace) -> None:
         tests = [cov.tests[i] for i in ids]
         seconds = sum(cov.seconds[i] for i in ids)
         if args.tests:
-            tests = resolve_tests(args.tests)
+            tests = resolve_tests(args.tests, args.marks)
             seconds = 60.0
         row = done.get(mutant.key)
         if row is None or (args.rerun_survivors and row["status"] == "survived"):
-            row = run_one(mutant, tests, seconds, verbose=args.verbose)
+            row = run_one(mutant, tests, seconds, verbose=args.verbose, marks=args.marks)
         code = (ROOT / mutant.module).read_text().splitlines()[mutant.line - 1]
         row = dict(row, line=mutant.line, code=short(code, 100))
         rows.append(row)
@@ -770,9 +775,10 @@ def save(args: argparse.Namespace, modules: list[str], figures: dict, rows: list
     out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
 
 
-def resolve_tests(given: list[str]) -> list[str]:
+def resolve_tests(given: list[str], marks: str | None = None) -> list[str]:
     """Node ids of the tests named (files or node ids), as pytest collects them."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *given],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *given,
+                           *(["-m", marks] if marks else [])],
                           cwd=ROOT, capture_output=True, text=True, check=False)
     return [line for line in proc.stdout.splitlines() if "::" in line]
 
@@ -856,6 +862,7 @@ def main() -> None:
     r.add_argument("--seed", type=int, default=SEED)
     r.add_argument("--id", action="append", help="only this mutant (repeat for more): nothing written")
     r.add_argument("--tests", nargs="+", help="with --id: run these tests (files or node ids) instead")
+    r.add_argument("--marks", help='with --tests: their -m expression (e.g. "reference"; default: the default set)')
     r.add_argument("--out", default=str(RESULTS))
     r.add_argument("--resume", action="store_true", help="keep the outcomes --out already holds")
     r.add_argument("--sample-from", help="run the mutants an earlier results file ran (before and after tests)")
