@@ -54,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutants"
 HOOK = WORK / "hook"
 COVERAGE = WORK / "coverage.json"
+CACHE = WORK / "cache"  # the tests' exports (SmolLM2), apart from the user's cache: no cleanup there removes them
 RESULTS = ROOT / "docs" / "mutants.json"
 REPORT = ROOT / "docs" / "mutants.md"
 EXPLAINED = ROOT / "scripts" / "mutants_explained.toml"
@@ -559,7 +560,7 @@ def take_coverage(args: argparse.Namespace) -> None:
     sub.mkdir(parents=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HOOK), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                MUTANTS_FILES=json.dumps([str(ROOT / m) for m in MODULES]), MUTANTS_OUT=str(out),
-               MUTANTS_COVER_DIR=str(sub))
+               MUTANTS_COVER_DIR=str(sub), SPECEDGE_CACHE=os.environ.get("SPECEDGE_CACHE", str(CACHE)))
     started = time.monotonic()
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "mutants_cover", "-p", "no:cacheprovider", *args.pytest_args]
     print("+", " ".join(cmd), flush=True)
@@ -621,13 +622,13 @@ class Covering:
 
     def of(self, mutant: Mutant) -> list[int]:
         lines = self.by_line.get(mutant.module, {})
-        ids = {i for line in mutant.lines for i in lines.get(line, [])}
+        if mutant.fallback == "module":  # run at import: whoever imported first (a child process) says nothing
+            ids = {i for line in mutant.uses for i in lines.get(line, [])} or {i for these in lines.values()
+                                                                             for i in these}
+        else:
+            ids = {i for line in mutant.lines for i in lines.get(line, [])}
         if not ids and mutant.fallback == "function":
             ids = {i for line in mutant.function_lines for i in lines.get(line, [])}
-        if not ids and mutant.fallback == "module":
-            ids = {i for line in mutant.uses for i in lines.get(line, [])}
-        if not ids and mutant.fallback == "module":
-            ids = {i for these in lines.values() for i in these}
         return sorted(ids, key=lambda i: (self.seconds[i], self.tests[i]))
 
 
@@ -649,6 +650,7 @@ def run_in(mutant: Mutant, source: str, tests: list[str], seconds: float, here: 
     listing.write_text("\n".join(tests) + "\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HOOK), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                PYTHONDONTWRITEBYTECODE="1", MUTANTS_MODULE=module_name(mutant.module),
+               SPECEDGE_CACHE=os.environ.get("SPECEDGE_CACHE", str(CACHE)),
                MUTANTS_ORIGIN=str(ROOT / mutant.module), MUTANTS_SOURCE=str(mutated),
                MUTANTS_TESTS=str(listing), MUTANTS_OUT=str(out))
     files = sorted({t.split("::")[0] for t in tests})
@@ -762,13 +764,14 @@ def campaign(args: argparse.Namespace) -> None:
     if args.id or args.tests:
         return
     save(args, modules, figures, rows, started, out)
-    write_report(json.loads(out.read_text()), explained, out.with_suffix(".md"))
+    write_report(json.loads(out.read_text()), explained, out.with_suffix(".md"),
+                 json.loads(Path(args.sample_from).read_text()) if args.sample_from else None)
     print(f"{out}, {out.with_suffix('.md')}")
 
 
 def save(args: argparse.Namespace, modules: list[str], figures: dict, rows: list[dict], started: float,
          out: Path) -> None:
-    report = {"seed": args.seed, "per_module": args.per_module, "commit": commit(),
+    report = {"seed": args.seed, "per_module": args.per_module, "sample_from": args.sample_from, "commit": commit(),
               "date": time.strftime("%Y-%m-%d"), "took_s": round(time.monotonic() - started),
               "modules": {m: dict(figures[m], **tally([r for r in rows if r["module"] == m])) for m in modules},
               "mutants": rows}
@@ -794,13 +797,14 @@ def commit() -> str:
     return proc.stdout.strip()
 
 
-def write_report(report: dict, explained: list[dict], path: Path) -> None:
+def write_report(report: dict, explained: list[dict], path: Path, before: dict | None = None) -> None:
+    sampled = (f"the mutants of an earlier run ({report['sample_from']})" if report.get("sample_from") else
+               f"{report['per_module'] or 'every'} mutants a module, sampled among those on covered lines")
     lines = [
         "# Mutants",
         "",
         f"Written by `scripts/mutants.py run` (commit {report['commit']}, {report['date']}, seed {report['seed']}, "
-        f"{report['per_module'] or 'every'} mutants a module, sampled among those on covered lines; "
-        f"{report['took_s'] // 60} min). How it works: [testing.md](testing.md#mutation-testing).",
+        f"{sampled}; {report['took_s'] // 60} min). How it works: [testing.md](testing.md#mutation-testing).",
         "",
         "| module | mutants | on covered lines | run | killed | timeouts | survived | explained |",
         "|---|---|---|---|---|---|---|---|",
@@ -829,6 +833,15 @@ def write_report(report: dict, explained: list[dict], path: Path) -> None:
         code = r.get("code", "").replace("|", "∣").replace("`", "'")
         lines.append(f"| {r['id']} | `{r['module']}:{r['line']}` `{r['scope']}` | {r['mutation'].replace('|', '∣')} "
                      f"in `{code}` | {' '.join(why.split())} |")
+    if before is not None:
+        now = {r["key"]: r for r in report["mutants"]}
+        earlier = [r for r in before["mutants"] if r["status"] == "survived" and r["key"] in now
+                   and now[r["key"]]["status"] in ("killed", "timeout")]
+        lines += ["", f"## Survivors of the run before ({before['commit']}, {before['date']}), killed now", "",
+                  "| mutant | mutation | killed by |", "|---|---|---|"]
+        for r in earlier:
+            lines.append(f"| {r['id']} | `{r['module']}` `{r['scope']}`: {r['mutation'].replace('|', '∣')} | "
+                         f"`{now[r['key']]['killed_by'] or now[r['key']]['status']}` |")
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -872,6 +885,9 @@ def main() -> None:
     s = sub.add_parser("show", help="a mutant's diff and covering tests")
     s.add_argument("id", nargs="+")
     s.add_argument("--max-tests", type=int, default=15)
+    w = sub.add_parser("report", help="write a results file's report again (after explaining survivors)")
+    w.add_argument("results", nargs="?", default=str(RESULTS))
+    w.add_argument("--before", help="an earlier results file: its survivors killed now are listed")
     p = sub.add_parser("list", help="the mutants sampled, not run")
     p.add_argument("--module", action="append")
     p.add_argument("--per-module", type=int, default=PER_MODULE)
@@ -883,6 +899,10 @@ def main() -> None:
         campaign(args)
     elif args.command == "show":
         show(args)
+    elif args.command == "report":
+        results = Path(args.results)
+        write_report(json.loads(results.read_text()), load_explained(), results.with_suffix(".md"),
+                     json.loads(Path(args.before).read_text()) if args.before else None)
     else:
         modules = args.module or MODULES
         cov = Covering(load_coverage(modules))
