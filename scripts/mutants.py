@@ -741,8 +741,9 @@ def campaign(args: argparse.Namespace) -> None:
         done = {r["key"]: r for r in json.loads(out.read_text())["mutants"]}
     rows = []
     started = time.monotonic()
+    killers = hints(args.hints or args.sample_from)
     for n, (mutant, ids) in enumerate(chosen, 1):
-        tests = [cov.tests[i] for i in ids]
+        tests = first(killers, mutant, [cov.tests[i] for i in ids])
         seconds = sum(cov.seconds[i] for i in ids)
         if args.tests:
             tests = resolve_tests(args.tests, args.marks)
@@ -767,6 +768,27 @@ def campaign(args: argparse.Namespace) -> None:
     write_report(json.loads(out.read_text()), explained, out.with_suffix(".md"),
                  json.loads(Path(args.sample_from).read_text()) if args.sample_from else None)
     print(f"{out}, {out.with_suffix('.md')}")
+
+
+def hints(path: str | None) -> dict[str, list[str]]:
+    """From an earlier results file: the test that killed each mutant (by key), and the tests that
+    killed mutants of each function (by module::scope), to run first."""
+    out: dict[str, list[str]] = defaultdict(list)
+    if path:
+        for row in json.loads(Path(path).read_text())["mutants"]:
+            if row.get("killed_by"):
+                out[row["key"]].append(row["killed_by"])
+                out[f"{row['module']}::{row['scope']}"].append(row["killed_by"])
+    return out
+
+
+def first(killers: dict[str, list[str]], mutant: Mutant, tests: list[str]) -> list[str]:
+    """`tests` (fastest first) with those that killed this mutant, or its function's, before them."""
+    covering = set(tests)
+    ahead = [t for t in (*killers.get(mutant.key, ()), *killers.get(f"{mutant.module}::{mutant.scope}", ()))
+             if t in covering]
+    ahead = list(dict.fromkeys(ahead))
+    return ahead + [t for t in tests if t not in set(ahead)]
 
 
 def save(args: argparse.Namespace, modules: list[str], figures: dict, rows: list[dict], started: float,
@@ -879,6 +901,8 @@ def main() -> None:
     r.add_argument("--out", default=str(RESULTS))
     r.add_argument("--resume", action="store_true", help="keep the outcomes --out already holds")
     r.add_argument("--sample-from", help="run the mutants an earlier results file ran (before and after tests)")
+    r.add_argument("--hints", help="an earlier results file: the tests that killed a mutant, or its function's, "
+                                   "run first (default: --sample-from's)")
     r.add_argument("--rerun-survivors", action="store_true",
                    help="with --resume: run the survivors again (after tests were added)")
     r.add_argument("-v", "--verbose", action="store_true", help="show pytest's output")
