@@ -1,4 +1,4 @@
-"""γ auto with the per-draft rule (the draft model drafts as far as each draft pays, runtime/gamma.py)
+"""γ auto with the per-draft rule (the draft model drafts as far as each draft pays, runtime/round/gamma.py)
 against γ auto alone (each round drafts γ auto's γ): the same Generator, the two taking turns prompt by
 prompt (which goes first alternates), greedy, `--tokens` tokens; every pair of answers must be the same
 tokens. Prints each prompt's decoding tokens/s and ratio, then per kind the median ratio, and the

@@ -152,11 +152,11 @@ def main() -> int:
     url = f"http://127.0.0.1:{port}"
     http = httpx.Client()
     try:
-        from specedge.runtime.decoding import SpecConfig
+        from specedge.runtime.round.decoding import SpecConfig
 
         auto = args.gamma == "auto"
         gen = Generator.load(target, draft=draft, ngram=args.ngram, threads=args.threads,
-                             config=SpecConfig(gamma=4 if auto else int(args.gamma), auto_gamma=auto))
+                             config=SpecConfig.auto() if auto else SpecConfig(gamma=int(args.gamma)))
         load_before = os.getloadavg()
         via_server(http, url, conversations[-1], 8)  # warm both up
         in_process(gen, conversations[-1], 8)

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specedge.device_profiles.cpu import cpu_info
-from specedge.runtime import Generator, SpecConfig, decoding, drafters
+from specedge.runtime import Generator, SpecConfig
+from specedge.runtime.constraints.grammar import Grammar, GrammarConstraint
 from specedge.runtime.generator import GenerationResult
-from specedge.runtime.grammar import Grammar, GrammarConstraint
+from specedge.runtime.round import decoding, drafters
 
 PROMPTS = Path(__file__).with_name("prompts.jsonl")
 SCHEMAS = {
@@ -120,7 +121,7 @@ def original_code(prompt: str) -> str:
 
 
 def load(target: Path, draft: Path | None, max_new: int) -> Generator:
-    config = SpecConfig(gamma=4 if draft else 0, auto_gamma=draft is not None, max_new_tokens=max_new)
+    config = SpecConfig.auto(max_new_tokens=max_new) if draft else SpecConfig(gamma=0, max_new_tokens=max_new)
     return Generator.load(target, draft=draft, ngram=draft is not None, config=config)
 
 

@@ -40,7 +40,7 @@ ROWS_LAYOUTS = {1: 8, 2: 32}
 # exact: every row of a wide pass bitwise equal to a 1-token step, as built, with row-exact weights (w8a8,
 # fp32, int4 block 32); fused: ONNX Runtime's GroupQueryAttention with the cache updated in place, faster
 # steps, rows exact only in whole groups (a draft, or a target verifying in row groups). Whether this CPU
-# keeps a graph's rows exact, and in which groups, runtime/row_groups.py probes.
+# keeps a graph's rows exact, and in which groups, runtime/engine/row_groups.py probes.
 MASK_VALUE = -30000.0  # the attention bias of a masked slot: exp() of it is exactly 0 in fp32 and fp16, never NaN
 MAX_VERIFY_WIDTH = 13  # γ <= 12: wider passes only prefill (a static graph wider than this returns its last row)
 
@@ -52,6 +52,16 @@ def logits_rows(width: int) -> int:
 
 
 # -- choosing γ ---------------------------------------------------------------------------------
+# the sampling fields a model's own generation defaults may set (transformers' generation_config.json
+# names), each with its range: the manifest's `generation` and the registry's hold these only
+GENERATION_FIELDS: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 100.0), "top_p": (0.0, 1.0), "top_k": (0.0, 1e9), "min_p": (0.0, 1.0),
+    "repetition_penalty": (1e-6, 100.0), "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0),
+}
+
+DEFAULT_GAMMA = 4  # the draft tokens a round asks for when nothing else says (γ auto's first round)
+
+
 def gamma_choices(widths: Iterable[int]) -> tuple[int, ...]:
     """The draft lengths γ >= 1 that exported widths can verify (width γ+1 <= MAX_VERIFY_WIDTH)."""
     return tuple(w - 1 for w in sorted(widths) if 2 <= w <= MAX_VERIFY_WIDTH)

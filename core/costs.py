@@ -1,4 +1,4 @@
-"""What an export records of a model's weights, for the bandwidth profiler (runtime/traffic.py) and
+"""What an export records of a model's weights, for the bandwidth profiler (runtime/engine/traffic.py) and
 the roofline: bytes every pass reads and multiply-adds per token."""
 
 from __future__ import annotations

@@ -14,6 +14,15 @@ class SpecEdgeError(Exception):
         super().__init__(f"{problem}. {fix}" if fix else problem)
 
 
+class DecodingStopped(Exception):
+    """Decoding stopped by its caller between two passes: its client is gone, or its deadline has
+    passed (`reason`: the generation's stop reason, "interrupted" or "deadline")."""
+
+    def __init__(self, reason: str = "interrupted") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def move_and_export(folder: Path) -> str:
     """What rebuilds a damaged artifact in a folder of the user's, whatever is damaged: a new export
     into the same path once the user has moved the folder (and whatever else it holds) away."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from specedge.core.contract import (
     ATTENTION,
+    GENERATION_FIELDS,
     INT4_KERNELS,
     MANIFEST_NAME,
     QUANT_BITS,
@@ -80,6 +81,8 @@ class Manifest:
     head_vocab: int = 0  # > 0: logits cover only token ids below it (a draft's truncated head)
     next_ids: bool = False  # the graph also outputs next_ids [1,R], the argmax of each logits row
     streams: bool = False  # the graph takes stream_ids [1,S] and caches [N,KV,T,d]: several streams share a pass
+    # the source's own sampling defaults (generation_config.json's GENERATION_FIELDS it sets)
+    generation: dict[str, float] = field(default_factory=dict)
 
     @property
     def static(self) -> bool:
@@ -89,7 +92,7 @@ class Manifest:
     def rows_exact(self) -> bool:
         """Every row of a pass equals the 1-token step at its position as built (exact attention,
         MatMulNBits blocks of at most 32 or specedge's rows kernel at any block), not necessarily on
-        this CPU for MatMulNBits: runtime/row_groups.py probes which groups of rows it keeps exact,
+        this CPU for MatMulNBits: runtime/engine/row_groups.py probes which groups of rows it keeps exact,
         and a target verifies in those."""
         q = self.quantization
         wide_blocks = q.method in ("int4", "int8") and q.block_size > 32 and q.kernel != "rows"
@@ -249,6 +252,12 @@ def check_fields(raw: dict[str, Any]) -> None:
         raise ManifestFieldError("widths", f"is {widths}, without width 1")
     check_quantization(raw["quantization"])
     check_files(raw)
+    for key, value in check_dict(raw.get("generation", {}), "generation", 16).items():
+        if key not in GENERATION_FIELDS:
+            raise ManifestFieldError(f"generation.{key}", "is not a sampling default")
+        low, high = GENERATION_FIELDS[key]
+        if type(value) not in (int, float) or not low <= value <= high:
+            raise ManifestFieldError(f"generation.{key}", f"must be a number from {low:g} to {high:g}")
     costs = check_dict(raw.get("costs", {}), "costs", 16)
     if unknown := sorted(costs.keys() - {f.name for f in fields(WeightCosts)}):
         raise ManifestFieldError(f"costs.{unknown[0]}", "is not a cost field")
@@ -346,18 +355,32 @@ def load_manifest(folder: Path, verify: bool = True) -> Manifest:
     return manifest
 
 
+def manifest_fields(folder: Path) -> dict[str, Any] | None:
+    """The fields of `folder`'s manifest.json as written, unchecked (None: it has none): a peek at one
+    field before a manifest is loaded and checked (`load_manifest`), or of a folder that may not be an
+    artifact. A file that is not a JSON object of a sane size raises DamagedArtifactError."""
+    path = Path(folder) / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise DamagedArtifactError(path.parent, f"{path} is {path.stat().st_size} bytes, too large for a manifest")
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise DamagedArtifactError(path.parent, f"{path} is not a valid manifest ({e})") from None
+    if not isinstance(raw, dict):
+        raise DamagedArtifactError(path.parent, f"{path} is not a valid manifest (a JSON {_kind(raw)}, not an object)")
+    return raw
+
+
 def parse_manifest(path: Path) -> Manifest:
     def damaged(problem: str, why: str = "") -> DamagedArtifactError:
         return DamagedArtifactError(path.parent, problem, why)
 
-    try:
-        if path.stat().st_size > MAX_MANIFEST_BYTES:
-            raise damaged(f"{path} is {path.stat().st_size} bytes, too large for a manifest")
-        raw = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise damaged(f"{path} is not a valid manifest ({e})") from None
-    if not isinstance(raw, dict):
-        raise damaged(f"{path} is not a valid manifest (a JSON {_kind(raw)}, not an object)")
+    if not path.is_file():
+        raise damaged(f"{path} is not a valid manifest (there is no such file)")
+    raw = manifest_fields(path.parent)
+    assert raw is not None
     if raw.get("schema_version") != SCHEMA_VERSION or type(raw.get("schema_version")) is not int:
         raise damaged(f"{path} has schema version {raw.get('schema_version')!r}, this specedge reads "
                       f"{SCHEMA_VERSION}", "it was written by another version of specedge")

@@ -12,7 +12,7 @@ from tqdm import tqdm
 class Progress:
     """A bar of `total` units; unit "B" counts bytes, shown in kB, MB, GB."""
 
-    def __init__(self, total: int, desc: str, unit: str = "B") -> None:
+    def __init__(self, total: int | None, desc: str, unit: str = "B") -> None:
         self.bar = tqdm(total=total, desc=f"specedge: {desc}", unit=unit, unit_scale=unit == "B",
                         unit_divisor=1000, file=sys.stderr, leave=False, dynamic_ncols=True,
                         disable=not sys.stderr.isatty())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import resource
@@ -173,6 +174,7 @@ def write_artifact(source: SourceModel, settings: ExportSettings, folder: Path) 
         bos_token_id=source.bos_token_id,
         eos_token_ids=source.eos_token_ids,
         chat_template=source.chat_template,
+        generation=dict(source.generation),
         context=settings.context,
         widths=tuple(sorted(set(settings.widths))),
         quantization=Quantization(
@@ -325,7 +327,7 @@ def export_model(src: Path, out: Path, settings: ExportSettings | None = None, o
 def _export_locked(src: Path, out: Path, settings: ExportSettings, expected_sha256: str | None,
                    summary: SourceSummary) -> ExportResult:
     start = time.perf_counter()
-    remove_scratch(out.parent, f".{out.name}{PARTIAL_MARK}*")  # left by killed exports
+    remove_scratch(out.parent, f".{glob.escape(out.name)}{PARTIAL_MARK}*")  # left by killed exports
     source = load_source(src, expected_sha256, checked=summary)
     if settings.head_vocab >= source.config.vocab_size:
         raise SpecEdgeError(f"--head-vocab {settings.head_vocab} is not below the model's vocabulary of "

@@ -18,7 +18,7 @@ token-identical to plain decoding. Grouped-query heads attend through a reshape
 [1,heads,S,d] -> [1,kv_heads,group*S,d], never by repeating the cache.
 
 With attention="fused" (CPU only: drafts, and int4 targets on MatMulNBits that verify in whole
-groups of rows, runtime/row_groups.py; an int4 target on specedge's own kernel keeps exact
+groups of rows, runtime/engine/row_groups.py; an int4 target on specedge's own kernel keeps exact
 attention, row-exact at any width) attention is ONNX Runtime's GroupQueryAttention over a KV
 buffer it updates in place, and residual adds fuse into the norms: fewer nodes and no copy of the
 cache per pass, but ORT computes a lone row by another kernel path than rows in pairs, so its
@@ -158,7 +158,7 @@ class DecoderBuilder:
 
     def integer_weight(self, name: str, weight: np.ndarray) -> tuple[str, str]:
         """(weight, its zero point) for MatMulInteger, from int8 codes [K, N]: int8 as they are where the
-        CPU multiplies u8 x s8 exactly (runtime/kernel_probe.py: VNNI, AMX, ARM dot products), else
+        CPU multiplies u8 x s8 exactly (runtime/engine/kernel_probe.py: VNNI, AMX, ARM dot products), else
         shifted to uint8 with zero point 128 - x86 without VNNI sums pairs of u8 x s8 products in
         saturating int16 (measured on an AVX2 AMD EPYC: int32 sums off by up to 99,037); u8 x u8 is
         exact everywhere. The same bits either way: (w + 128) - 128 = w."""
@@ -503,7 +503,7 @@ class DecoderBuilder:
 
     def attention_rows(self, i: int, x: str, rope: tuple[str, str], position_ids: str) -> str:
         """The native attention: rope, the cache write and causal attention in one op over the
-        packed q/k/v (runtime/kv_cache.py keeps its float16 cache, keys in blocks of 16 slots), each
+        packed q/k/v (runtime/engine/kv_cache.py keeps its float16 cache, keys in blocks of 16 slots), each
         row over the cache of its stream."""
         cfg = self.cfg
         p = f"model.layers.{i}.self_attn"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specedge.core.contract import GENERATION_FIELDS
 from specedge.core.errors import SpecEdgeError
 from specedge.export.source_check import SafetensorsEntry, safetensors_entries
 from specedge.export.source_config import DecoderConfig
@@ -52,6 +53,30 @@ def config_values(folder: Path) -> dict[str, object]:
         if isinstance(generation, dict) and "eos_token_id" in generation:
             values["eos_token_id"] = generation["eos_token_id"]
     return values
+
+
+def generation_defaults(folder: Path) -> dict[str, float]:
+    """The sampling defaults of the folder's generation_config.json ({} without one)."""
+    path = folder / "generation_config.json"
+    try:
+        generation = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return {}  # config_values has refused it already
+    return sampling_defaults(generation) if isinstance(generation, dict) else {}
+
+
+def sampling_defaults(generation: dict[str, object]) -> dict[str, float]:
+    """The sampling fields of a generation_config.json (those of GENERATION_FIELDS, each a number in
+    its range; the others are left out), where it samples (do_sample): its greedy default is no
+    sampling default to give a server's requests."""
+    if generation.get("do_sample") is False:
+        return {}
+    out = {}
+    for key, (low, high) in GENERATION_FIELDS.items():
+        value = generation.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high:
+            out[key] = float(value)
+    return out
 
 
 def tensor_index(folder: Path) -> dict[str, SafetensorsEntry]:

@@ -44,8 +44,8 @@ def calibration_feeds(graph: Path, token_lists: list[list[int]], layers: int, kv
     earlier chunks built, so calibration sees attention over a real context."""
     import onnxruntime as ort
 
-    from specedge.runtime.kv_cache import KVCache
-    from specedge.runtime.model import attention_bias
+    from specedge.runtime.engine.kv_cache import KVCache
+    from specedge.runtime.engine.model import attention_bias
 
     session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
     names = ["logits"] + [f"new_{kind}.{i}" for i in range(layers) for kind in ("key", "value")]

@@ -16,7 +16,6 @@ writes the EP context models into the artifact's `qnn_ctx/soc<N>/`:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specedge.core.errors import SpecEdgeError
+from specedge.core.manifest import manifest_fields
 from specedge.runtime import qnn
 
 MODES = ("shared", "per-width", "both")
@@ -49,7 +49,7 @@ class CompiledContexts:
 
 
 def artifact_graphs(folder: Path) -> dict[int, Path]:
-    manifest = json.loads((Path(folder) / "manifest.json").read_text())
+    manifest = manifest_fields(Path(folder)) or {}
     if manifest.get("target") != "qnn" or not manifest.get("graphs"):
         raise SpecEdgeError(f"{folder} is not a QNN export", "export it with `specedge export --for qnn`")
     return {int(w): Path(folder) / name for w, name in sorted(manifest["graphs"].items(), key=lambda kv: int(kv[0]))}
@@ -59,7 +59,7 @@ def compile_contexts(folder: Path, soc: str | None = None, shared: bool = True,
                      threads: int | None = None) -> CompiledContexts:
     """Compile every width's graph of the QNN artifact `folder` for `soc` (see the module doc)."""
     from specedge.export.artifact import peak_rss_bytes
-    from specedge.runtime.session import ProviderSetup, check_provider, make_qnn_session, session_options
+    from specedge.runtime.engine.session import ProviderSetup, check_provider, make_qnn_session, session_options
 
     check_provider("qnn")
     folder = Path(folder)

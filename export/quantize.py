@@ -10,7 +10,7 @@ kernel quantizes activations to int8 per block of a row; at block 32 a MatMulNBi
 row-exact as built (`Manifest.rows_exact`: every row of a wide pass computed as the same row of a
 1-token pass), above block 32 it is not (specedge's own int4 kernel, `kernel="rows"`, is at any
 block). Whether this CPU keeps it, and in which groups of rows a target
-verifies if not, runtime/row_groups.py probes at load (measured: see docs/design.md).
+verifies if not, runtime/engine/row_groups.py probes at load (measured: see docs/design.md).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ same way (`recover`).
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import stat
 import sys
@@ -120,7 +121,7 @@ def settle_entry(src: Path, dst: Path) -> None:
 def recover(out: Path) -> None:
     """Settle what a replacement killed half-way left beside `out` (call it holding out's lock):
     an old folder whose new one never arrived is put back; one that was being emptied is settled."""
-    for old in sorted(out.parent.glob(f".{out.name}{OLD_MARK}*")):
+    for old in sorted(out.parent.glob(f".{glob.escape(out.name)}{OLD_MARK}*")):
         if not old.is_dir() or old.is_symlink():
             continue
         if not os.path.lexists(out):

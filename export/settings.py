@@ -29,7 +29,7 @@ def int8_weights_here(quant: str, target: str = "cpu") -> bool:
     AMX, ARM dot products: faster than u8 x u8, and flat in rows); uint8 elsewhere."""
     if quant != "w8a8" or target != "cpu":
         return False
-    from specedge.runtime.kernel_probe import u8s8_exact  # onnxruntime: only when a w8a8 export is made
+    from specedge.runtime.engine.kernel_probe import u8s8_exact  # onnxruntime: only when a w8a8 export is made
 
     return u8s8_exact()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,7 @@ class SourceModel:
     kind: str  # "gguf" or "hf"
     path: Path
     sha256: str
+    generation: dict[str, float] = field(default_factory=dict)  # the source's own sampling defaults
 
 
 def describe_source(src: Path) -> tuple[str, Path, str | None]:
@@ -196,6 +197,7 @@ def load_source(src: Path, expected_sha256: str | None = None,
         kind=kind,
         path=Path(src).resolve(),
         sha256=digest,
+        generation=opened.generation,
     )
 
 
@@ -209,6 +211,7 @@ class _Opened:
     tokenizer: SourceTokenizer
     names: list[str]
     load: Callable[[str], np.ndarray]
+    generation: dict[str, float] = field(default_factory=dict)  # generation_config.json's sampling defaults
 
 
 def _open_gguf(path: Path) -> _Opened:
@@ -269,4 +272,4 @@ def _open_hf(folder: Path) -> _Opened:
     check_tensor_table(shapes, table, folder)
     hf_source.check_dtypes(index, [table[n][0] for n in shapes if n in table])
     tokenizer = hf_tokenizer(folder)
-    return _Opened(config, fields, shapes, tokenizer, names, load)
+    return _Opened(config, fields, shapes, tokenizer, names, load, hf_source.generation_defaults(folder))

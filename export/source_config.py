@@ -297,8 +297,8 @@ def check_template(template: str | None, where: Path) -> None:
 
 def check_tokenizer_fits(tok: Tokenizer, ids: Mapping[str, tuple[int, ...]], vocab: int, where: Path) -> None:
     """The tokenizer's ids within the vocabulary the graph scores, and each special id one of its
-    tokens (what the runtime checks when it loads the artifact, runtime/text_checks.py)."""
-    from specedge.runtime.text_checks import vocabulary_size
+    tokens (what the runtime checks when it loads the artifact, runtime/text/checks.py)."""
+    from specedge.runtime.text.checks import vocabulary_size
 
     if (size := vocabulary_size(tok)) > vocab:
         raise SpecEdgeError(f"{where}: its tokenizer has {size} tokens, more than the model's vocabulary of {vocab}",

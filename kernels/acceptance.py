@@ -112,7 +112,7 @@ def correct(p: Law, q: Law | None, drafted: int, rng: np.random.Generator) -> in
     head, envelope = float(rest.sum()), outside(p, ids)
     if head + envelope <= 0.0:
         return draw_law(p, rng)
-    while True:
+    for _ in range(MAX_TAIL_TRIES):
         u = rng.random() * (head + envelope)
         if u < head:
             return pick(ids, rest, u)
@@ -120,6 +120,23 @@ def correct(p: Law, q: Law | None, drafted: int, rng: np.random.Generator) -> in
         p_token, q_token = p.prob(token), q.prob(token) if q is not None else 0.0
         if rng.random() * p_token < p_token - q_token:
             return token
+    return draw_dense_residual(p, q, drafted, rng)
+
+
+MAX_TAIL_TRIES = 32  # tail draws before `correct` reads both rows whole (where q covers most of p's tail)
+
+
+def draw_dense_residual(p: Law, q: Law | None, drafted: int, rng: np.random.Generator) -> int:
+    """One id from max(0, p - q) over the whole row (p without `drafted` where q is None), or from p
+    where that is zero: exact, and the bound on `correct`'s loop (each attempt it gave up was an
+    independent draw, so starting over keeps the law)."""
+    dense = p.dense()
+    if q is None:
+        dense[drafted] = 0.0
+    else:
+        q_dense = q.dense(len(dense))
+        dense = np.maximum(dense - q_dense, 0.0)
+    return draw(dense, rng) if dense.sum() > 0.0 else draw_law(p, rng)
 
 
 def pick(ids: np.ndarray, weights: np.ndarray, u: float) -> int:

@@ -156,8 +156,15 @@ def law(logits: np.ndarray, params: SamplingParams) -> Law:
 
 def top_k(z: np.ndarray, top: float, k: int) -> np.ndarray:
     """The ids of the k largest logits, ties at the edge kept (ascending): the k-th largest found
-    among the logits within a span of the largest, widened until it holds k of them."""
-    span, lowest = 8.0, float(z.min())
+    among the logits within a span of the largest, widened until it holds k of them. A row a grammar
+    masks (-inf) with fewer than k ids left keeps those ids."""
+    lowest = float(z.min())
+    if lowest == -math.inf:
+        allowed = np.flatnonzero(z > -np.inf)
+        if len(allowed) <= k:
+            return allowed
+        lowest = float(z[allowed].min())
+    span = 8.0
     while True:
         edge = top - span
         near = np.flatnonzero(z >= z.dtype.type(edge)) if edge > lowest else np.arange(len(z))
@@ -184,9 +191,9 @@ def nucleus(z: np.ndarray, top: float, params: SamplingParams) -> Law:
     t = params.temperature
     total = None
     if params.top_p < 1.0:
+        # in float64, as `probabilities` sums: a float32 sum's error moves the cut of a flat row by an id or two
         with np.errstate(over="ignore", under="ignore"):
-            total = float(np.sum(np.exp((z - np.float32(top)) * np.float32(1.0 / t), dtype=np.float32),
-                                 dtype=np.float64))
+            total = float(np.exp((z.astype(np.float64) - top) / t).sum())
     # min-p keeps ids weighing >= min_p: a span a little wider than -log(min_p) holds them all
     span = HEAD_SPAN if params.min_p == 0.0 else -math.log(params.min_p) + 0.01
     while True:

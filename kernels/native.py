@@ -24,8 +24,8 @@ LIBRARY_ENV = "SPECEDGE_KERNEL_LIBRARY"  # a library built elsewhere (tests: a s
 STEM = "_specedge_ops"
 ORT_FLOOR = (1, 21)  # the C API the op registers against (ort_op.cc)
 ORT_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-directml", "onnxruntime-gpu", "onnxruntime-openvino")
-HOW_TO_BUILD = ("reinstall specedge with a C++17 compiler (g++ or clang++) present: "
-                "pip install --force-reinstall --no-deps -e .")
+HOW_TO_BUILD = ("reinstall specedge from source with a C++17 compiler (g++ or clang++) present: in its checkout, "
+                "pip install --force-reinstall --no-deps . (-e . for an editable install)")
 
 
 def library_path() -> Path | None:

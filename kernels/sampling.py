@@ -21,6 +21,7 @@ import numpy as np
 
 from specedge.core.errors import SpecEdgeError
 from specedge.kernels.noise import TOKEN_NOISE, KeyedNoise
+from specedge.kernels.penalties import NONE, Penalties
 
 
 def is_count(value: object) -> bool:
@@ -40,12 +41,15 @@ def check_seed(seed: object) -> None:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How the next token is chosen. temperature == 0 means greedy (argmax)."""
+    """How the next token is chosen. temperature == 0 means greedy (argmax). `penalties`: the
+    logit_bias and penalties applied to a row before the rest (kernels/penalties.py), from the
+    tokens before it; `probabilities` takes a row they were applied to."""
 
     temperature: float = 0.0
     top_k: int = 0  # 0: no top-k cut
     top_p: float = 1.0  # 1.0: no nucleus cut
     min_p: float = 0.0  # 0.0: no cut; else tokens below min_p x the likeliest token's probability are dropped
+    penalties: Penalties = NONE
 
     def __post_init__(self) -> None:
         t, k, p, m = self.temperature, self.top_k, self.top_p, self.min_p
@@ -61,6 +65,9 @@ class SamplingParams:
         if not (is_real(m) and 0.0 <= m <= 1.0):
             raise SpecEdgeError(f"min_p must be in [0, 1] (0 keeps every token), got {m!r}",
                                 "pass --min-p 0 or a fraction such as 0.05")
+        if not isinstance(self.penalties, Penalties):
+            raise SpecEdgeError(f"penalties must be a Penalties, got {type(self.penalties).__name__}",
+                                "pass penalties=Penalties(presence=..., frequency=..., repetition=..., bias=...)")
 
     @property
     def greedy(self) -> bool:

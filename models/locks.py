@@ -22,14 +22,14 @@ from specedge.core.errors import SpecEdgeError
 if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
     import msvcrt
 
-    def _try_lock(fd: int) -> bool:
+    def _try_lock(fd: int, shared: bool = False) -> bool:
         try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # no shared locks there: readers take turns
             return True
         except OSError:
             return False
 
-    def _wait_lock(fd: int) -> None:
+    def _wait_lock(fd: int, shared: bool = False) -> None:
         while not _try_lock(fd):
             import time
 
@@ -37,15 +37,15 @@ if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
 else:
     import fcntl
 
-    def _try_lock(fd: int) -> bool:
+    def _try_lock(fd: int, shared: bool = False) -> bool:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
             return False
 
-    def _wait_lock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    def _wait_lock(fd: int, shared: bool = False) -> None:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
 
 
 def lock_path(target: Path) -> Path:
@@ -73,23 +73,38 @@ def exclusive(target: Path, what: str, wait: bool = True) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _acquire(path: Path, target: Path, what: str, wait: bool) -> int:
+@contextlib.contextmanager
+def reading(target: Path, what: str) -> Iterator[None]:
+    """Hold `target`'s lock shared for the block (many readers at once, no writer): an export reading
+    a fetched file, so that `specedge rm --weights` waits for it instead of removing it under it."""
+    if not os.access(target.parent, os.W_OK):  # a read-only cache: no writer can remove the file either
+        yield
+        return
+    path = lock_path(target)
+    fd = _acquire(path, target, what, wait=True, shared=True)
+    try:
+        yield
+    finally:
+        os.close(fd)  # the file stays: other readers may hold it; the next writer removes it
+
+
+def _acquire(path: Path, target: Path, what: str, wait: bool, shared: bool = False) -> int:
     """A descriptor holding the lock of the file now at `path` (a holder removes that file as it
     releases it: a lock taken on a removed file is let go and the new file locked instead)."""
     said = False
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if not _try_lock(fd):
+            if not _try_lock(fd, shared):
                 holder = _read_holder(fd)
                 if not wait:
-                    raise SpecEdgeError(f"another specedge process{holder} is already writing {target}",
+                    raise SpecEdgeError(f"another specedge process{holder} is already writing or reading {target}",
                                         f"wait for it to finish, or choose another destination than {target}")
                 if not said:
                     print(f"specedge: another process{holder} is {what} {target.name}; waiting for it",
                           file=sys.stderr)
                     said = True
-                _wait_lock(fd)
+                _wait_lock(fd, shared)
             if _still_linked(fd, path):
                 return fd
         except BaseException:

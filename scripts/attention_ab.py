@@ -4,7 +4,7 @@ drafting (draft + n-gram, γ auto). Prints per prompt kind the median tokens/s o
 ratio, whether each export's speculative tokens equal its plain ones, and how often A's and B's
 tokens agree (they may differ where B keeps its cache in float16). With --mapped A (or B), that
 way's models leave their weights in ONNX Runtime's map of the data file (SPECEDGE_MAPPED_WEIGHTS=1
-while they load, runtime/weight_pages.py): the same export twice then compares the two.
+while they load, runtime/engine/weight_pages.py): the same export twice then compares the two.
 
     python scripts/attention_ab.py --a TARGET_A DRAFT_A --b TARGET_B DRAFT_B [--mapped A|B] [--prompts FILE]
         [--tokens N]
@@ -20,13 +20,13 @@ from collections import defaultdict
 from pathlib import Path
 
 from specedge.runtime import Generator, SpecConfig
-from specedge.runtime.weight_pages import OPT_OUT_ENV
+from specedge.runtime.engine.weight_pages import OPT_OUT_ENV
 
 
 def load(target: Path, draft: Path, mapped: bool = False) -> tuple[Generator, Generator]:
     os.environ[OPT_OUT_ENV] = "1" if mapped else "0"  # read as each model loads
     plain = Generator.load(target, config=SpecConfig(gamma=0), single_steps=True)
-    spec = Generator.load(target, draft=draft, ngram=True, config=SpecConfig(gamma=4, auto_gamma=True))
+    spec = Generator.load(target, draft=draft, ngram=True, config=SpecConfig.auto())
     return plain, spec
 
 

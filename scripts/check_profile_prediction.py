@@ -13,7 +13,7 @@ from specedge.defaults import pair_artifacts
 from specedge.device_profiles.predict import expected_tokens
 from specedge.profiling import PROMPTS, measure_device, pass_model, predict_pair
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.drafters import DraftModelDrafter
+from specedge.runtime.round.drafters import DraftModelDrafter
 
 
 def main() -> None:

@@ -117,7 +117,7 @@ def session(path: Path, config: dict[str, str], threads: int) -> ort.InferenceSe
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     opts.intra_op_num_threads = threads
-    # as the runtime's sessions (runtime/session.py): threads spin within a pass and stop when it returns,
+    # as the runtime's sessions (runtime/engine/session.py): threads spin within a pass and stop when it returns,
     # so one format's idle pool does not spin against the next format's pass
     opts.add_session_config_entry("session.force_spinning_stop", "1")
     for key, value in config.items():

@@ -23,7 +23,7 @@ import numpy as np
 from specedge.device_profiles.cpu import cpu_info
 from specedge.resolve import resolve_model
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.kv_cache import KVCache
+from specedge.runtime.engine.kv_cache import KVCache
 
 BEFORE, AFTER = 256, 64  # buckets: with 256 grown_slots grows as specedge did before (below 4096 slots)
 

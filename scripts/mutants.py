@@ -61,13 +61,13 @@ EXPLAINED = ROOT / "scripts" / "mutants_explained.toml"
 
 # the round; the acceptance rules and sampling; the doors; the template path; the exporter's per-family code
 MODULES = [
-    "runtime/decoding.py", "runtime/drafters.py", "runtime/gamma.py",
+    "runtime/round/decoding.py", "runtime/round/drafters.py", "runtime/round/gamma.py",
     "kernels/acceptance.py", "kernels/sampling.py", "kernels/laws.py", "kernels/noise.py",
     "specedge/api.py", "specedge/chat.py", "specedge/serve/app.py", "specedge/serve/protocol.py",
     "specedge/serve/responses.py", "specedge/serve/structured.py",
-    "runtime/text.py", "runtime/tools.py", "runtime/reasoning.py",
-    "runtime/template/bounds.py", "runtime/template/functions.py", "runtime/template/options.py",
-    "runtime/template/sandbox.py",
+    "runtime/text/codec.py", "runtime/text/tools.py", "runtime/text/reasoning.py",
+    "runtime/text/template/bounds.py", "runtime/text/template/functions.py", "runtime/text/template/options.py",
+    "runtime/text/template/sandbox.py",
     "export/source_config.py", "export/gguf_source.py", "export/hf_source.py", "export/decoder_graph.py",
 ]
 SUBPACKAGES = ("core", "export", "runtime", "kernels", "models", "device_profiles")  # pyproject's package-dir

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from specedge.device_profiles.cpu import cpu_info
 from specedge.options import artifact_arg
 from specedge.runtime import OnnxModel
-from specedge.runtime.row_groups import probe_rows
-from specedge.runtime.rows import ONE_ROW, RowPolicy
+from specedge.runtime.engine.row_groups import probe_rows
+from specedge.runtime.engine.rows import ONE_ROW, RowPolicy
 
 CONTEXT = 512
 

@@ -1,9 +1,11 @@
 """Memory over a long run of mixed requests against `specedge serve --parallel`: a server's resident
 memory (RSS) every --every requests while --clients clients send --requests requests at once -
 chats and completions of 16 to 256 tokens, streamed or whole, greedy or sampled, some with
-log-probabilities, some under a JSON schema, some abandoned after their first piece.
+log-probabilities, some under a JSON schema, some abandoned after their first piece. It passes when
+the memory stays flat (RSS at the last sample within --flat of the first sample after the warm-up,
+request --every) and within the bound the server's start line states ("at most N MB").
 
-    .venv/bin/python scripts/parallel_soak.py --requests 120 --clients 4      # the default pair
+    .venv/bin/python scripts/parallel_soak.py --requests 120 --clients 4 --parallel 4   # the default pair
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
@@ -32,9 +36,10 @@ def free_port() -> int:
 
 
 def rss_mb(pid: int) -> float:
+    """The process's resident memory in MB (10^6 bytes, as the start line counts)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+            return int(line.split()[1]) * 1024 / 1e6
     return 0.0
 
 
@@ -62,18 +67,36 @@ def one_request(url: str, prompt: str, rng: random.Random) -> None:
                     return  # gone after the first piece
 
 
+def drain(lines: Iterable[str]) -> None:
+    for _ in lines:  # the request log: read so that the server never blocks on a full pipe
+        pass
+
+
+def read_bound(server: subprocess.Popen[str]) -> float:
+    """The start line's "at most N MB" (the lines before it are shown), the rest of the log drained."""
+    assert server.stderr is not None
+    for line in server.stderr:
+        print(line.rstrip(), file=sys.stderr)
+        if found := re.search(r"at most (\d+) MB", line):
+            threading.Thread(target=drain, args=(server.stderr,), daemon=True).start()
+            return float(found.group(1))
+    sys.exit("the server stopped before its start line")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--requests", type=int, default=120)
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--every", type=int, default=20)
     p.add_argument("--parallel", default="auto")
+    p.add_argument("--flat", type=float, default=0.05, help="the growth allowed after the warm-up (0.05: 5%%)")
     args = p.parse_args()
     prompts = [json.loads(line)["prompt"] for line in (ROOT / "bench" / "prompts.jsonl").read_text().splitlines()]
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "specedge", "serve", "--port", str(port), "--model-name", "soak",
                                "--parallel", args.parallel, "--queue", "32"], stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
+    bound = read_bound(server)
     while True:
         try:
             if httpx.get(f"{url}/health", timeout=2).status_code == 200:
@@ -97,6 +120,7 @@ def main() -> int:
             one_request(url, rng.choice(prompts), rng)
             if n % args.every == 0:
                 samples.append((n, rss_mb(server.pid)))
+                print(f"  request {n}: server RSS {samples[-1][1]:.0f} MB", flush=True)
 
     start = time.perf_counter()
     try:
@@ -112,7 +136,12 @@ def main() -> int:
     print(f"{args.requests} mixed requests from {args.clients} clients in {time.perf_counter() - start:.0f} s; "
           f"served {health['served']}, slots {health['slots']}")
     print("requests -> server RSS (MB): " + ", ".join(f"{n}: {mb:.0f}" for n, mb in sorted(samples)))
-    return 0
+    warm, last = sorted(samples)[1][1], sorted(samples)[-1][1]
+    flat, under = last <= warm * (1 + args.flat), max(mb for _, mb in samples) <= bound
+    print(f"after the warm-up {last / warm - 1:+.1%} (allowed {args.flat:+.0%}): {'flat' if flat else 'GROWS'}; "
+          f"peak {max(mb for _, mb in samples):.0f} MB of the {bound:.0f} MB the start line states: "
+          f"{'within' if under else 'BEYOND'}")
+    return 0 if flat and under else 1
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import numpy as np
 
 from specedge.core.manifest import load_manifest
 from specedge.runtime import OnnxModel, qnn
-from specedge.runtime.text import TextCodec
+from specedge.runtime.text.codec import TextCodec
 
 TEXTS = [  # code, prose, a chat turn: kinds of text the pair serves
     "def binary_search(items, target):\n    lo, hi = 0, len(items) - 1\n    while lo <= hi:",

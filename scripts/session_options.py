@@ -4,7 +4,7 @@ on this CPU, 512 cached tokens, medians), against specedge's own options, run tw
 
     .venv/bin/python scripts/session_options.py [--target qwen2.5-coder-1.5b:int4]
 
-specedge's options (runtime/session.py): all graph optimizations, sequential execution, one
+specedge's options (runtime/engine/session.py): all graph optimizations, sequential execution, one
 intra-op thread per physical core, spinning stopped after each pass, denormals flushed to zero.
 """
 
@@ -19,8 +19,9 @@ from specedge.core.manifest import load_manifest
 from specedge.device_profiles.cpu import cpu_info
 from specedge.options import artifact_arg
 from specedge.profiling import time_widths
-from specedge.runtime import OnnxModel, session
-from specedge.runtime.row_groups import probe_rows
+from specedge.runtime import OnnxModel
+from specedge.runtime.engine import session
+from specedge.runtime.engine.row_groups import probe_rows
 
 Tweak = Callable[[ort.SessionOptions], None]
 

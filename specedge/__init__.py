@@ -27,11 +27,11 @@ __all__ = ["Grammar", "Model", "Reply", "SpecEdgeError", "ToolCall", "__version_
 if TYPE_CHECKING:
     from specedge.api import Model, Reply, load
     from specedge.core.errors import SpecEdgeError
-    from specedge.runtime.grammar import Grammar
-    from specedge.runtime.tools import ToolCall
+    from specedge.runtime.constraints.grammar import Grammar
+    from specedge.runtime.text.tools import ToolCall
 
 _HOMES = {"load": "specedge.api", "Model": "specedge.api", "Reply": "specedge.api",
-          "Grammar": "specedge.runtime.grammar", "ToolCall": "specedge.runtime.tools",
+          "Grammar": "specedge.runtime.constraints.grammar", "ToolCall": "specedge.runtime.text.tools",
           "SpecEdgeError": "specedge.core.errors"}
 
 

@@ -29,27 +29,41 @@ from typing import Any, Literal
 
 from specedge.core.contract import MANIFEST_NAME
 from specedge.core.errors import SpecEdgeError
-from specedge.kernels.sampling import SamplingParams
 from specedge.models.registry import HUB_PAIRS, MODELS, PAIRS, is_pair
 from specedge.options import is_source
-from specedge.runtime.decoding import SpecConfig
+from specedge.request import (
+    Defaults,
+    Request,
+    Shape,
+    config_fields,
+    encode,
+    finish_reason,
+    model_sampling,
+    read_reply,
+    shape,
+    tool_choice_name,
+)
+from specedge.runtime.constraints.grammar import Grammar
 from specedge.runtime.generator import GenerationResult, Generator, TextStream
-from specedge.runtime.grammar import Grammar
-from specedge.runtime.logprobs import TokenLogprob
-from specedge.runtime.reasoning import split_reasoning, thinks
-from specedge.runtime.stats import GenerationStats
-from specedge.runtime.streams import Streams, parallel_that_pays
-from specedge.runtime.tools import ToolCall, ToolMarkup, read_tool_calls, tool_call_grammar
+from specedge.runtime.round.decoding import SpecConfig
+from specedge.runtime.round.logprobs import TokenLogprob
+from specedge.runtime.round.stats import GenerationStats
+from specedge.runtime.streams.slots import Streams, parallel_that_pays
+from specedge.runtime.text.reasoning import thinks
+from specedge.runtime.text.tools import ToolCall, ToolMarkup
 
 Message = Mapping[str, Any]
 Prompt = str | Sequence[int]
 GrammarLike = Grammar | Mapping[str, Any] | None  # a Grammar, or a JSON schema
+Num = float | None  # a sampling keyword: None, the model's default as `load` says (greedy, or its own)
+Count = int | None
 
 
 @dataclass(frozen=True)
 class Reply:
-    """What one call decoded. finish_reason: "stop" (end of text or a stop string), "length"
-    (max_tokens), "tool_calls" (the reply is calls), or "context" (the context is full)."""
+    """What one call decoded. finish_reason, as the server says it: "stop" (end of text or a stop
+    string), "length" (max_tokens, or the context full: `stats.stop_reason` tells them apart), or
+    "tool_calls" (the reply ended after calling tools)."""
 
     text: str
     finish_reason: str
@@ -60,17 +74,16 @@ class Reply:
     reasoning: str | None = None  # chat with a thinking model: its <think> block (then not in `text`)
 
 
-FINISH = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length", "context": "context"}
-
-
 class Model:
     """A loaded model (with its drafter): `generate`, `stream` and `chat`. `generator` is the
-    runtime's Generator beneath, `decoding` says how it decodes and why."""
+    runtime's Generator beneath, `decoding` says how it decodes and why. Each call builds a
+    `Request` (specedge/request.py), decoded as the server and the chat decode theirs."""
 
-    def __init__(self, generator: Generator, name: str, decoding: str) -> None:
+    def __init__(self, generator: Generator, name: str, decoding: str, defaults: Defaults | None = None) -> None:
         self.generator = generator
         self.name = name
         self.decoding = decoding
+        self.defaults = defaults or Defaults()  # what a sampling keyword left out means: greedy, or the model's
         self._markup: ToolMarkup | None = None
         self._slots: Streams | None = None  # generate_many's, kept for the next call
         self._pays: int | None = None  # the slots this device's passes say pay (measured on first use)
@@ -78,73 +91,98 @@ class Model:
     def __repr__(self) -> str:
         return f"<specedge.Model {self.name}: {self.decoding}>"
 
-    def generate(self, prompt: Prompt, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
-                 top_k: int = 0, min_p: float = 0.0, seed: int | None = None, stop: Sequence[str] = (),
-                 grammar: GrammarLike = None, prediction: str | None = None, suffix: str | None = None,
-                 logprobs: int | None = None) -> Reply:
+    def generate(self, prompt: Prompt, *, max_tokens: int = 256, temperature: Num = None, top_p: Num = None,
+                 top_k: Count = None, min_p: Num = None, presence_penalty: Num = None, frequency_penalty: Num = None,
+                 repetition_penalty: Num = None, logit_bias: Mapping[int, float] | None = None,
+                 seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
+                 prediction: str | None = None, suffix: str | None = None, logprobs: int | None = None) -> Reply:
         """Continue `prompt` (text or token ids, no chat template); with `suffix`, fill in the
         middle between the prompt and the suffix (models with FIM tokens, such as Qwen2.5-Coder)."""
-        ids = self._prompt_ids(prompt, suffix)
-        stream = self._stream(ids, self._config(max_tokens, temperature, top_p, top_k, min_p, seed, stop, logprobs),
-                              as_grammar(grammar), prediction)
-        return finished(stream)
+        return self.answer(Request(prompt=as_prompt(prompt), suffix=suffix, max_tokens=max_tokens,
+                                   temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                                   presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                   repetition_penalty=repetition_penalty, logit_bias=logit_bias, seed=seed,
+                                   stop=as_stops(stop), logprobs=logprobs, grammar=as_grammar(grammar),
+                                   prediction=prediction))
 
     def generate_many(self, prompts: Sequence[Prompt], *, parallel: int | None = None, max_tokens: int = 256,
-                      temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
-                      seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
-                      logprobs: int | None = None) -> list[Reply]:
-        """Continue every prompt, several at once (each pass serves all of them: runtime/streams.py),
+                      temperature: Num = None, top_p: Num = None, top_k: Count = None, min_p: Num = None,
+                      presence_penalty: Num = None, frequency_penalty: Num = None, repetition_penalty: Num = None,
+                      logit_bias: Mapping[int, float] | None = None, seed: int | None = None, stop: Sequence[str] = (),
+                      grammar: GrammarLike = None, logprobs: int | None = None) -> list[Reply]:
+        """Continue every prompt, several at once (each pass serves all of them: runtime/streams/slots.py),
         each reply the one `generate` gives alone. parallel: how many at once (None: as many as this
         device's measured passes say pay, 1 where this model's passes cannot be shared; more than 1
         on such a model is refused in one line)."""
-        config = self._config(max_tokens, temperature, top_p, top_k, min_p, seed, stop, logprobs)
-        ids = [self._prompt_ids(p, None) for p in prompts]
-        streams = self._streams(parallel, len(ids))
+        asks = [Request(prompt=as_prompt(p), max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                        top_k=top_k, min_p=min_p, presence_penalty=presence_penalty,
+                        frequency_penalty=frequency_penalty, repetition_penalty=repetition_penalty,
+                        logit_bias=logit_bias, seed=seed, stop=as_stops(stop), logprobs=logprobs,
+                        grammar=as_grammar(grammar)) for p in prompts]
+        streams = self._streams(parallel, len(asks))
         if streams is None:
-            return [finished(self._stream(i, config, as_grammar(grammar), None)) for i in ids]
-        try:
-            return streams.map(lambda gen, i: finished(gen.stream(i, grammar=as_grammar(grammar), **config)), ids)
-        except BaseException:  # interrupted, or a failure: streams still decoding keep their slots
-            self._slots = None  # the next call makes fresh ones
-            raise
+            return [self.answer(ask) for ask in asks]
+        return streams.map(lambda gen, ask: self.answer(ask, gen), asks)  # interrupted: its slots stopped, clean
 
-    def stream(self, prompt: Prompt | Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0,
-               top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, seed: int | None = None,
-               stop: Sequence[str] = (), grammar: GrammarLike = None, prediction: str | None = None,
-               suffix: str | None = None, logprobs: int | None = None) -> TextStream:
+    def stream(self, prompt: Prompt | Sequence[Message], *, max_tokens: int = 256, temperature: Num = None,
+               top_p: Num = None, top_k: Count = None, min_p: Num = None, presence_penalty: Num = None,
+               frequency_penalty: Num = None, repetition_penalty: Num = None,
+               logit_bias: Mapping[int, float] | None = None, seed: int | None = None, stop: Sequence[str] = (),
+               grammar: GrammarLike = None, prediction: str | None = None, suffix: str | None = None,
+               logprobs: int | None = None) -> TextStream:
         """Text pieces as they are decoded, of a prompt (text or token ids) or of chat messages
         (through the model's chat template); `.result` holds the whole once iterated."""
-        ids = self._messages_ids(prompt) if is_messages(prompt) else self._prompt_ids(prompt, suffix)  # type: ignore[arg-type]
-        return self._stream(ids, self._config(max_tokens, temperature, top_p, top_k, min_p, seed, stop, logprobs),
-                            as_grammar(grammar), prediction)
+        messages = as_messages(prompt) if is_messages(prompt) else ()
+        ask = Request(messages=messages, prompt="" if messages else as_prompt(prompt), suffix=suffix,  # type: ignore[arg-type]
+                      max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                      presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                      repetition_penalty=repetition_penalty, logit_bias=logit_bias, seed=seed, stop=as_stops(stop),
+                      logprobs=logprobs, grammar=as_grammar(grammar), prediction=prediction)
+        return self.start(ask, self.generator)[0]
 
     def chat(self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None,
              tool_choice: str | Mapping[str, Any] = "auto", parallel_tool_calls: bool = True, max_tokens: int = 512,
-             temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0,
-             seed: int | None = None, stop: Sequence[str] = (), grammar: GrammarLike = None,
-             prediction: str | None = None, logprobs: int | None = None,
+             temperature: Num = None, top_p: Num = None, top_k: Count = None, min_p: Num = None,
+             presence_penalty: Num = None, frequency_penalty: Num = None, repetition_penalty: Num = None,
+             logit_bias: Mapping[int, float] | None = None, seed: int | None = None, stop: Sequence[str] = (),
+             grammar: GrammarLike = None, prediction: str | None = None, logprobs: int | None = None,
              chat_template_kwargs: Mapping[str, Any] | None = None) -> Reply:
         """The assistant's reply to OpenAI-style `messages`. With `tools` (OpenAI's tool objects),
         the model's calls come back in `tool_calls`: tool_choice "auto" (its choice; a `strict`
         tool's calls follow its schema), "required" or {"type": "function", "function": {"name":
         ...}} (a call, its arguments following the schema), "none" (no calls read).
         chat_template_kwargs: extra variables for the chat template in this call."""
-        ids = self._messages_ids(messages, tools, chat_template_kwargs)
-        calls_grammar, names = self._tool_grammar(tools or [], tool_choice, parallel_tool_calls)
-        if calls_grammar is not None and grammar is not None:
-            raise SpecEdgeError("a grammar cannot be combined with a tool_choice that requires a call",
-                                'drop the grammar, or pass tool_choice="auto"')
-        config = self._config(max_tokens, temperature, top_p, top_k, min_p, seed, stop, logprobs)
-        reply = finished(self._stream(ids, config, calls_grammar or as_grammar(grammar), prediction))
-        if thinks(self.generator.codec.template_source):
-            reasoning, answer = split_reasoning(reply.text)
-            reply = dataclasses.replace(reply, text=answer, reasoning=reasoning)
-        text, calls = read_tool_calls(reply.text, names) if names else (reply.text, [])
-        if calls:
-            return dataclasses.replace(reply, text=text, tool_calls=calls, finish_reason="tool_calls")
-        return reply
+        tool_names(tools or [])
+        return self.answer(Request(messages=as_messages(messages), tools=tuple(tools or ()),
+                                   tool_choice=tool_choice_name(tool_choice), parallel_tool_calls=parallel_tool_calls,
+                                   max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                                   min_p=min_p, presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+                                   repetition_penalty=repetition_penalty, logit_bias=logit_bias, seed=seed,
+                                   stop=as_stops(stop), logprobs=logprobs, grammar=as_grammar(grammar),
+                                   prediction=prediction, template_kwargs=chat_template_kwargs))
 
     # -- the pieces --------------------------------------------------------------------------
+    def answer(self, ask: Request, gen: Generator | None = None) -> Reply:
+        """Decode a request to the end (on `gen`: a slot of generate_many's, else the model's own)."""
+        stream, form = self.start(ask, gen or self.generator)
+        for _ in stream:
+            pass
+        result: GenerationResult | None = stream.result
+        assert result is not None
+        answer = read_reply(result.text, form)
+        return Reply(text=answer.text, finish_reason=finish_reason(result.stats.stop_reason, bool(answer.calls))
+                     or result.stats.stop_reason, tokens=result.token_ids, stats=result.stats,
+                     tool_calls=answer.calls, logprobs=result.logprobs, reasoning=answer.reasoning)
+
+    def start(self, ask: Request, gen: Generator) -> tuple[TextStream, Shape]:
+        """The request's stream on `gen`, and the shape of its output."""
+        if self._markup is None:
+            self._markup = ToolMarkup.of(self.generator.codec.tokenizer)
+        form = shape(ask, self._markup, thinks(self.generator.codec.template_source))
+        ids = encode(gen, ask, self.name)
+        fields = config_fields(ask, self.defaults)
+        return gen.stream(ids, prediction=ask.prediction, grammar=form.grammar, **fields), form
+
     def _streams(self, parallel: int | None, count: int) -> Streams | None:
         """Slots sharing passes for `count` prompts (made once, kept while `parallel` asks as many),
         or None: one at a time."""
@@ -157,53 +195,6 @@ class Model:
             self._slots = None  # its caches freed before the next are made
             self._slots = Streams(self.generator, slots)
         return self._slots
-
-    def _config(self, max_tokens: int, temperature: float, top_p: float, top_k: int, min_p: float,
-                seed: int | None, stop: Sequence[str], logprobs: int | None) -> dict[str, object]:
-        if isinstance(stop, str):
-            stop = (stop,)
-        return {"max_new_tokens": max_tokens, "sampling": SamplingParams(temperature=temperature, top_k=top_k,
-                                                                          top_p=top_p, min_p=min_p),
-                "seed": seed, "stop_strings": tuple(stop), "logprobs": logprobs}
-
-    def _stream(self, ids: list[int], overrides: dict[str, object], grammar: Grammar | None,
-                prediction: str | None) -> TextStream:
-        return self.generator.stream(ids, prediction=prediction, grammar=grammar, **overrides)
-
-    def _prompt_ids(self, prompt: Prompt, suffix: str | None) -> list[int]:
-        if suffix is None:
-            return self.generator.encode(prompt)
-        from specedge.runtime.fim import fim_prompt
-
-        return fim_prompt(self.generator.codec, prompt, suffix, self.name)
-
-    def _messages_ids(self, messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] | None = None,
-                      template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
-        if not is_messages(messages):
-            raise SpecEdgeError("chat takes a list of messages such as {'role': 'user', 'content': '...'}",
-                                "pass a list of dicts, or call generate() with a text prompt")
-        return self.generator.encode([dict(m) for m in messages], tools=list(tools) if tools else None,
-                                     template_kwargs=template_kwargs)
-
-    def _tool_grammar(self, tools: Sequence[Mapping[str, Any]], choice: str | Mapping[str, Any],
-                      parallel: bool) -> tuple[Grammar | None, frozenset[str]]:
-        """The grammar a tool_choice asks for (None: free text), and the names of the tools whose calls are read."""
-        if not tools:
-            return None, frozenset()
-        names = tool_names(tools)
-        if self._markup is None:
-            self._markup = ToolMarkup.of(self.generator.codec.tokenizer)
-        if choice == "none":
-            return None, frozenset()
-        if choice == "auto":
-            strict = any(t["function"].get("strict") is True for t in tools)
-            return (tool_call_grammar(tools, parallel, self._markup, lazy=True) if strict else None), names
-        name = choice if choice == "required" else (choice.get("function") or {}).get("name")  # type: ignore[union-attr]
-        chosen = [t for t in tools if name == "required" or t["function"]["name"] == name]
-        if not chosen:
-            raise SpecEdgeError(f"tool_choice {choice!r} names no tool of {sorted(names)}",
-                                'pass "auto", "none", "required" or {"type": "function", "function": {"name": ...}}')
-        return tool_call_grammar(chosen, parallel, self._markup), names
 
 
 def tool_names(tools: Sequence[Mapping[str, Any]]) -> frozenset[str]:
@@ -222,6 +213,27 @@ def is_messages(prompt: object) -> bool:
         all(isinstance(m, Mapping) for m in prompt)
 
 
+def as_messages(messages: object) -> tuple[Message, ...]:
+    if not is_messages(messages):
+        raise SpecEdgeError("chat takes a list of messages such as {'role': 'user', 'content': '...'}",
+                            "pass a list of dicts, or call generate() with a text prompt")
+    return tuple(dict(m) for m in messages)  # type: ignore[union-attr]
+
+
+def as_prompt(prompt: Prompt) -> str | tuple[int, ...]:
+    """A prompt as a request holds it: text, or token ids (checked against the vocabulary at encoding)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, (bytes, bytearray, Mapping)) or not isinstance(prompt, Sequence):
+        raise SpecEdgeError(f"a prompt is text or a list of token ids, not {type(prompt).__name__}",
+                            "pass a str or a list of ints")
+    return tuple(prompt)
+
+
+def as_stops(stop: str | Sequence[str]) -> tuple[str, ...]:
+    return (stop,) if isinstance(stop, str) else tuple(stop)
+
+
 def as_grammar(grammar: GrammarLike) -> Grammar | None:
     if grammar is None or isinstance(grammar, Grammar):
         return grammar
@@ -231,20 +243,11 @@ def as_grammar(grammar: GrammarLike) -> Grammar | None:
                         'pass {"type": "object", ...} or specedge.Grammar("regex", r"...")')
 
 
-def finished(stream: TextStream) -> Reply:
-    for _ in stream:
-        pass
-    result: GenerationResult | None = stream.result
-    assert result is not None
-    return Reply(text=result.text, finish_reason=FINISH.get(result.stats.stop_reason, result.stats.stop_reason),
-                 tokens=result.token_ids, stats=result.stats, logprobs=result.logprobs)
-
-
 # -- load -------------------------------------------------------------------------------------
 def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bool | None = None,
          gamma: int | Literal["auto"] | None = None, provider: str = "cpu", threads: int | None = None,
          chat_template: str | None = None, chat_template_kwargs: Mapping[str, Any] | None = None,
-         context: int | None = None) -> Model:
+         context: int | None = None, sampling_defaults: Literal["greedy", "model"] = "greedy") -> Model:
     """A model ready to decode. `name_or_path`: a registry pair ("qwen2.5-coder": its target with
     the decoding measured fastest here) or model ("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b:int4"),
     an artifact folder, a GGUF file or a Hugging Face checkpoint folder (exported into the cache
@@ -253,7 +256,10 @@ def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bo
     default). provider: "cpu", "dml" or "qnn"; threads: ONNX Runtime's threads per model.
     chat_template: a Jinja chat template's text to render chats with instead of the model's;
     chat_template_kwargs: extra variables for every render ({"enable_thinking": False}). context:
-    the tokens a registry model's or source's export holds (default 4096; one export per size)."""
+    the tokens a registry model's or source's export holds (default 4096; one export per size).
+    sampling_defaults: what a sampling keyword left out of a call means - "greedy" (greedy decoding)
+    or "model" (the model's own generation defaults: its generation_config.json, or the registry's
+    from its model card)."""
     name = str(name_or_path)
     if is_pair(name) and draft is None and ngram is None and gamma is None:
         from specedge.defaults import pair_decoding
@@ -272,14 +278,33 @@ def load(name_or_path: str | Path, *, draft: str | Path | None = None, ngram: bo
         use_ngram, single = bool(ngram), False
         line = "as the arguments say"
     speculate = draft_path is not None or use_ngram
-    config = SpecConfig(gamma=4 if gamma in (None, "auto") else int(gamma), auto_gamma=gamma in (None, "auto")) \
-        if speculate else SpecConfig(gamma=0)
+    if not speculate:
+        config = SpecConfig(gamma=0)
+    elif gamma is None or gamma == "auto":
+        config = SpecConfig.auto()
+    else:
+        config = SpecConfig(gamma=int(gamma))
     gen = Generator.load(target, draft=draft_path, ngram=use_ngram, provider=provider, threads=threads,
                          config=config, single_steps=single and not speculate)
     from specedge.options import finish_load
 
     finish_load(gen, context, chat_template, chat_template_kwargs)
-    return Model(gen, name.partition(":")[0] if name in MODELS or is_pair(name) else Path(name).name, line)
+    if sampling_defaults not in ("greedy", "model"):
+        raise SpecEdgeError(f"sampling_defaults must be 'greedy' or 'model', not {sampling_defaults!r}",
+                            'pass sampling_defaults="model" for the model\'s own generation defaults')
+    defaults = model_defaults(target) if sampling_defaults == "model" else Defaults()
+    return Model(gen, name.partition(":")[0] if name in MODELS or is_pair(name) else Path(name).name, line, defaults)
+
+
+def model_defaults(target: Path) -> Defaults:
+    """Greedy decoding's defaults under the model's own sampling defaults, field by field."""
+    from specedge.kernels.penalties import Penalties
+
+    m = model_sampling(target)
+    return Defaults(temperature=m.get("temperature", 0.0), top_p=m.get("top_p", 1.0), top_k=int(m.get("top_k", 0)),
+                    min_p=m.get("min_p", 0.0), penalties=Penalties(presence=m.get("presence_penalty", 0.0),
+                                                                   frequency=m.get("frequency_penalty", 0.0),
+                                                                   repetition=m.get("repetition_penalty", 1.0)))
 
 
 def artifact(name_or_path: str | Path, context: int | None = None) -> Path:

@@ -5,7 +5,7 @@ machine's speed hits all modes alike; the tables report medians and ratios to pl
 the same prompt, never a lone absolute time. With a baseline (another export of the target,
 e.g. the int4 one, whose 1-token step is faster), its plain decoding in 1-token steps runs too,
 and every mode is also compared with the faster of the two plain decodings: the speed a user
-would otherwise get. Where the baseline can verify losslessly (runtime/row_groups.py), its
+would otherwise get. Where the baseline can verify losslessly (runtime/engine/row_groups.py), its
 plain decoding in row groups ('baseline-rows') and speculation over it with the same draft
 ('baseline-draft-auto', 'baseline-hybrid', which must reproduce baseline-rows' tokens) run too.
 
@@ -32,11 +32,12 @@ from pathlib import Path
 
 from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import CpuInfo, cpu_info
+from specedge.kernels.penalties import Penalties
 from specedge.kernels.sampling import SamplingParams, is_count
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.drafters import Drafter, build_drafter
-from specedge.runtime.row_groups import probe_rows
-from specedge.runtime.rows import ONE_ROW, SINGLE_STEPS, RowPolicy
+from specedge.runtime.engine.row_groups import probe_rows
+from specedge.runtime.engine.rows import ONE_ROW, SINGLE_STEPS, RowPolicy
+from specedge.runtime.round.drafters import Drafter, build_drafter
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def modes(target: OnnxModel, draft: OnnxModel, gammas: Sequence[int], plain_targ
     """Plain decoding (by `plain_target`, the target's session that runs alone) first, then the
     draft model at each γ and at γ auto, n-gram and hybrid over `target`, all under `rows`."""
     model = build_drafter(draft, ngram=False)
-    auto = SpecConfig(gamma=4, auto_gamma=True)
+    auto = SpecConfig.auto()
     return [Job("plain", plain_target, None, SpecConfig(gamma=0), rows=rows),
             *(Job(f"draft-g{g}", target, model, SpecConfig(gamma=g), rows=rows) for g in gammas),
             Job("draft-auto", target, model, auto, rows=rows),
@@ -120,7 +121,7 @@ def baseline_jobs(folder: Path, draft: OnnxModel, only: Sequence[str] | None) ->
             "baseline-hybrid": build_drafter(draft, ngram=True)}
     for mode, drafter in spec.items():
         if only is None or mode in only:
-            jobs.append(Job(mode, baseline, drafter, SpecConfig(gamma=4, auto_gamma=True), reference="baseline-rows",
+            jobs.append(Job(mode, baseline, drafter, SpecConfig.auto(), reference="baseline-rows",
                             rows=rows))
     return jobs
 
@@ -137,7 +138,7 @@ def default_job(way, target_dir: Path, baseline_dir: Path | None, draft: OnnxMod
     model = OnnxModel(way.target)
     reference = "plain" if same_target else "baseline-rows" if same_baseline else "default"
     drafter = build_drafter(draft, ngram=way.ngram)
-    return Job("default", model, drafter, SpecConfig(gamma=4, auto_gamma=True), reference=reference,
+    return Job("default", model, drafter, SpecConfig.auto(), reference=reference,
                rows=probe_rows(model))
 
 
@@ -299,7 +300,7 @@ def decoding_label(meta: dict) -> str:
     sampling = meta.get("sampling")
     if not sampling or not sampling.get("temperature"):
         return "greedy"
-    return f"sampled at {setting_name(SamplingParams(**sampling))}, seed {meta.get('seed')}, {verified}"
+    return f"sampled at {meta['settings'][0]}, seed {meta.get('seed')}, {verified}"
 
 
 def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict, runs: Sequence[Run] = ()) -> str:
@@ -371,18 +372,24 @@ def plot(summary: dict, gammas: Sequence[int], path: Path) -> bool:
 
 
 def setting_name(params: SamplingParams) -> str:
-    """'greedy', or the temperature and each cut that is on: 'temperature 0.7, top_p 0.9'."""
+    """'greedy', or the temperature, each cut and each penalty that is on: 'temperature 0.7, top_p 0.9'."""
+    p = params.penalties
+    penalties = [f"{k} {v:g}" for k, v, off in (("repetition_penalty", p.repetition, 1.0),
+                                                ("presence_penalty", p.presence, 0.0),
+                                                ("frequency_penalty", p.frequency, 0.0)) if v != off]
+    penalties += ["logit_bias"] if p.bias else []
     if params.greedy:
-        return "greedy"
+        return ", ".join(["greedy", *penalties])
     cuts = [f"{k} {getattr(params, k):g}" for k, off in (("top_k", 0), ("top_p", 1.0), ("min_p", 0.0))
             if getattr(params, k) != off]
-    return ", ".join([f"temperature {params.temperature:g}", *cuts])
+    return ", ".join([f"temperature {params.temperature:g}", *cuts, *penalties])
 
 
-# the settings clients send (issue: sampling at greedy's speed): greedy; a temperature alone; with top-p;
-# Qwen2.5 instruct's own generation defaults (temperature 0.7, top_p 0.8, top_k 20); llama-server's min-p
+# the settings clients send: greedy; a temperature alone; with top-p; Qwen2.5 instruct's own generation
+# defaults (temperature 0.7, top_p 0.8, top_k 20, a repetition penalty of 1.05); llama-server's min-p
 SAMPLING_MATRIX = (SamplingParams(), SamplingParams(temperature=0.7), SamplingParams(temperature=0.7, top_p=0.9),
-                   SamplingParams(temperature=0.7, top_k=20, top_p=0.8), SamplingParams(temperature=0.7, min_p=0.05))
+                   SamplingParams(temperature=0.7, top_k=20, top_p=0.8, penalties=Penalties(repetition=1.05)),
+                   SamplingParams(temperature=0.7, min_p=0.05))
 
 
 def sampled(jobs: list[Job], sampling: SamplingParams, seed: int, rules: Sequence[str] = ("race", "rejection")

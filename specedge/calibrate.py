@@ -29,11 +29,11 @@ from specedge.core.contract import MAX_VERIFY_WIDTH
 from specedge.core.errors import SpecEdgeError
 from specedge.profiling import artifact_id, time_widths
 from specedge.runtime import OnnxModel
-from specedge.runtime.decoding import SpecConfig
-from specedge.runtime.drafters import build_drafter
+from specedge.runtime.engine.row_groups import probe_rows
+from specedge.runtime.engine.rows import SINGLE_STEPS, RowPolicy
 from specedge.runtime.generator import Generator
-from specedge.runtime.row_groups import probe_rows
-from specedge.runtime.rows import SINGLE_STEPS, RowPolicy
+from specedge.runtime.round.decoding import SpecConfig
+from specedge.runtime.round.drafters import build_drafter
 
 PRUNE_CONTEXT = 128  # cached tokens under the pruning timings: about a calibration text's
 TIMING_WIDTHS = (2, 4, 5, 8, 9)  # verification widths timed for pruning (γ 1 to 8), under the row policy
@@ -141,7 +141,7 @@ def speculative_generators(folder: Path, rows: RowPolicy, draft: OnnxModel,
     """Speculation over an export with each drafter ("draft", "hybrid"), γ auto, its rows run as
     its probe found when its passes were timed; the drafters share one target session."""
     target = OnnxModel(folder, verify=False)
-    return {d: Generator(target, build_drafter(draft, ngram=d == "hybrid"), SpecConfig(gamma=4, auto_gamma=True),
+    return {d: Generator(target, build_drafter(draft, ngram=d == "hybrid"), SpecConfig.auto(),
                          rows=rows) for d in drafters}
 
 
@@ -159,7 +159,7 @@ def interleaved_rates(folder: Path, rows: RowPolicy, draft: OnnxModel,
                       drafters: Sequence[str]) -> tuple[tuple[float, ...], dict[str, tuple[float, ...]]]:
     """Plain decoding and speculation over one export, text by text (`text_by_text`). Its sessions
     are open at once: the plain session's own, and one the drafters share; where the export's
-    weights are in process memory (runtime/weight_pages.py) the two sessions share one copy."""
+    weights are in process memory (runtime/engine/weight_pages.py) the two sessions share one copy."""
     return text_by_text(plain_generator(folder), speculative_generators(folder, rows, draft, drafters))
 
 

@@ -79,7 +79,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def grammar_arg(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The grammar --json-schema FILE, --json, --regex or --grammar FILE asks the output to follow."""
-    from specedge.runtime.grammar import Grammar
+    from specedge.runtime.constraints.grammar import Grammar
 
     if args.json_schema is not None:
         return Grammar("json_schema", read_text_arg(args.json_schema, "--json-schema"))
@@ -116,7 +116,7 @@ def prompt_arg(args: argparse.Namespace) -> str:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from specedge.chat import stats_line
-    from specedge.runtime.template.sandbox import ChatTemplateError
+    from specedge.runtime.text.template.sandbox import ChatTemplateError
 
     if args.suffix and args.chat:
         raise SpecEdgeError("--suffix fills in the middle of a raw prompt, not a chat", "drop --chat or --suffix")
@@ -131,15 +131,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
         target = artifact_arg(args.target, args.context)
         draft = None if args.no_draft or args.draft is None else artifact_arg(args.draft, args.context)
         ngram, no_draft = args.ngram and not args.no_draft, args.no_draft
-    config = build_config(args, no_draft=no_draft, stop=args.stop, ignore_eos=args.ignore_eos)
-    gen = load_generator(args, target, draft, ngram, config)
-    prompt: str | list[int] = text
-    if args.suffix:  # fill in the middle: the prompt before the gap, the suffix after it
-        from specedge.runtime.fim import fim_prompt
+    from specedge.request import model_sampling
 
-        prompt = fim_prompt(gen.codec, text, args.suffix, args.target or args.pair)
+    config = build_config(args, no_draft=no_draft, stop=args.stop, ignore_eos=args.ignore_eos,
+                          model=model_sampling(target))
+    gen = load_generator(args, target, draft, ngram, config)
+    from specedge.request import Defaults, Request, config_fields, encode, shape
+
+    # the prompt (a chat of one message, or raw text; with --suffix, the text before the gap) as a request
+    ask = Request(messages=({"role": "user", "content": text},) if args.chat else (), prompt=text,
+                  suffix=args.suffix or None, grammar=grammar_arg(args))
     try:
-        stream = gen.stream(prompt, chat=args.chat, grammar=grammar_arg(args))
+        form = shape(ask)
+        stream = gen.stream(encode(gen, ask, args.target or args.pair), grammar=form.grammar,
+                            **config_fields(ask, Defaults.of(gen.config)))
         for piece in stream:
             if not args.json:
                 print(piece, end="", flush=True)
@@ -170,6 +175,8 @@ def cmd_models(args: argparse.Namespace) -> int:
             state.append(f"last used {when(max(item.used for item in mine_exports))}")
         print(f"  {entry.name:<22} {entry.size / 1e9:5.2f} GB  {entry.description}")
         print(f"  {'':<22} {'; '.join(state) or 'not fetched'}; {entry.license}")
+        if entry.generation:  # the model card's sampling defaults: what the server gives a request setting none
+            print(f"  {'':<22} sampling defaults: " + ", ".join(f"{k} {v:g}" for k, v in entry.generation))
     print("pairs:")
     for pair in PAIRS.values():
         mark = " (default)" if pair.name == DEFAULT_PAIR else ""
@@ -201,10 +208,11 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from specedge.storage import cached_items, gigabytes, remove, used_by_default
+    from specedge.storage import cached_items, dead_scratch, gigabytes, remove, used_by_default
 
     used = used_by_default()
     unused = [item for item in cached_items() if item.kind == "export" and item.path.resolve() not in used]
+    unused += dead_scratch()
     if not unused:
         print("every cached export is one the default decoding uses")
         return 0
@@ -242,7 +250,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from specedge.chat import HELP, ChatSession, terminal_lines
 
     way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram, args.context)
-    config = build_config(args, no_draft=way.single_steps)
+    from specedge.request import model_sampling
+
+    config = build_config(args, no_draft=way.single_steps, model=model_sampling(way.target))
     gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
     session = ChatSession(gen, system=args.system, max_new_tokens=args.max_new_tokens,
                           show_draft=args.show_draft)
@@ -411,7 +421,8 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
                    help="drop tokens below this fraction of the likeliest one's probability when sampling (default 0)")
     p.add_argument("--sampling-matrix", action="store_true",
                    help="every mode under each setting clients send: greedy; temperature 0.7; with top_p 0.9; with "
-                        "top_p 0.8 and top_k 20; with min_p 0.05 (the sampling flags are then ignored)")
+                        "top_p 0.8, top_k 20 and repetition_penalty 1.05; with min_p 0.05 (the sampling flags are then "
+                        "ignored)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="the seed of every sampled run (default 0)")
     p.add_argument("--acceptance", choices=["race", "rejection"], default=None,
                    help="when sampling, run the speculative modes under this rule only (default: both)")

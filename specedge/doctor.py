@@ -10,8 +10,8 @@ from specedge.core.errors import SpecEdgeError
 from specedge.core.manifest import Manifest, load_manifest
 from specedge.models.paths import artifacts_dir
 from specedge.runtime import qnn
-from specedge.runtime.session import PROVIDERS, WHERE_TO_GET, available
-from specedge.runtime.weight_pages import describe as describe_weights
+from specedge.runtime.engine.session import PROVIDERS, WHERE_TO_GET, available
+from specedge.runtime.engine.weight_pages import describe as describe_weights
 
 
 def provider_lines() -> list[str]:

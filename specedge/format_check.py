@@ -85,7 +85,7 @@ def session(nodes, inits, name: str):  # type: ignore[no-untyped-def]
     from onnx import TensorProto, helper
 
     from specedge.kernels import native
-    from specedge.runtime.session import ProviderSetup, session_options
+    from specedge.runtime.engine.session import ProviderSetup, session_options
 
     graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", K])],
                               [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None) for i in range(COUNT)],

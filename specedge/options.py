@@ -11,18 +11,19 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specedge.core.contract import DEFAULT_GAMMA
 from specedge.core.errors import SpecEdgeError
 from specedge.hub import hub_artifact, is_hub_name
 from specedge.models.registry import DEFAULT_PAIR, MODELS
 
 if TYPE_CHECKING:
     from specedge.defaults import Decoding
-    from specedge.runtime.decoding import SpecConfig
     from specedge.runtime.generator import Generator
+    from specedge.runtime.round.decoding import SpecConfig
 
 
 # -- argument types ----------------------------------------------------------------------------
@@ -70,6 +71,27 @@ def fraction(text: str) -> float:
     return value
 
 
+def penalty_arg(text: str) -> float:
+    value = _number(text, float)
+    if not -2 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"expected a number from -2 to 2, got {text}")
+    return value
+
+
+def logit_bias_arg(text: str) -> dict[int, float]:
+    """ID=BIAS pairs, comma-separated: {id: bias}."""
+    out = {}
+    for part in text.split(","):
+        token, sep, bias = part.partition("=")
+        if not sep or not token.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"expected ID=BIAS pairs such as 151643=-100, got '{part}'")
+        value = _number(bias, float)
+        if not -100 <= value <= 100:
+            raise argparse.ArgumentTypeError(f"a bias is a number from -100 to 100, got {bias}")
+        out[int(token)] = value
+    return out
+
+
 def positive_int(text: str) -> int:
     value = nonnegative_int(text)
     if value == 0:
@@ -112,23 +134,44 @@ def add_gamma_flags(p: argparse.ArgumentParser) -> None:
                         "acceptance and pass times, plain decoding where speculation does not pay")
 
 
-def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int, temperature: float = 0.0,
-                       per_request: bool = False) -> None:
-    """-n/--max-tokens/--max-new-tokens, --temperature/--temp, --top-k, --top-p, --min-p, -s/--seed
-    (read by `build_config`), llama-cli's and mlx-lm's short names beside the long ones. per_request:
-    they are a server's values for a request that sets none."""
+def add_sampling_flags(p: argparse.ArgumentParser, max_new_tokens: int, per_request: bool = False) -> None:
+    """-n/--max-tokens/--max-new-tokens, --temperature/--temp, --top-k, --top-p, --min-p, the
+    penalties and --logit-bias, -s/--seed, --sampling-defaults (read by `build_config`), llama-cli's
+    and mlx-lm's short names beside the long ones. A sampling flag left out takes the model's own
+    default where --sampling-defaults model asks for them, else the command's (greedy; the server:
+    OpenAI's). per_request: they are a server's values for a request that sets none."""
     when = " when a request sets none" if per_request else ""
+    unset = "the model's with --sampling-defaults model, else " if not per_request else "the model's, else "
     tokens = ("-n", "--max-tokens", "--max-new-tokens")
     p.add_argument(*tokens, dest="max_new_tokens", type=positive_int, default=max_new_tokens, metavar="N",
                    help=f"tokens to generate{when} (default {max_new_tokens})")
-    p.add_argument("--temperature", "--temp", type=nonnegative_float, default=temperature,
-                   help=f"sampling temperature{when} (default {temperature:g}; 0 is greedy)")
-    p.add_argument("--top-k", type=nonnegative_int, default=0,
-                   help=f"sample from the k likeliest tokens{when} (default 0: all)")
-    p.add_argument("--top-p", type=probability_mass, default=1.0,
-                   help=f"sample from the likeliest tokens of this probability mass{when} (default 1: all)")
-    p.add_argument("--min-p", type=fraction, default=0.0,
-                   help=f"drop tokens less likely than this fraction of the likeliest{when} (default 0: none)")
+    p.add_argument("--temperature", "--temp", type=nonnegative_float, default=None,
+                   help=f"sampling temperature{when}; 0 is greedy (default: {unset}{1 if per_request else 0})")
+    p.add_argument("--top-k", type=nonnegative_int, default=None,
+                   help=f"sample from the k likeliest tokens{when} (default: {unset}0, all)")
+    p.add_argument("--top-p", type=probability_mass, default=None,
+                   help=f"sample from the likeliest tokens of this probability mass{when} (default: {unset}1, all)")
+    p.add_argument("--min-p", type=fraction, default=None,
+                   help=f"drop tokens less likely than this fraction of the likeliest{when} (default: {unset}0)")
+    p.add_argument("--presence-penalty", type=penalty_arg, default=None, metavar="P",
+                   help=f"subtract P from the logit of every token the answer holds{when} (-2 to 2; default: "
+                        f"{unset}0)")
+    p.add_argument("--frequency-penalty", type=penalty_arg, default=None, metavar="F",
+                   help=f"subtract F per time the answer holds a token from its logit{when} (-2 to 2; default: "
+                        f"{unset}0)")
+    p.add_argument("--repeat-penalty", "--repetition-penalty", dest="repetition_penalty", type=positive_float,
+                   default=None, metavar="R", help=f"divide a positive logit (multiply a negative one) of every "
+                                                   f"token of the context by R{when} (default: {unset}1, none)")
+    p.add_argument("--repeat-last-n", type=nonnegative_int, default=0, metavar="N",
+                   help=f"the repeat penalty reads the context's last N tokens only{when} (default 0: all)")
+    p.add_argument("--logit-bias", type=logit_bias_arg, default=None, metavar="ID=BIAS,...",
+                   help=f"add BIAS (-100 to 100) to token ID's logit{when}, e.g. 151643=-100")
+    choices = ["model", "openai"] if per_request else ["greedy", "model"]
+    p.add_argument("--sampling-defaults", choices=choices, default=choices[0],
+                   help="for the sampling flags left out: the model's own generation defaults (its "
+                        "generation_config.json, or the registry's from its model card) or "
+                        + ("OpenAI's API defaults (default: model)" if per_request else "greedy decoding "
+                           "(default: greedy)"))
     p.add_argument("-s", "--seed", type=nonnegative_int, default=None,
                    help=f"the same seed draws the same tokens{when} (default: a fresh seed)")
     p.add_argument("--acceptance", choices=["race", "rejection"], default=None,
@@ -146,7 +189,7 @@ def add_template_flags(p: argparse.ArgumentParser) -> None:
 
 
 def template_file_arg(path: str) -> str:
-    from specedge.runtime.template.options import compile_check, read_template
+    from specedge.runtime.text.template.options import compile_check, read_template
 
     try:
         source = read_template(path)
@@ -157,7 +200,7 @@ def template_file_arg(path: str) -> str:
 
 
 def template_kwargs_arg(text: str) -> dict[str, object]:
-    from specedge.runtime.template.options import parse_template_kwargs
+    from specedge.runtime.text.template.options import parse_template_kwargs
 
     try:
         return parse_template_kwargs(text)
@@ -202,19 +245,49 @@ def add_provider_flags(p: argparse.ArgumentParser) -> None:
 
 
 # -- what the flags load -----------------------------------------------------------------------
-def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequence[str] | None = None,
-                 ignore_eos: bool = False) -> SpecConfig:
-    """The SpecConfig of the flags `add_gamma_flags` and `add_sampling_flags` declare (--gamma,
-    --max-new-tokens, --temperature, --top-k, --top-p, --seed); the rest as arguments."""
-    from specedge.kernels.sampling import SamplingParams  # numpy: loaded when a command runs
-    from specedge.runtime.decoding import SpecConfig  # onnxruntime: loaded when a command runs
+# the sampling fields a flag may leave to the model (core/contract.py's GENERATION_FIELDS), and their
+# values where neither sets them: greedy decoding (chat, generate) or OpenAI's API (the server)
+GREEDY = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0,
+          "presence_penalty": 0.0, "frequency_penalty": 0.0}
+OPENAI = {**GREEDY, "temperature": 1.0}
 
-    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+
+def sampling_values(args: argparse.Namespace, base: Mapping[str, float], model: Mapping[str, float]
+                    ) -> dict[str, float]:
+    """Each sampling field: its flag where given, else the model's own default (`model`: empty unless
+    asked for), else `base`'s."""
+    return {name: next(v for v in (getattr(args, name, None), model.get(name), default) if v is not None)
+            for name, default in base.items()}
+
+
+def sampling_of(args: argparse.Namespace, base: Mapping[str, float] = GREEDY,
+                model: Mapping[str, float] | None = None):  # type: ignore[no-untyped-def]  # -> SamplingParams
+    """The SamplingParams of the sampling flags over `base` and, where --sampling-defaults model asks
+    for them, the model's own defaults (`model`)."""
+    from specedge.kernels.penalties import Penalties
+    from specedge.kernels.sampling import SamplingParams  # numpy: loaded when a command runs
+
+    v = sampling_values(args, base, model if model is not None and args.sampling_defaults == "model" else {})
+    penalties = Penalties(presence=v["presence_penalty"], frequency=v["frequency_penalty"],
+                          repetition=v["repetition_penalty"], last_n=args.repeat_last_n,
+                          bias=tuple(sorted((args.logit_bias or {}).items())))
+    return SamplingParams(temperature=v["temperature"], top_k=int(v["top_k"]), top_p=v["top_p"], min_p=v["min_p"],
+                          penalties=penalties)
+
+
+def build_config(args: argparse.Namespace, no_draft: bool = False, stop: Sequence[str] | None = None,
+                 ignore_eos: bool = False, base: Mapping[str, float] = GREEDY,
+                 model: Mapping[str, float] | None = None) -> SpecConfig:
+    """The SpecConfig of the flags `add_gamma_flags` and `add_sampling_flags` declare (--gamma,
+    --max-new-tokens, the sampling flags over `base` and the model's defaults `model`, --seed); the
+    rest as arguments."""
+    from specedge.runtime.round.decoding import SpecConfig  # onnxruntime: loaded when a command runs
+
     auto = args.gamma in (None, "auto") and not no_draft  # None: not given, auto
-    gamma = 0 if no_draft else (4 if auto else int(args.gamma))
-    return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens, sampling=sampling,
-                      stop_strings=tuple(stop or ()), seed=args.seed, ignore_eos=ignore_eos,
-                      acceptance=getattr(args, "acceptance", None) or "auto")
+    gamma = 0 if no_draft else (DEFAULT_GAMMA if auto else int(args.gamma))
+    return SpecConfig(gamma=gamma, auto_gamma=auto, max_new_tokens=args.max_new_tokens,
+                      sampling=sampling_of(args, base, model), stop_strings=tuple(stop or ()), seed=args.seed,
+                      ignore_eos=ignore_eos, acceptance=getattr(args, "acceptance", None) or "auto")
 
 
 def artifact_arg(value: str, context: int | None = None) -> Path:

@@ -10,7 +10,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from specedge.core.contract import MAX_VERIFY_WIDTH, gamma_choices
+from specedge.core.contract import DEFAULT_GAMMA, MAX_VERIFY_WIDTH, gamma_choices
 from specedge.core.errors import SpecEdgeError
 from specedge.core.manifest import Manifest, load_manifest
 from specedge.device_profiles.measure import measure_bandwidth
@@ -28,9 +28,9 @@ from specedge.device_profiles.profiles import (
 from specedge.kernels.acceptance import expected_tokens
 from specedge.models.paths import cache_root
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.row_groups import probe_rows
-from specedge.runtime.rows import ONE_ROW, RowPolicy
-from specedge.runtime.traffic import pass_traffic
+from specedge.runtime.engine.row_groups import probe_rows
+from specedge.runtime.engine.rows import ONE_ROW, RowPolicy
+from specedge.runtime.engine.traffic import pass_traffic
 
 THIS_DEVICE = "this-device"
 PROMPTS = [
@@ -136,7 +136,7 @@ def alpha_from_tokens_per_round(tokens: float, gamma: int) -> float:
     return (lo + hi) / 2
 
 
-def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 96, gamma: int = 4) -> float:
+def measure_acceptance(target: Path, draft: Path, max_new_tokens: int = 96, gamma: int = DEFAULT_GAMMA) -> float:
     """Effective acceptance α of the pair at γ = 4 over the built-in prompts (those that fit)."""
     gen = Generator.load(target, draft=draft, config=SpecConfig(gamma=gamma, max_new_tokens=max_new_tokens))
     produced = rounds = 0
@@ -177,7 +177,7 @@ def measure_device(target: Path | None, draft: Path | None, name: str = THIS_DEV
 def new_profile(name: str = THIS_DEVICE) -> DeviceProfile:
     """A profile of this machine: its measured bandwidth, memory, cores and CPU."""
     from specedge.device_profiles.cpu import cpu_info
-    from specedge.runtime.session import physical_cores
+    from specedge.runtime.engine.session import physical_cores
 
     bw = measure_bandwidth()
     day = time.strftime("%Y-%m-%d")

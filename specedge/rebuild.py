@@ -15,11 +15,10 @@ from pathlib import Path
 from specedge.core.contract import MANIFEST_NAME, QUANT_BITS
 from specedge.core.errors import DamagedArtifactError, SpecEdgeError, export_with_force
 from specedge.core.manifest import parse_manifest
-from specedge.models.fetch import fetch
 from specedge.models.locks import exclusive
 from specedge.models.paths import artifacts_dir
 from specedge.models.registry import MODELS, ModelEntry, get_model
-from specedge.resolve import cached_artifact, export_settings
+from specedge.resolve import cached_artifact, export_settings, held_weights
 
 
 def export_quants(entry: ModelEntry) -> tuple[str, ...]:
@@ -106,13 +105,13 @@ def reexport(name: str, quant: str | None = None, weights: Path | None = None) -
         raise SpecEdgeError(f"exporting {name} again needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[export]', or export on another machine") from None
     quants = [quant] if quant else (cached_quants(entry) or [entry.export.quant])
-    weights = weights or fetch(name)
     outs = []
-    for q in quants:
-        settings = export_settings(entry, q)
-        out = cached_artifact(name, q)
-        clear_unloadable(out)
-        print(f"exporting {name}:{q} to {out} again", file=sys.stderr)
-        export_model(weights, out, settings, overwrite=True, expected_sha256=entry.sha256)
-        outs.append(out)
+    with held_weights(entry, weights) as held:  # `specedge rm --weights` waits for the exports reading them
+        for q in quants:
+            settings = export_settings(entry, q)
+            out = cached_artifact(name, q)
+            clear_unloadable(out)
+            print(f"exporting {name}:{q} to {out} again", file=sys.stderr)
+            export_model(held, out, settings, overwrite=True, expected_sha256=entry.sha256)
+            outs.append(out)
     return outs

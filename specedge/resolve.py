@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 from specedge.core.contract import MANIFEST_NAME
-from specedge.core.errors import SpecEdgeError
+from specedge.core.errors import DamagedArtifactError, SpecEdgeError
+from specedge.core.manifest import manifest_fields
 from specedge.export.cache import artifact_path, is_exported
 from specedge.export.settings import ExportSettings, int4_kernel_here, int8_weights_here
 from specedge.models.fetch import fetch
+from specedge.models.locks import reading
 from specedge.models.paths import artifacts_dir
 from specedge.models.registry import ExportDefaults, ModelEntry, get_model
 
@@ -34,8 +36,8 @@ def why_again(label: str, settings: ExportSettings) -> str:
         return ""
     for manifest in artifacts_dir().glob(f"{label}-int4-*/{MANIFEST_NAME}"):
         try:
-            q = json.loads(manifest.read_text()).get("quantization", {})
-        except (OSError, ValueError):
+            q = (manifest_fields(manifest.parent) or {}).get("quantization", {})
+        except DamagedArtifactError:
             continue
         if q.get("kernel", "nbits") != "rows":
             return " for specedge's native int4 kernel (the cached int4 export runs MatMulNBits)"
@@ -60,9 +62,26 @@ def resolve_model(name: str, quant: str | None = None, context: int | None = Non
     out = artifact_path(entry.name, entry.sha256, settings)
     if is_exported(out):
         return mark_used(out)
-    return mark_used(export_once(fetch(name), out, settings, f"{name} ({settings.quant}, context "
+    with held_weights(entry) as weights:
+        return mark_used(export_once(weights, out, settings, f"{name} ({settings.quant}, context "
                                                              f"{settings.context}){why_again(entry.name, settings)}",
-                                 entry.sha256))
+                                     entry.sha256))
+
+
+@contextlib.contextmanager
+def held_weights(entry: ModelEntry, weights: Path | None = None) -> Iterator[Path]:
+    """The verified weights file of `entry` (`weights` if just fetched), held shared for the block:
+    `specedge rm --weights` waits for an export reading them. A removal between the fetch and the
+    hold is seen inside it, and the weights fetched again."""
+    for _ in range(3):
+        path = weights or fetch(entry.name)
+        with reading(path, "exporting"):
+            if path.exists():
+                yield path
+                return
+        weights = None
+    raise SpecEdgeError(f"the weights of {entry.name} were removed each time they were fetched",
+                        "stop the other specedge process removing them (specedge rm --weights), then try again")
 
 
 def mark_used(artifact: Path) -> Path:

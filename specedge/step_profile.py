@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.kv_cache import KVCache
-from specedge.runtime.model import OnnxModel
+from specedge.runtime.engine.kv_cache import KVCache
+from specedge.runtime.engine.model import OnnxModel
 
 WEIGHT_KINDS = (("qkv_proj", "q/k/v"), ("q_proj", "q/k/v"), ("k_proj", "q/k/v"), ("v_proj", "q/k/v"),
                 ("o_proj", "o"), ("gate_up_proj", "gate/up"), ("gate_proj", "gate/up"), ("up_proj", "gate/up"),

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,7 +156,8 @@ def named(name: str) -> list[CachedItem]:
 
 
 def remove(items: Iterable[CachedItem], dry_run: bool = False) -> int:
-    """Remove each item (each under its lock, taken without waiting); the bytes freed."""
+    """Remove each item (each under its lock, taken without waiting: a running fetch or export
+    writing it, or an export reading a fetched file, keeps it); the bytes freed."""
     roots = {weights_dir().resolve(), artifacts_dir().resolve()}
     freed = 0
     for item in items:
@@ -165,22 +167,84 @@ def remove(items: Iterable[CachedItem], dry_run: bool = False) -> int:
             print(f"  would remove {item.label}")
             freed += item.size
             continue
+        if item.kind == "scratch":  # no process of it lives: nothing else writes or reads it
+            shutil.rmtree(item.path, ignore_errors=True)
+            print(f"  removed {item.label}, left by a killed specedge process")
+            freed += item.size
+            continue
         try:
             with exclusive(item.path, "removing", wait=False):
                 erase(item.path)
         except SpecEdgeError:
-            print(f"  kept {item.path.name}: another specedge process is writing it", file=sys.stderr)
+            print(f"  kept {item.path.name}: another specedge process is writing or reading it (an export of it "
+                  "running); try again once it ends", file=sys.stderr)
             continue
         print(f"  removed {item.label}")
         freed += item.size
     return freed
 
 
+REMOVING_MARK = ".removing-"  # a folder renamed out of the cache's sight, then deleted
+
+
 def erase(path: Path) -> None:
+    """Remove a cached file (and its stamp) or folder: a folder is first renamed to a hidden name
+    (`.NAME.removing-PID`), so that no reader ever finds it half deleted; a removal killed midway
+    leaves only that hidden folder, which `dead_scratch` finds."""
     if path.is_symlink() or path.is_file():
         path.unlink()
         stamp = stamp_of(path)
         if stamp.is_file():
             stamp.unlink()
-    else:
-        shutil.rmtree(path)
+        return
+    hidden = path.parent / f".{path.name}{REMOVING_MARK}{os.getpid()}"
+    path.rename(hidden)
+    shutil.rmtree(hidden)
+
+
+SCRATCH_MARKS = (".partial-", REMOVING_MARK, ".fetch-")  # what a killed export, removal or fetch leaves
+
+
+SCRATCH_QUIET_SECONDS = 600.0  # a scratch folder left alone this long: its writer's pid may live in another namespace
+
+
+def dead_scratch() -> list[CachedItem]:
+    """Hidden folders a killed export (`.NAME.partial-PID`), removal or fetch left in the cache: those
+    whose process is gone (a live one is still writing) and in which nothing changed for ten minutes
+    (a process in another container sharing the cache has a pid this one cannot see)."""
+    found = []
+    for folder in (weights_dir(), artifacts_dir()):
+        try:
+            entries = [p for p in folder.iterdir() if p.name.startswith(".")]
+        except FileNotFoundError:
+            continue
+        for path in entries:
+            mark = next((m for m in SCRATCH_MARKS if m in path.name), None)
+            pid = path.name.rpartition("-")[2] if mark is not None else ""
+            if (mark is not None and path.is_dir() and not (pid.isdigit() and alive(int(pid)))
+                    and quiet_for(path, SCRATCH_QUIET_SECONDS)):
+                found.append(CachedItem(path, "scratch", "", "", folder_size(path)))
+    return found
+
+
+def quiet_for(path: Path, seconds: float) -> bool:
+    """Whether nothing under `path` (the folder, its folders and files) changed in the last `seconds`."""
+    newest = 0.0
+    for root, _, files in os.walk(path):
+        for p in (root, *(os.path.join(root, name) for name in files)):
+            with contextlib.suppress(OSError):  # removed meanwhile
+                newest = max(newest, os.lstat(p).st_mtime)
+    return time.time() - newest >= seconds
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this id runs (the check a scratch folder's name allows)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, another user's
+        return True
+    return True

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.models.test_fetch import make_wheel
+from tests.models.wheels import make_wheel
 
 
 def make_fake_wheels(folder: Path, parts: int = 3, size: int = 8 << 20) -> None:
@@ -19,7 +19,8 @@ def make_fake_wheels(folder: Path, parts: int = 3, size: int = 8 << 20) -> None:
                    bytes([i]) * size)
 
 
-def register_fake(parts: int = 3, size: int = 8 << 20):
+def register_fake(wheels: Path, parts: int = 3, size: int = 8 << 20):
+    """The fake model in the registry, each part pinned to its wheel in `wheels`."""
     from specedge.models import registry
     from specedge.models.registry import ExportDefaults, ModelEntry, Part
 
@@ -31,6 +32,9 @@ def register_fake(parts: int = 3, size: int = 8 << 20):
         file_name="fake.gguf", size=sum(map(len, chunks)), sha256=hashlib.sha256(b"".join(chunks)).hexdigest(),
         license="test", export=ExportDefaults(quant="fp32", context=64))
     registry.MODELS["fake"] = entry
+    for part in entry.parts:
+        wheel = wheels / f"{part.package.replace('-', '_')}-{part.version}-py3-none-any.whl"
+        registry.WHEEL_SHA256[part.requirement] = hashlib.sha256(wheel.read_bytes()).hexdigest()
     return entry
 
 
@@ -53,15 +57,16 @@ def slow_down_assembly(seconds_per_block: float, gate: Path | None = None) -> No
 
 def main(argv: list[str]) -> int:
     from specedge.cli import main as cli_main
-    from specedge.models.fetch import PipDownloader, fetch
+    from specedge.models.fetch import fetch
+    from specedge.models.index import IndexDownloader, Sources
 
     command = argv[0]
     if command == "fetch":
         wheels = Path(argv[1])
-        register_fake()
+        register_fake(wheels)
         slow_down_assembly(float(argv[2]), Path(argv[3]) if len(argv) > 3 else None)
         try:
-            path = fetch("fake", downloader=PipDownloader(("--no-index", "--find-links", str(wheels))))
+            path = fetch("fake", downloader=IndexDownloader(Sources(indexes=(), find_links=(str(wheels),))))
         except Exception as e:  # the test reads the one line
             print(f"error: {e}", file=sys.stderr)
             return 2

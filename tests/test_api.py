@@ -80,7 +80,7 @@ def test_grammar_as_a_schema_or_a_grammar(tiny_llama: tuple[Path, Path, Path]) -
 
 def test_a_thinking_models_reasoning_comes_apart(tiny_llama: tuple[Path, Path, Path]) -> None:
     """With a template that thinks, chat's reply has the <think> block in `reasoning`, the answer in `text`."""
-    from specedge.runtime.grammar import Grammar
+    from specedge.runtime.constraints.grammar import Grammar
     from tests.serve.test_reasoning import FORMAT, SHAPE, THINKING_TEMPLATE
 
     model = specedge.load(tiny_llama[1], draft=tiny_llama[2], chat_template=THINKING_TEMPLATE)

@@ -110,7 +110,7 @@ def test_a_thinking_models_reasoning_is_dimmed_and_its_answer_coloured_as_ever()
     however the text is cut; the answer keeps --show-draft's green."""
     from specedge.chat import DIM, GREEN, RESET, shown
     from specedge.runtime.generator import Segment
-    from specedge.runtime.reasoning import ReasoningFilter
+    from specedge.runtime.text.reasoning import ReasoningFilter
 
     pieces = [("<thi", False), ("nk>\nadd two", True), (" numbers</th", False), ("ink>\n\n4", True), (" is it", False)]
     thinking = ReasoningFilter()
@@ -156,7 +156,7 @@ def test_stats_gives_the_sessions_totals() -> None:
     """/stats: answers, tokens, tokens/s after each answer's first token, acceptance and tokens per
     target pass over the whole session (each answer's counts summed)."""
     from specedge.chat import ChatTotals
-    from specedge.runtime.stats import GenerationStats
+    from specedge.runtime.round.stats import GenerationStats
 
     totals = ChatTotals()
     for tokens, drafted, accepted, produced, calls in ((11, 8, 6, 10, 4), (21, 12, 3, 20, 16)):
@@ -168,3 +168,45 @@ def test_stats_gives_the_sessions_totals() -> None:
     assert line.endswith(", 1.50 tokens/target pass]")
     assert ChatTotals().line() == ("[session: 0 answers, 0 tokens, 0.0 tok/s, acceptance 0% (greedy; by position -), "
                                    "0.00 tokens/target pass]")
+
+
+TRIPLE = '"' * 3
+
+
+def test_blocks_and_pastes_are_one_message_with_their_indentation() -> None:
+    """`\"\"\"` lines (as ollama takes them) and a bracketed paste arriving as lines (where no readline
+    takes it whole) each make one message, indentation kept; other lines are a message each."""
+    from specedge.chat import PASTE_END, PASTE_START, messages_of
+
+    lines = ["hello", TRIPLE, "def f(x):", "    return x", "", TRIPLE, "  spaced  ", f"{TRIPLE}one line{TRIPLE}",
+             f"/system {TRIPLE}", "Be terse.", "  Really.", TRIPLE, f"{PASTE_START}int main() {{", "    return 0;",
+             f"}}{PASTE_END}", f"{PASTE_START}single{PASTE_END}", "def g():\n    pass\n", TRIPLE, "unfinished"]
+    assert list(messages_of(lines)) == [
+        "hello", "def f(x):\n    return x", "spaced", "one line", "/system Be terse.\n  Really.",
+        "int main() {\n    return 0;\n}", "single", "def g():\n    pass", "unfinished"]
+
+
+def test_system_command_and_save(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """/system sets the system prompt of the next answers (a block of lines too); /save writes what
+    the model reads into a new file, never over one."""
+    import json
+
+    chat, out = session(tiny_llama)
+    chat.run(["/system", "/system You are terse.", "hi", f"/save {tmp_path / 'a.json'}",
+              f"/system {TRIPLE}", "Two", "  lines.", TRIPLE, "/system"])
+    saved = json.loads((tmp_path / "a.json").read_text())["messages"]
+    assert saved[:2] == [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}]
+    assert saved[2]["role"] == "assistant" and len(saved) == 3
+    text = out.getvalue()
+    assert "[no system prompt" in text and "[system prompt set" in text and chat.system == "Two\n  lines."
+    assert "[system prompt: 'Two\\n  lines.'" in text
+    chat.run([f"/save {tmp_path / 'a.json'}", "/system off"])
+    assert "exists" in out.getvalue() and json.loads((tmp_path / "a.json").read_text())["messages"] == saved
+    assert chat.system is None and chat.messages(chat.history)[0]["role"] == "user"
+
+
+def test_a_pasted_block_starting_with_a_slash_is_a_message(tiny_llama: tuple[Path, Path, Path]) -> None:
+    chat, out = session(tiny_llama)
+    chat.run([TRIPLE, "/* a C comment */", "int x;", TRIPLE])
+    assert chat.history[0] == {"role": "user", "content": "/* a C comment */\nint x;"}
+    assert "unknown command" not in out.getvalue()

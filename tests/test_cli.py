@@ -138,7 +138,7 @@ def test_unknown_and_missing_provider(tiny_llama: tuple[Path, Path, Path],
     _, target, _ = tiny_llama
     assert_one_line_error(cli_here("generate", "--target", str(target), "--provider", "tpu", "--prompt", "hi"),
                           "unknown provider 'tpu'", "cpu, dml")
-    from specedge.runtime.session import available
+    from specedge.runtime.engine.session import available
 
     qnn = cli_here("generate", "--target", str(target), "--provider", "qnn", "--prompt", "hi")
     if available("qnn"):  # onnxruntime-qnn installed (scripts/setup.sh does where it can): a CPU graph is refused
@@ -270,7 +270,7 @@ def test_a_manifest_that_contradicts_its_graph_or_tokenizer_is_one_line(
 
 @pytest.fixture(scope="module")
 def fim_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.runtime.test_fim import make_fim_artifact
+    from tests.runtime.text.test_fim import make_fim_artifact
 
     return make_fim_artifact(tmp_path_factory.mktemp("fim-cli"))
 
@@ -283,6 +283,22 @@ def test_generate_suffix_fills_in_the_middle(fim_artifact: Path, cli_here: Run) 
                     "--max-new-tokens", "3", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["prompt_tokens"] == 1 + len(prompt) + 1 + len(suffix) + 1
+
+
+def test_generate_keeps_its_stop_strings_sampling_and_ignore_eos(tiny_llama: tuple[Path, Path, Path],
+                                                                  cli_here: Run) -> None:
+    """The flags reach the decoding: --stop cuts the text where the string begins, --ignore-eos
+    decodes every token asked for, and a seeded sample repeats itself."""
+    _, target, _ = tiny_llama
+    common = ("generate", "--target", str(target), "--no-draft", "--prompt", "abcabc", "--json")
+    whole = json.loads(cli_here(*common, "-n", "24", "--ignore-eos").stdout)
+    assert whole["n_tokens"] == 24 and whole["stop_reason"] == "max_new_tokens"
+    stop = whole["text"][6:8]
+    cut = json.loads(cli_here(*common, "-n", "24", "--ignore-eos", "--stop", stop).stdout)
+    assert cut["stop_reason"] == "stop_string" and cut["text"] == whole["text"][:whole["text"].find(stop)]
+    sampled = [json.loads(cli_here(*common, "-n", "12", "--temperature", "1.5", "--seed", "4").stdout)["token_ids"]
+               for _ in range(2)]
+    assert sampled[0] == sampled[1] != whole["token_ids"][:12]
 
 
 def test_generate_suffix_without_fim_tokens_is_one_line(tiny_llama: tuple[Path, Path, Path], cli_here: Run) -> None:
@@ -313,8 +329,8 @@ def test_generate_with_a_grammar_that_cannot_be_used_is_one_line(tiny_llama: tup
 
 def test_a_chat_the_template_cannot_render_advises_dropping_chat(tiny_llama: tuple[Path, Path, Path], cli_here: Run,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from specedge.runtime.template.sandbox import ChatTemplateError
-    from specedge.runtime.text import TextCodec
+    from specedge.runtime.text.codec import TextCodec
+    from specedge.runtime.text.template.sandbox import ChatTemplateError
 
     def no_template(self: TextCodec) -> None:
         raise ChatTemplateError("this model has no chat template", template_fault=False)

@@ -26,12 +26,12 @@ from tokenizers import AddedToken, Tokenizer
 import specedge
 from specedge.chat import ChatSession
 from specedge.runtime import Generator, SpecConfig
-from specedge.runtime.grammar import Grammar
+from specedge.runtime.constraints.grammar import Grammar
 from tests.numpy_forward import reference_logits
 from tests.serve.conftest import openai_client, served_here
 from tests.tiny_models import VOCAB, byte_tokenizer, make_tiny_model, write_tokenizer
 
-QWEN_TEMPLATE = (Path(__file__).parent / "runtime" / "template" / "qwen2.5_chat_template.jinja").read_text("utf-8")
+QWEN_TEMPLATE = (Path(__file__).parent / "runtime/text/template/qwen2.5_chat_template.jinja").read_text("utf-8")
 SPECIAL = {"bos_token": "<|bos|>", "eos_token": "<|eos|>"}  # the tiny tokenizer's, as its tokenizer_config names them
 TOOLS = [
     {"type": "function", "function": {
@@ -287,3 +287,36 @@ def test_the_prompts_built_here_are_transformers_own(qwen_pair: tuple[Path, Path
             assert text == tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
             ids = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, return_dict=True)
             assert tokens_of(qwen_pair, text) == list(ids["input_ids"])
+
+
+def test_penalties_and_logit_bias_change_the_answer_alike_through_every_door(
+        qwen_pair: tuple[Path, Path, Path], served: tuple[TestClient, Generator], model: specedge.Model,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """logit_bias +100 on a token: every token is that one (greedy), from the server, Model and
+    `specedge generate`; presence and frequency penalties and the repetition penalty change the
+    answer as kernels/penalties.py defines them - Model's reply to them is the server's; a value
+    out of range is one 400 line, or one SpecEdgeError."""
+    from specedge.cli import main
+
+    http, _ = served
+    whole = model.chat(ASK, max_tokens=8)
+    favoured = next(t for t in range(200, 300) if t not in whole.tokens)
+    biased = model.chat(ASK, max_tokens=6, logit_bias={favoured: 100})
+    assert biased.tokens == [favoured] * 6
+    r = http.post("/v1/chat/completions", json={"model": "tiny", "messages": ASK, "temperature": 0, "max_tokens": 6,
+                                                "logit_bias": {str(favoured): 100}})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == biased.text
+    capsys.readouterr()
+    code = main(["generate", "-m", str(qwen_pair[1]), "--no-draft", "--chat", "-p", ASK[0]["content"], "-n", "6",
+                 "--logit-bias", f"{favoured}=100", "--json"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["token_ids"] == [favoured] * 6
+    for penalty in ({"presence_penalty": 2.0}, {"frequency_penalty": 2.0}, {"repetition_penalty": 5.0}):
+        reply = model.chat(ASK, max_tokens=16, **penalty)
+        assert reply.tokens != model.chat(ASK, max_tokens=16).tokens[:len(reply.tokens)] or not reply.tokens
+        assert served_chat(http, max_tokens=16, **penalty)[0] == reply.text
+    r = http.post("/v1/chat/completions", json={"model": "tiny", "messages": ASK, "logit_bias": {"1": 150}})
+    assert r.status_code == 400 and "-100 to 100" in r.json()["error"]["message"]
+    r = http.post("/v1/chat/completions", json={"model": "tiny", "messages": ASK, "logit_bias": {"99999999": 1}})
+    assert r.status_code == 400 and "outside the model's vocabulary" in r.json()["error"]["message"]
+    with pytest.raises(specedge.SpecEdgeError, match="presence_penalty must be a number from -2 to 2"):
+        model.chat(ASK, presence_penalty=3.0)

@@ -13,7 +13,7 @@ from specedge.options import add_gamma_flags, add_sampling_flags, build_config, 
 def parser(per_request: bool = False) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
     add_gamma_flags(p)
-    add_sampling_flags(p, max_new_tokens=64, temperature=1.0 if per_request else 0.0, per_request=per_request)
+    add_sampling_flags(p, max_new_tokens=64, per_request=per_request)
     return p
 
 
@@ -70,7 +70,24 @@ def test_every_command_takes_the_short_and_the_api_names() -> None:
             assert parser(per_request=per_request).parse_args(flags).max_new_tokens == 7
         args = parser(per_request=per_request).parse_args(["--temp", "0.5", "-s", "3", "--min-p", "0.1"])
         assert (args.temperature, args.seed, args.min_p) == (0.5, 3, 0.1)
-    assert parser(per_request=True).parse_args([]).temperature == 1.0
+    assert parser(per_request=True).parse_args([]).temperature is None  # left to the model, else OpenAI's 1
+
+
+def test_a_flag_left_out_takes_the_models_default_only_where_asked() -> None:
+    """chat and generate: greedy unless --sampling-defaults model; the server: the model's unless
+    --sampling-defaults openai; a flag given always wins."""
+    from specedge.options import OPENAI
+
+    model = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.1}
+    greedy = build_config(parser().parse_args([]), model=model).sampling
+    assert greedy.greedy and greedy.penalties.repetition == 1.0
+    asked = build_config(parser().parse_args(["--sampling-defaults", "model", "--top-k", "5"]), model=model).sampling
+    assert (asked.temperature, asked.top_p, asked.top_k, asked.penalties.repetition) == (0.7, 0.8, 5, 1.1)
+    served = build_config(parser(per_request=True).parse_args([]), base=OPENAI, model=model).sampling
+    assert (served.temperature, served.top_k) == (0.7, 20)
+    openai = build_config(parser(per_request=True).parse_args(["--sampling-defaults", "openai"]), base=OPENAI,
+                          model=model).sampling
+    assert (openai.temperature, openai.top_p, openai.top_k, openai.penalties.repetition) == (1.0, 1.0, 0, 1.0)
 
 
 @pytest.mark.parametrize("value", ["0", "1.5", "-0.2", "nan"])

@@ -25,7 +25,7 @@ def tiny_registry(tiny_llama: tuple[Path, Path, Path], tmp_path: Path, monkeypat
     entry = ModelEntry(name="tiny", description="tiny", parts=(), file_name="tiny", size=0,
                        sha256=source_digest(src), license="test", export=ExportDefaults(quant="fp32", context=128))
     monkeypatch.setitem(registry.MODELS, "tiny", entry)
-    for module in ("specedge.models.fetch", "specedge.resolve", "specedge.rebuild"):
+    for module in ("specedge.models.fetch", "specedge.resolve"):
         monkeypatch.setattr(f"{module}.fetch", lambda name, *args, **kwargs: src)
     return src
 

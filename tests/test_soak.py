@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from specedge.chat import ChatSession
-from specedge.runtime.decoding import SpecConfig
 from specedge.runtime.generator import Generator
+from specedge.runtime.round.decoding import SpecConfig
 from tests.tiny_models import make_tiny_model
 
 TOKENS = 20_000

@@ -111,3 +111,98 @@ def test_models_lists_each_exports_last_use_and_the_other_exports(cache: Path) -
     assert "last used today" in draft_line, out
     assert "last used 2026-01-02" in out.split("qwen2.5-coder-1.5b ")[1].splitlines()[1], out
     assert f"{other.name}" in out and "0.00 GB, last used 2026-01-02" in out
+
+
+def test_weights_an_export_is_reading_are_kept(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`rm --weights` during a first run's export: the export reads the weights under their lock
+    (shared), so the removal keeps them and says why; once it ends they go."""
+    from specedge.models.locks import reading
+
+    weights = cache / "weights" / get_model("qwen2.5-coder-0.5b").file_name
+    with reading(weights, "exporting"):
+        assert main(["rm", "qwen2.5-coder-0.5b", "--weights"]) == 0
+        assert weights.is_file() and "an export of it running" in capsys.readouterr().err
+    assert main(["rm", "qwen2.5-coder-0.5b", "--weights"]) == 0 and not weights.exists()
+
+
+def test_weights_removed_between_the_fetch_and_the_hold_are_fetched_again(cache: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rm --weights` that runs after a first run's fetch returned and before its export holds the
+    weights: the export sees them gone under its hold and fetches them again."""
+    from specedge import resolve
+
+    entry = get_model("qwen2.5-coder-0.5b")
+    weights = cache / "weights" / entry.file_name
+    calls: list[str] = []
+
+    def fetch(name: str) -> Path:
+        calls.append(name)
+        if len(calls) == 1:
+            weights.unlink()  # the removal, just after the fetch returned
+        else:
+            weights.write_bytes(b"w" * 1000)
+        return weights
+
+    monkeypatch.setattr(resolve, "fetch", fetch)
+    with resolve.held_weights(entry) as held:
+        assert held == weights and held.is_file() and calls == [entry.name] * 2
+
+
+def test_prune_clears_what_killed_processes_left_and_removal_is_a_rename_first(
+        cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder is renamed out of sight before it is deleted: a removal killed midway leaves a hidden
+    folder, which prune clears once its process is gone, as it clears a killed export's partial
+    folder; a live process's stay. Names with glob characters are matched as names."""
+    import shutil
+
+    from specedge.storage import erase
+
+    artifacts = cache / "artifacts"
+    dead = 2**22 + 12345  # no such process
+    (artifacts / f".smollm2-135m-int4-x.partial-{dead}").mkdir()
+    (artifacts / f".smollm2-135m-int4-y.removing-{dead}").mkdir()
+    (artifacts / ".qwen2.5-coder-1.5b-int4-x.partial-1").mkdir(exist_ok=True)  # pid 1 lives
+    victim = artifacts / "smollm2-135m-int4-0123456789abcdef0123"
+
+    def killed(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt  # the process dies in the middle of deleting
+
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(shutil, "rmtree", killed)
+        erase(victim)
+    hidden = [p.name for p in artifacts.iterdir() if ".removing-" in p.name and "smollm2-135m-int4-0123" in p.name]
+    assert not victim.exists() and len(hidden) == 1  # never seen half deleted under its name
+    (artifacts / hidden[0]).rename(artifacts / hidden[0].replace(hidden[0].rpartition("-")[2], str(dead)))
+    fresh = {p.name for p in artifacts.iterdir() if p.name.startswith(".")}
+    assert main(["prune"]) == 0  # written a moment ago: the writer may be a process of another container
+    assert {p.name for p in artifacts.iterdir() if p.name.startswith(".")} == fresh
+    capsys.readouterr()
+    for p in artifacts.iterdir():
+        if p.name.startswith("."):
+            age(p, 3600)
+    assert main(["prune"]) == 0
+    left = {p.name for p in artifacts.iterdir() if p.name.startswith(".")}
+    assert left == {".qwen2.5-coder-1.5b-int4-x.partial-1"} and "left by a killed specedge process" in \
+        capsys.readouterr().out
+    from specedge.export.artifact import PARTIAL_MARK
+    from specedge.models.locks import remove_scratch
+
+    odd = artifacts / "my[model]"
+    (artifacts / f".my[model]{PARTIAL_MARK}7").mkdir()
+    (artifacts / f".mym{PARTIAL_MARK}7").mkdir()  # what an unescaped pattern .my[model].partial-* would match
+    import glob
+
+    remove_scratch(artifacts, f".{glob.escape(odd.name)}{PARTIAL_MARK}*")
+    assert (artifacts / f".mym{PARTIAL_MARK}7").is_dir() and not (artifacts / f".my[model]{PARTIAL_MARK}7").exists()
+
+
+def age(path: Path, seconds: float) -> None:
+    """Set the times of `path` and everything under it `seconds` into the past."""
+    import os
+    import time
+
+    then = time.time() - seconds
+    for root, folders, files in os.walk(path):
+        for name in (*folders, *files):
+            os.utime(os.path.join(root, name), (then, then))
+    os.utime(path, (then, then))

@@ -123,7 +123,7 @@ def main() -> None:
                                   line="the target with its draft and the n-gram lookup, γ auto (--ours hybrid)")
     ours = {"plain": Generator.load(target, config=SpecConfig(gamma=0), single_steps=True, threads=args.threads),
             "default": Generator.load(way.target, draft=way.draft, ngram=way.ngram, threads=args.threads,
-                                      config=SpecConfig(gamma=4, auto_gamma=True) if way.draft or way.ngram
+                                      config=SpecConfig.auto() if way.draft or way.ngram
                                       else SpecConfig(gamma=0), single_steps=way.single_steps)}
     llama = LlamaWorker(args.llama_python, args.gguf, args.threads, 4096, args.tokens)
     prompts = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]

@@ -76,7 +76,7 @@ def main() -> None:
     target = resolve_model(args.name)
     plain = Generator.load(target, single_steps=True, config=SpecConfig(gamma=0, max_new_tokens=128, ignore_eos=True))
     lookup = Generator.load(target, ngram=True,
-                            config=SpecConfig(gamma=4, auto_gamma=True, max_new_tokens=128, ignore_eos=True))
+                            config=SpecConfig.auto(max_new_tokens=128, ignore_eos=True))
     rows = [json.loads(line) for line in Path(args.prompts).read_text().splitlines() if line.strip()]
     rates: dict[str, dict[str, list[float]]] = {}
     for _ in range(args.rounds):

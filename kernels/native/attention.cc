@@ -163,7 +163,7 @@ void scores_portable(const AttentionPass& p, const Queries& q, int64_t b0, int64
       const uint16_t* kj = keys + (j / kSlotBlock) * d * kSlotBlock + j % kSlotBlock;
       float acc = 0.0f;
       for (int64_t i = 0; i < d; ++i) acc = __builtin_fmaf(q.q[r * d + i], float_of(kj[i * kSlotBlock]), acc);
-      scores[r * p.slots + j] = acc;
+      scores[r * p.stride + j] = acc;
     }
   }
 }
@@ -176,7 +176,7 @@ void weigh_portable(const AttentionPass& p, const Queries& q, const float* e, co
     float* out = query_out(p, q.kv, r);
     for (int64_t i = i0; i < i1; ++i) {
       float acc = 0.0f;
-      for (int64_t j = 0; j < q.limit[r]; ++j) acc = __builtin_fmaf(e[r * p.slots + j], float_of(values[j * d + i]), acc);
+      for (int64_t j = 0; j < q.limit[r]; ++j) acc = __builtin_fmaf(e[r * p.stride + j], float_of(values[j * d + i]), acc);
       out[i] = acc / sums[r];
     }
   }

@@ -39,6 +39,7 @@ struct AttentionPass {
   float* out;           // [S][H d]
   int64_t rows, heads, kv_heads, head_dim, slots;
   float scale;
+  int64_t stride;       // floats a query's scores take in the scratch: its slots read, whole blocks (<= slots)
 };
 
 // Float32 <-> float16 bits, round to nearest even (the portable conversions every path matches).

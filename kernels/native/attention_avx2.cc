@@ -79,7 +79,7 @@ void score_chunk(const AttentionPass& p, const Queries& q, int64_t r0, int64_t b
   const int64_t d = p.head_dim;
   const uint16_t* keys = p.keys + q.kv * (p.slots / kSlotBlock) * d * kSlotBlock;
   for (int64_t b = b0; b < b1; ++b) {
-    score_block<C>(q.q + r0 * d, d, keys + b * d * kSlotBlock, scores + r0 * p.slots + b * kSlotBlock, p.slots);
+    score_block<C>(q.q + r0 * d, d, keys + b * d * kSlotBlock, scores + r0 * p.stride + b * kSlotBlock, p.stride);
   }
 }
 
@@ -137,7 +137,7 @@ void weigh_chunk(const AttentionPass& p, const Queries& q, const float* e, const
   for (; j < all; ++j) {
     const __m256 v0 = load_half8(values + j * d), v1 = load_half8(values + j * d + 8);
     for (int k = 0; k < C; ++k) {
-      const __m256 w = _mm256_set1_ps(e[(r0 + k) * p.slots + j]);
+      const __m256 w = _mm256_set1_ps(e[(r0 + k) * p.stride + j]);
       lo[k] = _mm256_fmadd_ps(w, v0, lo[k]);
       hi[k] = _mm256_fmadd_ps(w, v1, hi[k]);
     }
@@ -146,7 +146,7 @@ void weigh_chunk(const AttentionPass& p, const Queries& q, const float* e, const
     const __m256 v0 = load_half8(values + j * d), v1 = load_half8(values + j * d + 8);
     for (int k = 0; k < C; ++k) {
       if (q.limit[r0 + k] <= j) continue;
-      const __m256 w = _mm256_set1_ps(e[(r0 + k) * p.slots + j]);
+      const __m256 w = _mm256_set1_ps(e[(r0 + k) * p.stride + j]);
       lo[k] = _mm256_fmadd_ps(w, v0, lo[k]);
       hi[k] = _mm256_fmadd_ps(w, v1, hi[k]);
     }

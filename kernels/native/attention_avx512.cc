@@ -97,10 +97,10 @@ void score_chunk(const AttentionPass& p, const Queries& q, int64_t r0, int64_t b
   const int64_t d = p.head_dim;
   const uint16_t* keys = p.keys + q.kv * (p.slots / kSlotBlock) * d * kSlotBlock;
   const float* qs = q.q + r0 * d;
-  float* out = scores + r0 * p.slots;
+  float* out = scores + r0 * p.stride;
   int64_t b = b0;
-  for (; b + NB <= b1; b += NB) score_blocks<C, NB>(qs, d, keys + b * d * kSlotBlock, out + b * kSlotBlock, p.slots);
-  for (; b < b1; ++b) score_blocks<C, 1>(qs, d, keys + b * d * kSlotBlock, out + b * kSlotBlock, p.slots);
+  for (; b + NB <= b1; b += NB) score_blocks<C, NB>(qs, d, keys + b * d * kSlotBlock, out + b * kSlotBlock, p.stride);
+  for (; b < b1; ++b) score_blocks<C, 1>(qs, d, keys + b * d * kSlotBlock, out + b * kSlotBlock, p.stride);
 }
 
 using ScoreChunk = void (*)(const AttentionPass&, const Queries&, int64_t, int64_t, int64_t, float*);
@@ -166,7 +166,7 @@ void weigh_rows(const AttentionPass& p, const Queries& q, const float* e, int64_
     for (int z = 0; z < Z; ++z) v[z] = load_half16(values + j * d + i + 16 * z);
 #pragma GCC unroll 16
     for (int k = 0; k < C; ++k) {
-      const __m512 w = _mm512_set1_ps(e[(r0 + k) * p.slots + j]);
+      const __m512 w = _mm512_set1_ps(e[(r0 + k) * p.stride + j]);
 #pragma GCC unroll 16
       for (int z = 0; z < Z; ++z) acc[k][z] = _mm512_fmadd_ps(w, v[z], acc[k][z]);
     }
@@ -178,7 +178,7 @@ void weigh_rows(const AttentionPass& p, const Queries& q, const float* e, int64_
 #pragma GCC unroll 16
     for (int k = 0; k < C; ++k) {
       if (q.limit[r0 + k] <= j) continue;
-      const __m512 w = _mm512_set1_ps(e[(r0 + k) * p.slots + j]);
+      const __m512 w = _mm512_set1_ps(e[(r0 + k) * p.stride + j]);
 #pragma GCC unroll 16
       for (int z = 0; z < Z; ++z) acc[k][z] = _mm512_fmadd_ps(w, v[z], acc[k][z]);
     }

@@ -134,8 +134,9 @@ std::vector<float> attention_pass(const AttentionCase& c, const std::vector<floa
   std::vector<int64_t> pos;
   for (int64_t r = r0; r < r1; ++r) pos.push_back(c.cached + r);
   std::vector<float> out((r1 - r0) * c.heads * c.d, NAN);
+  const int64_t stride = (pos.back() + kSlotBlock) / kSlotBlock * kSlotBlock;  // the slots read, whole blocks
   const AttentionPass p{qkv.data() + r0 * width, pos.data(), cos.data(), sin.data(), keys.data(), values.data(),
-                        out.data(), r1 - r0, c.heads, c.kv_heads, c.d, c.slots, 0.125f};
+                        out.data(), r1 - r0, c.heads, c.kv_heads, c.d, c.slots, 0.125f, stride};
   attention_write(p);
   if (isa == nullptr) {
     std::vector<float> scratch(c.slots);
@@ -146,14 +147,14 @@ std::vector<float> attention_pass(const AttentionCase& c, const std::vector<floa
   }
   const int64_t queries = p.rows * (c.heads / c.kv_heads), blocks = (pos.back() + kSlotBlock) / kSlotBlock;
   for (int64_t g = 0; g < c.kv_heads; ++g) {
-    std::vector<float> q(queries * c.d), scores(queries * c.slots, NAN), sums(queries);
+    std::vector<float> q(queries * c.d), scores(queries * stride, NAN), sums(queries);
     std::vector<int64_t> limit(queries);
     prepare_queries(p, g, q.data(), limit.data());
     const Queries qs{g, q.data(), limit.data(), queries};
     for (int64_t b = 0; b < blocks; b += blocks_per_task) {
       isa->scores(p, qs, b, std::min(blocks, b + blocks_per_task), scores.data());
     }
-    for (int64_t r = 0; r < queries; ++r) sums[r] = isa->softmax(scores.data() + r * c.slots, limit[r]);
+    for (int64_t r = 0; r < queries; ++r) sums[r] = isa->softmax(scores.data() + r * stride, limit[r]);
     const int64_t dims = task_span(isa->dims, c.d), span = task_span(isa->queries, queries);
     for (int64_t r = 0; r < queries; r += span) {
       for (int64_t i = 0; i < c.d; i += dims) {

@@ -15,6 +15,7 @@
 // outputs by queries and dimensions as the path takes them: attention.h), each a set of tasks with
 // disjoint outputs.
 #include <algorithm>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -85,7 +86,7 @@ struct Job {
   Queries of(int64_t kv) const {
     return {kv, q + kv * queries * pass.head_dim, limits + kv * queries, queries};
   }
-  float* scores_of(int64_t kv) const { return scores + kv * queries * pass.slots; }
+  float* scores_of(int64_t kv) const { return scores + kv * queries * pass.stride; }
 };
 
 constexpr int64_t kBlocksPerTask = 8;  // 128 slots of scores a task
@@ -98,7 +99,7 @@ void score_task(const Job& job, int64_t task) {
 
 void softmax_task(const Job& job, int64_t task) {
   const int64_t kv = task / job.queries, r = task % job.queries;
-  job.sums[kv * job.queries + r] = job.isa->softmax(job.scores_of(kv) + r * job.pass.slots,
+  job.sums[kv * job.queries + r] = job.isa->softmax(job.scores_of(kv) + r * job.pass.stride,
                                                     job.limits[kv * job.queries + r]);
 }
 
@@ -136,6 +137,22 @@ struct Scratch {
   std::vector<float> q, scores, sums;
   std::vector<int64_t> limits;
 };
+
+// The scratch of a pass: one for the process, sized by the pass's rows and the slots they read (not the
+// cache's capacity), passes taking turns on it (two sessions' passes at once wait here, their matrix
+// products apart). A scratch kept more than 4x (and 1 MB) larger than a pass needs is given back.
+struct SharedScratch {
+  std::mutex lock;
+  Scratch scratch;
+};
+SharedScratch g_scratch;
+
+template <typename T>
+T* fit(std::vector<T>* v, size_t n) {
+  if (v->capacity() > 4 * n + (1u << 20) / sizeof(T)) std::vector<T>().swap(*v);
+  v->resize(n);
+  return v->data();
+}
 
 OrtStatus* output(OrtKernelContext* ctx, size_t index, const std::vector<int64_t>& dims, void** data) {
   OrtValue* value = nullptr;
@@ -210,22 +227,20 @@ OrtStatus* stream_runs(const int64_t* streams, const std::vector<int64_t>* ids_d
 // one set of tasks on the intra-op pool for all the streams.
 OrtStatus* run_passes(OrtKernelContext* ctx, const Kernel& kn, const std::vector<AttentionPass>& passes) {
   for (const AttentionPass& pass : passes) attention_write(pass);  // every row's entries before any row reads them
-  thread_local Scratch scratch;
   const int64_t d = kn.head_dim, kv = kn.kv_heads, group = kn.heads / kn.kv_heads;
   size_t q_size = 0, score_size = 0, query_count = 0;
   for (const AttentionPass& pass : passes) {
     const int64_t queries = pass.rows * group;
     q_size += static_cast<size_t>(kv * queries * d);
-    score_size += static_cast<size_t>(kv * queries * pass.slots);
+    score_size += static_cast<size_t>(kv * queries * pass.stride);
     query_count += static_cast<size_t>(kv * queries);
   }
-  scratch.q.resize(q_size);
-  scratch.limits.resize(query_count);
-  scratch.scores.resize(score_size);
-  scratch.sums.resize(query_count);
+  std::lock_guard<std::mutex> hold(g_scratch.lock);
+  Scratch& scratch = g_scratch.scratch;
+  float *q = fit(&scratch.q, q_size), *scores = fit(&scratch.scores, score_size);
+  float* sums = fit(&scratch.sums, query_count);
+  int64_t* limits = fit(&scratch.limits, query_count);
   std::vector<Job> jobs;
-  float *q = scratch.q.data(), *scores = scratch.scores.data(), *sums = scratch.sums.data();
-  int64_t* limits = scratch.limits.data();
   for (const AttentionPass& pass : passes) {
     const int64_t queries = pass.rows * group;
     for (int64_t g = 0; g < kv; ++g) prepare_queries(pass, g, q + g * queries * d, limits + g * queries);
@@ -238,7 +253,7 @@ OrtStatus* run_passes(OrtKernelContext* ctx, const Kernel& kn, const std::vector
     jobs.push_back(job);
     q += kv * queries * d;
     limits += kv * queries;
-    scores += kv * queries * pass.slots;
+    scores += kv * queries * pass.stride;
     sums += kv * queries;
   }
   const Step steps[] = {
@@ -291,12 +306,13 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   const int64_t width = (kn.heads + 2 * kn.kv_heads) * d;
   std::vector<AttentionPass> passes;
   for (const Run& run : runs) {
+    const int64_t last = *std::max_element(pos + run.first, pos + run.first + run.count) + 1;  // slots read
     passes.push_back({static_cast<const float*>(ptr[0]) + run.first * width, pos + run.first,
                       static_cast<const float*>(ptr[2]), static_cast<const float*>(ptr[3]),
                       static_cast<uint16_t*>(out[1]) + run.stream * cache_size,
                       static_cast<uint16_t*>(out[2]) + run.stream * cache_size,
                       static_cast<float*>(out[0]) + run.first * kn.heads * d, run.count, kn.heads, kn.kv_heads, d,
-                      slots, kn.scale});
+                      slots, kn.scale, (last + kSlotBlock - 1) / kSlotBlock * kSlotBlock});
   }
   return run_passes(ctx, kn, passes);
 }

@@ -1,6 +1,7 @@
 """Qualcomm's QNN execution provider, by job: the onnxruntime-qnn plugin (`plugin.py`), the SoCs its
 HTP compiles for (`socs.py`), and the compiled contexts an artifact keeps (`folders.py`,
-`contexts.py`). Padding a pass to the one width a QNN artifact runs is runtime/padding.py's.
+`contexts.py`). Padding a pass to the one width a QNN artifact runs is runtime/engine/rows.py's
+(`one_width_graph`, `PaddedSession`).
 
 onnxruntime-qnn 2.x is a plugin EP library (PyPI wheels for Windows ARM64/x64 and Linux x86_64,
 Python >= 3.11): it is registered with `onnxruntime.register_execution_provider_library` and

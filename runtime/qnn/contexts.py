@@ -13,6 +13,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from specedge.core.manifest import manifest_fields
 from specedge.runtime.qnn.folders import CONTEXT_DIR, SHARED_DIR, SOURCES_FILE, context_dir, context_name
 from specedge.runtime.qnn.plugin import plugin
 from specedge.runtime.qnn.socs import artifact_soc, choose_soc, soc_label
@@ -28,11 +29,9 @@ def shared_contexts_load(machine: str | None = None) -> bool:
 def graph_digest(graph: Path) -> str:
     """The sha256 of a graph file: from the artifact's manifest where it lists it, else computed."""
     graph = Path(graph)
-    manifest = graph.parent / "manifest.json"
-    if manifest.is_file():
-        entry = json.loads(manifest.read_text()).get("files", {}).get(graph.name)
-        if entry:
-            return entry["sha256"]
+    entry = (manifest_fields(graph.parent) or {}).get("files", {}).get(graph.name)
+    if entry:
+        return entry["sha256"]
     h = hashlib.sha256()
     with graph.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -2,7 +2,7 @@
 
 POST /v1/chat/completions and /v1/completions (stream true: server-sent events ending in
 `data: [DONE]`; logprobs if asked; a completion's `suffix` filled in through the model's FIM
-tokens, runtime/fim.py), GET /v1/models, GET /health, GET /metrics (Prometheus' text format,
+tokens, runtime/text/fim.py), GET /v1/models, GET /health, GET /metrics (Prometheus' text format,
 serve/metrics.py). Every error is the OpenAI error object with a one-line message; the traceback of
 a server fault goes to the log, never to the client. Requests pass `guard.RequestGuard` first (host
 names, origins, JSON bodies), and every response is counted (`CountRequests`). A prompt is measured
@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import threading
 import time
@@ -34,16 +35,18 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specedge.core.errors import SpecEdgeError
 from specedge.device_profiles.cpu import cpu_info
+from specedge.kernels.penalties import NONE, Penalties
 from specedge.kernels.sampling import SamplingParams
-from specedge.runtime.fim import NoFimTokens, fim_prompt, find_fim_tokens
+from specedge.request import Defaults, RequestError, Shape, config_fields, encode, finish_reason, read_reply, shape
+from specedge.runtime.constraints.grammar import GrammarConstraint, unsatisfiable
+from specedge.runtime.engine.model import check_token_ids
 from specedge.runtime.generator import Generator, draft_model
-from specedge.runtime.grammar import GrammarConstraint, unsatisfiable
-from specedge.runtime.model import check_token_ids
-from specedge.runtime.reasoning import CONTENT, REASONING, ReasoningFilter, split_reasoning, thinks
-from specedge.runtime.streams import Streams
-from specedge.runtime.template.sandbox import ChatTemplateError
-from specedge.runtime.text import PromptTooLong, TextCodec
-from specedge.runtime.tools import ToolMarkup, read_tool_calls, renders_tools
+from specedge.runtime.streams.slots import Streams
+from specedge.runtime.text.codec import PromptTooLong, TextCodec
+from specedge.runtime.text.fim import NoFimTokens, find_fim_tokens
+from specedge.runtime.text.reasoning import CONTENT, REASONING, ReasoningFilter, thinks
+from specedge.runtime.text.template.sandbox import ChatTemplateError
+from specedge.runtime.text.tools import ToolMarkup, renders_tools
 from specedge.serve.guard import LOCAL, Origins, RequestGuard
 from specedge.serve.logprobs import LogprobShapes, TokenSpeller
 from specedge.serve.metrics import CONTENT_TYPE, Metrics
@@ -61,14 +64,15 @@ from specedge.serve.protocol import (
     parse_completion,
     parse_json,
 )
-from specedge.serve.responses import DONE, Shaper, finish_reason, specedge_stats, sse, usage
-from specedge.serve.structured import FREE_TEXT, Structure, ToolCallFilter, api_calls, parse_structure
-from specedge.serve.worker import Failed, Finished, GenerationWorker, Job, Piece, QueueFull
+from specedge.serve.responses import DONE, Shaper, specedge_stats, sse, usage
+from specedge.serve.structured import ToolCallFilter, api_calls, parse_output
+from specedge.serve.worker import Admission, Failed, Finished, GenerationWorker, Job, Piece, QueueFull
 
 log = logging.getLogger("specedge.serve")
 ROUTE_PATHS = frozenset({"/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions",
                          "/tokenize", "/detokenize", *PAGE_PATHS})
 FOLDED_CHARS = 4  # characters a tokenizer's normalizer (NFC) may fold into one, at most
+DETOKENIZE_IDS = 65_536  # ids /detokenize decodes at once (at least; the context, if larger)
 PING_S = 10.0  # a streamed request waiting this long for its first event gets its headers, then a comment as often
 PING = b": ping\n\n"
 EVENT_STREAM_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
@@ -80,14 +84,18 @@ class ServeSettings:
     model_id: str  # the name /v1/models lists and requests give as `model`
     aliases: tuple[str, ...] = ()  # other names accepted for it (the target's folder, its registry name)
     queue_size: int = 8  # requests that may wait while the slots decode
-    parallel: int = 1  # requests decoded at once, sharing each pass (runtime/streams.py)
+    parallel: int = 1  # requests decoded at once, sharing each pass (runtime/streams/slots.py)
     max_tokens: int = 512  # when a request sets none
     temperature: float = 1.0  # the API's defaults
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
+    penalties: Penalties = NONE  # the logit_bias and penalties of a request that sets none
+    model_sampling: dict[str, float] = dataclasses.field(default_factory=dict)  # the model's own, where taken
+    decode_timeout: float | None = None  # seconds a request's decoding may take (None: no deadline)
     origins: Origins = LOCAL  # the names and port requests must be addressed to
-    api_key: str | None = None  # None: no key asked
+    api_key: str | tuple[str, ...] | None = None  # None: no key asked; several: each its clients' (serve/guard.py)
+    share_prefixes: bool = True  # a request may reuse the cached prefix another left (never across API keys)
 
 
 def longest_token(generator: Generator) -> int:
@@ -289,12 +297,23 @@ async def no_receive() -> dict[str, Any]:
     return {"type": "http.disconnect"}
 
 
+@dataclass(frozen=True)
+class Ready:
+    """A request read and checked, off the event loop, holding its place in the queue."""
+
+    req: GenerationRequest
+    form: Shape
+    overrides: dict[str, object]
+    constraint: GrammarConstraint | None
+    prediction: list[int] | None  # its ids, tokenized here rather than under the decoding's codec
+
+
 class Server:
     def __init__(self, generator: Generator, settings: ServeSettings) -> None:
         self.generator = generator
         self.settings = settings
         streams = Streams(generator, settings.parallel) if settings.parallel > 1 else None
-        self.worker = GenerationWorker(generator, settings.queue_size, streams)
+        self.worker = GenerationWorker(generator, settings.queue_size, streams, settings.share_prefixes)
         self.created = int(time.time())
         self.context = generator.target.manifest.context
         self.max_prompt_chars = self.context * longest_token(generator) * FOLDED_CHARS
@@ -314,7 +333,15 @@ class Server:
                 "specedge": {"target": gen.target.name, "draft": getattr(draft, "name", None),
                              "drafter": gen.drafter.name if gen.drafter else "none", "context": self.context,
                              "gamma": "auto" if gen.config.auto_gamma else gen.config.gamma,
-                             "device": self.device}}
+                             "device": self.device, "sampling_defaults": self.sampling_defaults()}}
+
+    def sampling_defaults(self) -> dict[str, object]:
+        """What a request that sets no sampling field decodes with, and where each value comes from."""
+        d = self.settings
+        values = {"temperature": d.temperature, "top_p": d.top_p, "top_k": d.top_k, "min_p": d.min_p,
+                  "repetition_penalty": d.penalties.repetition, "presence_penalty": d.penalties.presence,
+                  "frequency_penalty": d.penalties.frequency}
+        return {**values, "from_model": sorted(k for k in d.model_sampling if values.get(k) == d.model_sampling[k])}
 
     async def health(self, request: Request) -> JSONResponse:
         w = self.worker
@@ -334,43 +361,87 @@ class Server:
 
     async def chat(self, request: Request) -> Response | EventStream:
         body = parse_json(await read_body(request))
-        return await self.complete(request, parse_chat(body), parse_structure(body, self.markup))
+        req = parse_chat(body)
+        self.check_sizes(req, body)  # before the request takes a place in the queue: sizes cost nothing
+        return await self.complete(request, lambda: dataclasses.replace(req, **parse_output(body)))
 
     async def completions(self, request: Request) -> Response | EventStream:
-        return await self.complete(request, parse_completion(parse_json(await read_body(request))))
+        req = parse_completion(parse_json(await read_body(request)))
+        self.check_sizes(req)
+        return await self.complete(request, req)
+
+    def check_sizes(self, req: GenerationRequest, body: dict[str, Any] | None = None) -> None:
+        """The checks that cost nothing, before a place in the queue: the model asked for, a suffix the
+        model can fill, the prompt's size with its tools (`body`'s, not yet read) and its prediction."""
+        self.check_model(req.model)
+        self.check_suffix(req)
+        tools = body.get("tools") if body is not None else None
+        self.check_prompt_size(dataclasses.replace(req, tools=tuple(tools)) if isinstance(tools, list) else req)
+        prediction = body.get("prediction") if body is not None else None
+        if isinstance(prediction, dict) and isinstance(prediction.get("content"), str):
+            self.check_prompt_size(dataclasses.replace(req, prediction=prediction["content"]))
+
+    def admit(self) -> Admission:
+        """A place in the queue, before a request's work (parsing, checks, grammars, tokenizing): a
+        full queue refuses it with 503 and Retry-After, so the queue bounds that work too."""
+        try:
+            return self.worker.admit()
+        except QueueFull as e:
+            raise APIError(503, f"the server is busy: {self.worker.waiting} requests wait for the one being "
+                                f"decoded; retry in {e.retry_after} s", kind="server_error", code="queue_full",
+                           headers={"Retry-After": str(e.retry_after)}) from None
 
     async def tokenize(self, request: Request) -> JSONResponse:
         """llama-server's /tokenize ({"content": text, "add_special": bool}; vLLM's "prompt" or chat
-        "messages" too): the token ids, their count and the context."""
+        "messages" too): the token ids, their count and the context. Under the prompt's limits and a
+        place in the queue, off the event loop."""
         body = parse_json(await read_body(request))
         self.check_model(body.get("model"))
-        ids = await run_in_threadpool(self.tokens_of, body)
+        with self.admit():
+            ids = await run_in_threadpool(self.tokens_of, body)
         return JSONResponse({"tokens": ids, "count": len(ids), "max_model_len": self.context})
 
     async def detokenize(self, request: Request) -> JSONResponse:
-        """llama-server's /detokenize ({"tokens": [ids]}): their text."""
+        """llama-server's /detokenize ({"tokens": [ids]}): their text. At most DETOKENIZE_IDS ids (or
+        the context, if larger), checked and decoded off the event loop."""
         body = parse_json(await read_body(request))
         self.check_model(body.get("model"))
+        tokens = body.get("tokens") or []
+        limit = max(self.context, DETOKENIZE_IDS)
+        if isinstance(tokens, list) and len(tokens) > limit:
+            raise APIError(413, f"'tokens' holds {len(tokens)} ids, more than the {limit} this server decodes at once",
+                           param="tokens", code="request_too_large")
+        with self.admit():
+            return JSONResponse({"content": await run_in_threadpool(self.text_of_body, tokens)})
+
+    def text_of_body(self, tokens: object) -> str:
         try:
-            ids = check_token_ids(body.get("tokens") or [], self.generator.target.manifest.vocab_size)
+            ids = check_token_ids(tokens if isinstance(tokens, list) else [tokens],
+                                  self.generator.target.manifest.vocab_size)
         except SpecEdgeError as e:
             raise invalid("tokens", e.problem) from None
-        return JSONResponse({"content": await run_in_threadpool(self.text_of, ids)})
+        return self.text_of(ids)
 
     def text_of(self, ids: list[int]) -> str:
         with self._side_lock:
             return self.side_codec().decode(ids)
 
     def tokens_of(self, body: dict[str, Any]) -> list[int]:
-        """The ids of a /tokenize body, on a codec of its own (the worker's tokenizer is the worker's)."""
+        """The ids of a /tokenize body, on a codec of its own (the worker's tokenizer is the worker's),
+        refused past the prompt's limit in characters as a request's prompt is."""
         with self._side_lock:
             codec = self.side_codec()
             if "messages" in body:
                 req = parse_chat(body)
+                self.check_prompt_size(req)
                 return codec.encode_chat([dict(m) for m in req.messages], template_kwargs=req.template_kwargs)
             text = body.get("content", body.get("prompt"))
             if not isinstance(text, str):
                 raise invalid("content", "must be a string (or send 'messages')")
+            if len(text) > self.max_prompt_chars:
+                raise APIError(413, f"the content has {len(text)} characters, more than the model's context of "
+                                    f"{self.context} tokens can hold (at most {self.max_prompt_chars})",
+                               param="content", code="context_length_exceeded")
             special = body.get("add_special", body.get("add_special_tokens", False))
             if not isinstance(special, bool):
                 raise invalid("add_special", "must be true or false")
@@ -400,15 +471,19 @@ class Server:
             raise APIError(413, f"the prompt has {len(req.prompt)} tokens but the model's context holds "
                                 f"{self.context}; shorten the prompt", param=param, code="context_length_exceeded")
         chars = sum(len(m["content"]) for m in req.messages) if req.kind == "chat" else len(req.prompt)
-        chars += len(req.suffix or "")
+        chars += len(req.suffix or "") + (len(json.dumps(list(req.tools))) if req.tools else 0)
         if chars > self.max_prompt_chars:
             raise APIError(413, f"the prompt has {chars} characters, more than the model's context of {self.context} "
                                 f"tokens can hold (at most {self.max_prompt_chars}); shorten the prompt",
                            param=param, code="context_length_exceeded")
+        if req.prediction is not None and len(req.prediction) > self.max_prompt_chars:
+            raise APIError(413, f"the prediction has {len(req.prediction)} characters, more than the model's context "
+                                f"of {self.context} tokens can hold (at most {self.max_prompt_chars})",
+                           param="prediction", code="context_length_exceeded")
 
-    def check_tools(self, structure: Structure) -> None:
+    def check_tools(self, req: GenerationRequest) -> None:
         """Tools need a chat template that lists them: 422 naming the model, before it is queued."""
-        if structure.tools and not self.lists_tools:
+        if req.tools and not self.lists_tools:
             raise APIError(422, f"the model '{self.settings.model_id}' has a chat template that does not list "
                                 "tools, so it cannot be told about them", param="tools", code="unsupported_parameter")
 
@@ -418,17 +493,11 @@ class Server:
             raise APIError(422, one_line(NoFimTokens(self.settings.model_id).problem), param="suffix",
                            code="unsupported_parameter")
 
-    def encode(self, req: GenerationRequest, tools: tuple[dict[str, Any], ...] = ()) -> list[int]:
+    def encode(self, req: GenerationRequest) -> list[int]:
         """The prompt's token ids, checked to fit the context (on the worker thread, in the job's turn)."""
         param = "messages" if req.kind == "chat" else "prompt"
-        prompt = list(req.messages) if req.kind == "chat" else req.prompt
         try:
-            if req.suffix is not None:  # fill in the middle: the prompt before the gap, the suffix after it
-                ids = fim_prompt(self.generator.codec, req.prompt, req.suffix, self.settings.model_id)
-            else:
-                ids = self.generator.encode(prompt if isinstance(prompt, str) else list(prompt),
-                                            tools=list(tools) or None, limit=self.context - 1,
-                                            template_kwargs=req.template_kwargs)
+            ids = encode(self.generator, req, self.settings.model_id, limit=self.context - 1)
         except ChatTemplateError as e:  # raw text is the way round: the completions endpoint's field
             raise APIError(400, one_line(str(e.advise("send the text as `prompt` to /v1/completions instead of "
                                                       "`messages`"))), param=param, code="invalid_value") from None
@@ -443,56 +512,84 @@ class Server:
                                 "shorten the prompt", param=param, code="context_length_exceeded")
         return ids
 
-    def grammar_state(self, structure: Structure, max_tokens: int) -> GrammarConstraint:
+    def shape(self, req: GenerationRequest) -> Shape:
+        """What the request asks of the output on this model (specedge/request.py), a 400 naming the field."""
+        try:
+            return shape(req, self.markup, self.thinks)
+        except RequestError as e:
+            raise invalid(e.param, e.problem) from None
+
+    def grammar_state(self, form: Shape, max_tokens: int) -> GrammarConstraint:
         """A fresh state of the request's grammar over the model's vocabulary (off the event loop: a
         large grammar compiles for a moment), refused with a 400 naming its field if llguidance
         cannot use it or it admits no output within the tokens the request may decode."""
-        assert structure.grammar is not None
+        assert form.grammar is not None
         try:
-            constraint = self.generator.constraint(structure.grammar)
+            constraint = self.generator.constraint(form.grammar)
         except SpecEdgeError as e:
-            raise invalid(structure.grammar_param, e.problem) from None
+            raise invalid(form.grammar_param, e.problem) from None
         if why := unsatisfiable(constraint, min(max_tokens, self.context)):
-            raise invalid(structure.grammar_param, why)
+            raise invalid(form.grammar_param, why)
         return constraint
 
     def overrides(self, req: GenerationRequest) -> dict[str, object]:
-        """The request's SpecConfig fields, checked (a SpecEdgeError is a 400)."""
+        """The request's SpecConfig fields, the server's defaults where it sets none, checked (a
+        SpecEdgeError is a 400)."""
         d, config = self.settings, self.generator.config
-        sampling = SamplingParams(temperature=d.temperature if req.temperature is None else req.temperature,
-                                  top_k=d.top_k if req.top_k is None else req.top_k,
-                                  top_p=d.top_p if req.top_p is None else req.top_p,
-                                  min_p=d.min_p if req.min_p is None else req.min_p)
-        fields: dict[str, object] = {"max_new_tokens": req.max_tokens or d.max_tokens, "sampling": sampling,
-                                     "stop_strings": req.stop, "ignore_eos": req.ignore_eos,
-                                     "seed": config.seed if req.seed is None else req.seed,
-                                     "acceptance": req.acceptance or config.acceptance, "logprobs": req.logprobs}
+        defaults = Defaults(max_tokens=d.max_tokens, temperature=d.temperature, top_p=d.top_p, top_k=d.top_k,
+                            min_p=d.min_p, penalties=d.penalties, seed=config.seed, acceptance=config.acceptance)
+        fields = config_fields(req, defaults)
         dataclasses.replace(config, **fields)
+        sampling = fields["sampling"]
+        assert isinstance(sampling, SamplingParams)
+        sampling.penalties.check_vocabulary(self.generator.target.manifest.vocab_size)
         return fields
 
-    async def complete(self, request: Request, req: GenerationRequest,
-                       structure: Structure = FREE_TEXT) -> Response | EventStream:
+    def prepare(self, read: Callable[[], GenerationRequest] | GenerationRequest) -> Ready:
+        """Read the request (`read`: its parser, or the request parsed) and do every check, its shape
+        and its grammar's compilation: the work a request costs before its turn, done on a worker
+        thread while it holds a place in the queue."""
+        req = read() if callable(read) else read
         self.check_model(req.model)
         self.check_suffix(req)
         self.check_prompt_size(req)
-        shapes = None if req.logprobs is None else LogprobShapes(req.kind, self.spell)
-        shaper = Shaper(req.kind, self.settings.model_id, logprobs=shapes)
-        self.check_tools(structure)
+        self.check_tools(req)
+        form = self.shape(req)
         overrides = self.overrides(req)
-        constraint = None if structure.grammar is None else await run_in_threadpool(
-            self.grammar_state, structure, int(overrides["max_new_tokens"]))  # type: ignore[call-overload]
-        job = Job(shaper.id, functools.partial(self.encode, req, structure.tools), overrides,
-                  asyncio.get_running_loop(), stream=req.stream, constraint=constraint,
-                  prediction=structure.prediction, show_draft=req.show_draft)
+        tokens = overrides["max_new_tokens"]
+        assert isinstance(tokens, int)
+        constraint = None if form.grammar is None else self.grammar_state(form, tokens)
+        return Ready(req, form, overrides, constraint, self.prediction_ids(req.prediction))
+
+    def prediction_ids(self, prediction: str | None) -> list[int] | None:
+        """A prediction's token ids, at most a context's worth: it is scanned every round."""
+        if prediction is None:
+            return None
         try:
-            self.worker.submit(job)
-        except QueueFull as e:
-            raise APIError(503, f"the server is busy: {self.worker.waiting} requests wait for the one being "
-                                f"decoded; retry in {e.retry_after} s", kind="server_error", code="queue_full",
-                           headers={"Retry-After": str(e.retry_after)}) from None
-        thinking = req.kind == "chat" and req.split_reasoning and self.thinks
+            with self._side_lock:
+                return self.side_codec().encode(prediction, add_special_tokens=False, what="the prediction",
+                                                limit=self.context)
+        except PromptTooLong as e:
+            raise APIError(413, f"the prediction has {e.tokens} tokens or more, more than the model's context of "
+                                f"{self.context}; send the part of it the answer may repeat",
+                           param="prediction", code="context_length_exceeded") from None
+        except SpecEdgeError as e:
+            raise invalid("prediction", e.problem) from None
+
+    async def complete(self, request: Request,
+                       read: Callable[[], GenerationRequest] | GenerationRequest) -> Response | EventStream:
+        with self.admit() as admission:
+            ready = await run_in_threadpool(self.prepare, read)
+            req, form = ready.req, ready.form
+            shapes = None if req.logprobs is None else LogprobShapes(req.kind, self.spell)
+            shaper = Shaper(req.kind, self.settings.model_id, logprobs=shapes)
+            job = Job(shaper.id, functools.partial(self.encode, req), ready.overrides, asyncio.get_running_loop(),
+                      stream=req.stream, constraint=ready.constraint, prediction=ready.prediction,
+                      show_draft=req.show_draft, timeout=self.settings.decode_timeout,
+                      owner=request.scope.get("state", {}).get("api_key"))
+            self.worker.submit(job, admission)
         if req.stream:
-            return EventStream(job, shaper, req.include_usage, structure.call_names, thinking)
+            return EventStream(job, shaper, req.include_usage, form.call_names, form.reasoning)
         finished = await until_first(job.events.get(), request.receive, job)
         if finished is None:
             return Response(status_code=204)  # the client is gone; nobody reads this
@@ -501,14 +598,13 @@ class Server:
             raise error_for(event.error)
         assert isinstance(event, Finished)
         result = event.result
-        reasoning, answer = split_reasoning(result.text) if thinking else (None, result.text)
-        text, calls = read_tool_calls(answer, structure.call_names) if structure.parse_tools else (answer, [])
-        return JSONResponse(shaper.whole(text if text or not calls else None,
-                                         finish_reason(result.stats.stop_reason, bool(calls)),
+        answer = read_reply(result.text, form)
+        return JSONResponse(shaper.whole(answer.text if answer.text or not answer.calls else None,
+                                         finish_reason(result.stats.stop_reason, bool(answer.calls)),
                                          usage(result.stats.prompt_tokens, result.stats.n_tokens, event.reused,
-                                               result.stats, structure.prediction is not None),
+                                               result.stats, req.prediction is not None),
                                          specedge_stats(result.stats, event.reused, event.timing), result.logprobs,
-                                         api_calls(calls) if calls else None, reasoning))
+                                         api_calls(answer.calls) if answer.calls else None, answer.reasoning))
 
 
 async def not_found(request: Request, exc: Exception) -> JSONResponse:

@@ -9,6 +9,7 @@ saying how to install it.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from specedge.core.errors import SpecEdgeError
 from specedge.options import (
+    OPENAI,
     add_context_flag,
     add_gamma_flags,
     add_pair_flags,
@@ -35,6 +37,7 @@ from specedge.options import (
     load_generator,
     nonnegative_int,
     positive_float,
+    sampling_of,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +69,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--write-timeout", type=positive_float, default=WRITE_TIMEOUT_S, metavar="SECONDS",
                    help=f"a response whose client reads none of what is sent for this long is closed, and its "
                         f"decoding ended (default {WRITE_TIMEOUT_S:g})")
+    p.add_argument("--decode-timeout", type=positive_float, default=None, metavar="SECONDS",
+                   help="a request's decoding ends after this long, with what it has decoded (finish_reason "
+                        "length, stop_reason deadline; default: no deadline)")
     p.add_argument("--queue", type=nonnegative_int, default=8,
                    help="requests that may wait while the slots decode (default 8); more get 503 and Retry-After")
     p.add_argument("--parallel", type=parallel_arg, default="auto", metavar="N",
@@ -73,9 +79,17 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                         "alone (default auto: as many as this device's measured passes say pay, or 1)")
     p.add_argument("--model-name", default=None,
                    help="the model id clients pass (default: the pair, or the target's registry name or folder)")
+    p.add_argument("--api-key-file", default=None, metavar="FILE",
+                   help="ask every request but /health for one of the keys this file holds, one a line, as "
+                        "'Authorization: Bearer KEY'; several keys: each its own clients, whose cached prompts "
+                        f"never serve another's (default: ${API_KEY_ENV}, else none)")
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None, metavar="KEY",
-                   help=f"ask every request but /health for 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}; "
-                        "none: no key)")
+                   help=f"one key on the command line (every local user can read it there: prefer --api-key-file "
+                        f"or ${API_KEY_ENV})")
+    p.add_argument("--no-prefix-sharing", action="store_true",
+                   help="never let a request reuse the cached prompt another left (by default requests share "
+                        "them, except across API keys): a client cannot tell from speed or cached_tokens what "
+                        "another sent")
     p.add_argument("--allowed-origins", type=origins_arg, action="extend", default=[], metavar="ORIGINS",
                    help="web origins beside the server's own that may call it, comma-separated, * a wildcard "
                         "(chrome-extension://*,http://localhost:3000); default none")
@@ -84,7 +98,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                         "request)")
     add_context_flag(p)
     add_template_flags(p)
-    add_sampling_flags(p, max_new_tokens=512, temperature=1.0, per_request=True)  # temperature 1: the API's default
+    add_sampling_flags(p, max_new_tokens=512, per_request=True)  # left out: the model's, else the API's defaults
     add_provider_flags(p)
     p.set_defaults(func=cmd_serve)
 
@@ -158,12 +172,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise SpecEdgeError(f"specedge serve needs packages this installation lacks ({e.name})",
                             "pip install 'specedge[serve]'") from None
 
+    keys = api_keys(args)  # a key file that cannot be read fails before anything starts
     sock = listen(args.host, args.port)  # before the models load: a port in use fails at once
     host, port = sock.getsockname()[:2]
     setup_logging(args.log_level)
     if not is_loopback(args.host):
         print(f"specedge serve: warning: listening on {args.host}, reachable from other machines"
-              + ("" if args.api_key else ", and with no API key (--api-key)"), file=sys.stderr, flush=True)
+              + ("" if keys else ", and with no API key (--api-key-file)"), file=sys.stderr, flush=True)
     if "*" in args.allowed_origins:
         print("specedge serve: warning: --allowed-origins '*' lets any web page you visit drive this server",
               file=sys.stderr, flush=True)
@@ -171,7 +186,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     gate = LoadingGate()
     origins = Origins.of_listener(args.host, port, tuple(args.allowed_origins))
-    config = uvicorn.Config(RequestGuard(gate, origins, args.api_key), log_level="warning",
+    config = uvicorn.Config(RequestGuard(gate, origins, keys), log_level="warning",
                             access_log=False, timeout_graceful_shutdown=GRACE_S, lifespan="on",
                             http=deadline_protocol(args.request_timeout, args.write_timeout),
                             timeout_keep_alive=KEEP_ALIVE_S)
@@ -195,16 +210,21 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
               failed: list[BaseException]) -> None:
     """Load the models (fetched and exported on a first run) and open the gate to them; a failure
     stops the server, and `cmd_serve` raises it once uvicorn has stopped."""
-    from specedge.runtime.streams import ParallelChoice, parallel_that_pays, pool_bytes
+    from specedge.runtime.streams.slots import ParallelChoice, parallel_that_pays, pool_bytes
     from specedge.serve.app import create_app
 
     try:
         way = default_pair(args.pair, args.target, args.draft, args.gamma, args.ngram, args.context)
-        config = build_config(args, no_draft=way.single_steps)  # requests override its length, sampling and seed
+        from specedge.request import model_sampling
+
+        # requests override its length, sampling and seed; a field they leave: the model's, else the API's
+        config = build_config(args, no_draft=way.single_steps, base=OPENAI, model=model_sampling(way.target))
         gen = load_generator(args, way.target, way.draft, way.ngram, config, way.single_steps)
         parallel = parallel_that_pays(gen) if args.parallel == "auto" else ParallelChoice(args.parallel, "asked for")
         settings = serve_settings(args, way.target, port, parallel.slots)
-        if not gate.open(create_app(gen, settings, guarded=False)):  # the gate's guard is in front
+        app = create_app(gen, settings, guarded=False)  # the gate's guard is in front
+        memory = memory_bound(gen, parallel.slots)  # its passes run before any request's can
+        if not gate.open(app):
             return
     except BaseException as e:  # a SpecEdgeError is one line once the server has stopped
         failed.append(e)
@@ -212,10 +232,29 @@ def load_into(gate: Any, args: argparse.Namespace, host: str, port: int, server:
         return
     pair = way.target.name + (f" + {way.draft.name}" if way.draft else "") + (" + n-gram" if way.ngram else "")
     n = parallel.slots
-    slots = (f"{n} requests decode at once, sharing each pass ({parallel.why}; their KV caches take up to "
-             f"{pool_bytes(gen, n) / 1e6:.0f} MB)" if n > 1 else f"one request decodes at a time ({parallel.why})")
+    slots = (f"{n} requests decode at once, sharing each pass ({parallel.why}; their KV caches and shared "
+             f"passes take up to {pool_bytes(gen, n) / 1e6:.0f} MB)" if n > 1
+             else f"one request decodes at a time ({parallel.why})")
     print(f"specedge serve: model '{settings.model_id}' ({pair}) at http://{host}:{port}/v1; {slots}, "
-          f"{args.queue} may wait; Ctrl-C stops", file=sys.stderr, flush=True)
+          f"{args.queue} may wait{memory}; Ctrl-C stops", file=sys.stderr, flush=True)
+
+
+def memory_bound(gen: Any, slots: int) -> str:
+    """What the server's memory comes to: resident now - once the widest pass the slots share has run,
+    so that ONNX Runtime's arenas have grown for it - and at most, once every slot's cache is full
+    (the caches' pages are taken as they are first written)."""
+    from specedge.runtime.engine.kv_cache import resident_memory
+    from specedge.runtime.generator import draft_model
+    from specedge.runtime.streams.slots import pool_bytes, run_widest_pass
+
+    if slots > 1:
+        for model in (gen.target, draft_model(gen.drafter)):
+            if model is not None:
+                run_widest_pass(model, slots)
+    now = resident_memory()
+    if now is None:
+        return ""
+    return f"; memory {now / 1e6:.0f} MB now, at most {(now + pool_bytes(gen, slots)) / 1e6:.0f} MB"
 
 
 def stopping_server(base: type, on_stop: Callable[[], None]) -> type:
@@ -225,24 +264,59 @@ def stopping_server(base: type, on_stop: Callable[[], None]) -> type:
     Ctrl-C exits at once (uvicorn's own force exit)."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:  # type: ignore[no-untyped-def]
+        """In the signal's context: only flags, and the stop scheduled on the event loop (which takes
+        locks and prints, as a signal handler must not: the interrupted code may hold them)."""
         if not self.should_exit:
-            print(f"specedge serve: stopping ({signal.Signals(sig).name}); Ctrl-C again to exit at once",
-                  file=sys.stderr, flush=True)
-            on_stop()
+            with contextlib.suppress(RuntimeError):  # no loop runs in this thread: nothing is served to stop
+                asyncio.get_running_loop().call_soon_threadsafe(stopping, sig)
         base.handle_exit(self, sig, frame)
 
+    def stopping(sig: int) -> None:
+        print(f"specedge serve: stopping ({signal.Signals(sig).name}); Ctrl-C again to exit at once",
+              file=sys.stderr, flush=True)
+        on_stop()
+
     return type("StoppingServer", (base,), {"handle_exit": handle_exit})
+
+
+MAX_KEYS = 1000
+
+
+def api_keys(args: argparse.Namespace) -> tuple[str, ...]:
+    """The API keys asked for: --api-key-file's lines (blank lines and # comments left out), and
+    --api-key or $SPECEDGE_API_KEY; a file that cannot be read, or holds no key, is one line."""
+    from specedge.serve.guard import as_keys
+
+    keys = [args.api_key] if args.api_key else []
+    if args.api_key_file:
+        try:
+            lines = Path(args.api_key_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecEdgeError(f"cannot read the API key file {args.api_key_file}: {e}",
+                                "pass a readable UTF-8 file with one key a line") from None
+        found = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+        if not found or len(found) > MAX_KEYS:
+            raise SpecEdgeError(f"{args.api_key_file} holds {len(found)} API keys",
+                                f"put 1 to {MAX_KEYS} keys in it, one a line")
+        keys += found
+    return as_keys(tuple(dict.fromkeys(keys)))  # a key no client can send is refused here, before loading
 
 
 def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: int = 1) -> ServeSettings:
     """The server's settings of its flags: the model's names, the queue and the slots, the origins
     requests must be addressed to, and the sampling flags as the values for a request that sets none."""
+    from specedge.request import model_sampling
     from specedge.serve.app import ServeSettings  # the serve extra (starlette): cmd_serve has checked it
     from specedge.serve.guard import Origins  # the serve extra (starlette)
 
+    model = model_sampling(target)
+    s = sampling_of(args, OPENAI, model)
     return ServeSettings(model_id=model_id(args), aliases=(Path(target).name,), queue_size=args.queue,
-                         parallel=parallel, max_tokens=args.max_new_tokens, temperature=args.temperature,
-                         top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, api_key=args.api_key,
+                         parallel=parallel, max_tokens=args.max_new_tokens, temperature=s.temperature,
+                         top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, penalties=s.penalties,
+                         model_sampling=model if args.sampling_defaults == "model" else {},
+                         decode_timeout=args.decode_timeout,
+                         api_key=api_keys(args), share_prefixes=not args.no_prefix_sharing,
                          origins=Origins.of_listener(args.host, port, tuple(args.allowed_origins)))
 
 

@@ -20,6 +20,7 @@ import fnmatch
 import hmac
 import ipaddress
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -27,6 +28,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from specedge.core.errors import SpecEdgeError
 from specedge.serve.page import PAGE_PATHS
 from specedge.serve.protocol import APIError
 
@@ -125,13 +127,36 @@ CORS_METHODS = "GET, POST, OPTIONS"
 CORS_HEADERS = "Authorization, Content-Type"
 
 
-def key_refusal(api_key: str | None, path: str, headers: Headers) -> APIError | None:
-    """401 unless the request carries `Authorization: Bearer KEY` (/health and the chat page's static
-    files need none: the page asks for the key)."""
-    if api_key is None or path == "/health" or path in PAGE_PATHS:
-        return None
+def as_keys(api_key: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The API keys a server asks for (none: no key asked)."""
+    if api_key is None:
+        return ()
+    keys = tuple(k for k in ((api_key,) if isinstance(api_key, str) else api_key) if k)
+    if any(not k.isascii() or not k.isprintable() for k in keys):
+        raise SpecEdgeError("an API key holds a character outside printable ASCII, which HTTP clients cannot "
+                            "send in an Authorization header", "use letters, digits and punctuation only "
+                            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return keys
+
+
+def key_of(keys: Sequence[str], headers: Headers) -> int | None:
+    """Which of `keys` the request's `Authorization: Bearer KEY` carries (None: none of them), every
+    key compared in constant time."""
     scheme, _, given = headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), api_key.encode()):
+    if scheme.lower() != "bearer":
+        return None
+    found = None
+    for i, key in enumerate(keys):
+        # the header as its bytes came (latin-1 is how they were read); keys are ASCII (as_keys)
+        if hmac.compare_digest(given.strip().encode("latin-1", "replace"), key.encode()) and found is None:
+            found = i
+    return found
+
+
+def key_refusal(keys: Sequence[str], path: str, headers: Headers) -> APIError | None:
+    """401 unless the request carries one of the keys as `Authorization: Bearer KEY` (/health and the
+    chat page's static files need none: the page asks for the key)."""
+    if not keys or path == "/health" or path in PAGE_PATHS or key_of(keys, headers) is not None:
         return None
     return APIError(401, "this server needs an API key: send 'Authorization: Bearer KEY'", param="Authorization",
                     code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
@@ -145,10 +170,10 @@ class RequestGuard:
     """ASGI middleware: a request `refusal` names gets its error object, others go on to `app`; an
     allowed foreign origin's requests (and their preflight) get CORS headers."""
 
-    def __init__(self, app: ASGIApp, origins: Origins, api_key: str | None = None) -> None:
+    def __init__(self, app: ASGIApp, origins: Origins, api_key: str | Sequence[str] | None = None) -> None:
         self.app = app
         self.origins = origins
-        self.api_key = api_key or None
+        self.keys = as_keys(api_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -163,12 +188,14 @@ class RequestGuard:
             await Response(status_code=204, headers=preflight)(scope, receive, send)
             return
         err = (refusal(self.origins, scope["method"], headers)
-               or key_refusal(self.api_key, scope["path"], headers))
+               or key_refusal(self.keys, scope["path"], headers))
         if err is not None:
             response = JSONResponse(err.body(), status_code=err.status,
                                     headers={**err.headers, **cors, "Connection": "close"})
             await response(scope, receive, send)
             return
+        if len(self.keys) > 1:  # whose request it is: its cached prefix is not another key's (serve/worker.py)
+            scope.setdefault("state", {})["api_key"] = key_of(self.keys, headers)
         await self.app(scope, receive, with_headers(send, cors) if cors else send)
 
 

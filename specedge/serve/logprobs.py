@@ -1,5 +1,5 @@
 """Log-probabilities as the OpenAI API reports them, of the runtime's `TokenLogprob`s
-(runtime/logprobs.py): chat's `{"content": [{token, logprob, bytes, top_logprobs}]}`, and the
+(runtime/round/logprobs.py): chat's `{"content": [{token, logprob, bytes, top_logprobs}]}`, and the
 legacy completions' `{tokens, token_logprobs, top_logprobs, text_offset}`.
 
 A token is reported as what it spells alone: its bytes, and their text. A byte-level BPE token
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from tokenizers import Tokenizer
 
 from specedge.export.source_tokenizer import bytes_to_unicode
-from specedge.runtime.logprobs import TokenLogprob
+from specedge.runtime.round.logprobs import TokenLogprob
 from specedge.serve.protocol import Kind
 
 MIN_LOGPROB = -9999.0  # what OpenAI reports for a probability of 0 (JSON has no -Infinity)

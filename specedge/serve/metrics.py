@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from specedge.runtime.stats import GenerationStats
+from specedge.runtime.round.stats import GenerationStats
 from specedge.serve.responses import Timing
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

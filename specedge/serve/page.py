@@ -1,8 +1,10 @@
 """The chat page at `/`: static files inside the package (no CDN, no build step: it works offline),
 served with a content security policy that lets them talk to this server only. The page streams
-answers from /v1/chat/completions with `{"specedge": {"show_draft": true}}`, so each token is
-coloured by where it came from, and shows tokens/s, acceptance, tokens per target pass and bytes
-per token as they come."""
+answers from /v1/chat/completions with `{"specedge": {"show_draft": true}}`, renders them as
+Markdown with highlighted code blocks and a copy button (markdown.js and highlight.js, written for
+it: no dependencies), colours each character by where its token came from, and shows tokens/s,
+acceptance, tokens per target pass and bytes per token as they come. Conversations (a list: new,
+switch, delete) and the sampling settings are kept in the browser's localStorage."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 FILES = {"index.html": "text/html; charset=utf-8", "chat.js": "text/javascript; charset=utf-8",
+         "markdown.js": "text/javascript; charset=utf-8", "highlight.js": "text/javascript; charset=utf-8",
          "chat.css": "text/css; charset=utf-8"}
 PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "

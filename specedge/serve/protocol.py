@@ -4,8 +4,8 @@ OpenAI error object for whatever is wrong with one.
 Status codes: 400 a body the API itself refuses (invalid JSON, a wrong type, a value out of its
 documented range), 404 an unknown model or path, 413 a body or prompt too large (the prompt does
 not fit the model's context), 422 a valid OpenAI request this server does not support (n > 1,
-penalties, several prompts, the deprecated `functions`, a `suffix` for a model without
-fill-in-the-middle tokens).
+several prompts, the deprecated `functions`, a `suffix` for a model without fill-in-the-middle
+tokens).
 Parameters this server does not know are ignored, as other local servers do; the ones it knows but
 cannot honour are refused, never silently dropped.
 """
@@ -22,12 +22,13 @@ from typing import Any, Literal
 from starlette.responses import JSONResponse
 
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.grammar import GrammarFault
-from specedge.runtime.logprobs import MAX_TOP_LOGPROBS
-from specedge.runtime.template.options import check_template_kwargs
+from specedge.request import Request
+from specedge.runtime.constraints.grammar import GrammarFault
+from specedge.runtime.round.decoding import check_stop_strings
+from specedge.runtime.round.logprobs import MAX_TOP_LOGPROBS
+from specedge.runtime.text.template.options import check_template_kwargs
 
 MAX_BODY_BYTES = 4 << 20  # a prompt filling any supported context is far smaller
-MAX_STOP_STRINGS = 4  # as the OpenAI API documents
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the escapes \\ud800 to \\udfff in a JSON text
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # after parsing: pairs became one character
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -144,31 +145,19 @@ def _refuse_constant(name: str) -> float:
 
 
 @dataclass(frozen=True)
-class GenerationRequest:
-    """One checked request. messages (chat) or prompt (completion: text or token ids) is set;
-    a None parameter takes the server's default."""
+class GenerationRequest(Request):
+    """One checked request (specedge/request.py's Request, read from a JSON body), and how the
+    server is to send its answer. A None sampling parameter takes the server's default. Beyond the
+    OpenAI API: top_k and min_p (as llama.cpp's server and vLLM take them), ignore_eos (decode exactly
+    max_tokens: benchmarks), {"specedge": {"acceptance": "race"|"rejection", "show_draft": true}},
+    chat_template_kwargs (vLLM's), reasoning_format (llama-server's: "none" leaves a thinking model's
+    <think> block in the content)."""
 
-    kind: Kind
-    model: str | None
-    messages: tuple[Message, ...] = ()
-    prompt: str | tuple[int, ...] = ""
+    kind: Kind = "chat"
+    model: str | None = None
     stream: bool = False
     include_usage: bool = False
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None  # not in the OpenAI API; llama.cpp's server and others take it
-    min_p: float | None = None  # not in the OpenAI API; llama.cpp's server and vLLM take it
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    ignore_eos: bool = False  # not in the OpenAI API: decode exactly max_tokens (benchmarks)
-    acceptance: str | None = None  # not in the OpenAI API: {"specedge": {"acceptance": "race"|"rejection"}}
-    show_draft: bool = False  # not in the OpenAI API: {"specedge": {"show_draft": true}}: each chunk's origin
-    logprobs: int | None = None  # None: none; N: each token's log-probability and its N likeliest alternatives
-    suffix: str | None = None  # completion: the text after the gap to fill in (fill-in-the-middle)
-    template_kwargs: dict[str, Any] | None = None  # chat: extra template variables (vLLM's chat_template_kwargs)
-    split_reasoning: bool = True  # chat: a thinking model's <think> block as reasoning_content (llama-server's
-    # reasoning_format "none": left in the content)
+    show_draft: bool = False  # each streamed chunk says where its tokens came from
 
 
 # Known parameters this server cannot honour, each with the test that a value is the API's default
@@ -185,10 +174,6 @@ def _false(value: object) -> bool:
     return value is None or value is False
 
 
-def _zero(value: object) -> bool:
-    return value is None or (value == 0 and not isinstance(value, bool))
-
-
 def _empty(value: object) -> bool:
     return value is None or value == {} or value == [] or value == ""
 
@@ -203,10 +188,6 @@ def _text_only(value: object) -> bool:
 
 COMMON_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     "n": (_is_one, "more than one choice (n > 1)"),
-    "presence_penalty": (_zero, "presence_penalty other than 0"),
-    "frequency_penalty": (_zero, "frequency_penalty other than 0"),
-    "logit_bias": (_empty, "logit_bias"),
-    "repetition_penalty": (_is_one, "repetition_penalty other than 1 (it would change the model's distribution)"),
 }
 CHAT_UNSUPPORTED: dict[str, tuple[Callable[[object], bool], str]] = {
     **COMMON_UNSUPPORTED,
@@ -311,9 +292,44 @@ def parse_common(body: dict[str, Any]) -> dict[str, Any]:
         "temperature": _number(body, "temperature", 0.0, 2.0, "a number from 0 to 2"),
         "top_p": _number(body, "top_p", 0.0, 1.0, "a number in (0, 1]", low_open=True),
         "top_k": _int(body, "top_k", 0), "min_p": _number(body, "min_p", 0.0, 1.0, "a number from 0 to 1"),
+        **_penalties(body),
         "seed": _seed(body), "stop": _stop(body.get("stop")),
         "ignore_eos": _bool(body, "ignore_eos"), **_extension(body.get("specedge"), stream),
     }
+
+
+def _penalties(body: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's presence_penalty, frequency_penalty and logit_bias; transformers' repetition_penalty
+    (llama-server's repeat_penalty) with llama-server's repeat_last_n as llama-server reads it: -1 the
+    whole context, 0 no penalties at all (the model's default ones included)."""
+    repetition = _number(body, "repetition_penalty", 0.0, math.inf, "a number > 0", low_open=True)
+    if repetition is None:
+        repetition = _number(body, "repeat_penalty", 0.0, math.inf, "a number > 0", low_open=True)
+    last_n = _int(body, "repeat_last_n", -1)
+    presence = _number(body, "presence_penalty", -2.0, 2.0, "a number from -2 to 2")
+    frequency = _number(body, "frequency_penalty", -2.0, 2.0, "a number from -2 to 2")
+    if last_n == 0:
+        presence, frequency, repetition, last_n = 0.0, 0.0, 1.0, None
+    return {"presence_penalty": presence, "frequency_penalty": frequency, "repetition_penalty": repetition,
+            "repeat_last_n": None if last_n is None else max(last_n, 0),  # -1: 0, the whole context
+            "logit_bias": _logit_bias(body.get("logit_bias"))}
+
+
+def _logit_bias(value: object) -> dict[int, float] | None:
+    """{"token id": bias from -100 to 100} as the API sends it (ids as strings)."""
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict):
+        raise invalid("logit_bias", 'must be an object mapping token ids to biases, e.g. {"1234": -100}')
+    out = {}
+    for key, bias in value.items():
+        if not (isinstance(key, str) and key.isdigit() and len(key) < 12):
+            raise invalid("logit_bias", f"has the key {json.dumps(key)[:40]}, not a token id")
+        if not isinstance(bias, (int, float)) or isinstance(bias, bool) or not -100 <= bias <= 100:
+            raise invalid("logit_bias", f"of token {key} must be a number from -100 to 100, "
+                                        f"got {json.dumps(bias)[:40]}")
+        out[int(key)] = float(bias)
+    return out
 
 
 ACCEPTANCE_RULES = ("race", "rejection")
@@ -382,10 +398,12 @@ def _stop(value: object) -> tuple[str, ...]:
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise invalid("stop", "must be a string or a list of strings")
-    if len(stops) > MAX_STOP_STRINGS:
-        raise invalid("stop", f"may hold at most {MAX_STOP_STRINGS} sequences, got {len(stops)}")
     if not all(stops):
         raise invalid("stop", "may not hold an empty string")
+    try:  # the runtime's bounds, as for every route and the CLI (more than OpenAI's 4: clients send dozens)
+        check_stop_strings(tuple(stops))
+    except SpecEdgeError as e:
+        raise APIError(400, f"{e.problem}: {e.fix}", param="stop", code="invalid_value") from None
     return tuple(stops)
 
 

@@ -10,20 +10,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specedge.runtime.logprobs import TokenLogprob
-from specedge.runtime.stats import GenerationStats
+from specedge.runtime.round.logprobs import TokenLogprob
+from specedge.runtime.round.stats import GenerationStats
 from specedge.serve.logprobs import LogprobShapes
 from specedge.serve.protocol import Kind
 
 DONE = b"data: [DONE]\n\n"
-FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length", "context": "length"}
-
-
-def finish_reason(stop_reason: str, called: bool = False) -> str | None:
-    """OpenAI's finish_reason for the runtime's stop_reason (None: interrupted); "tool_calls" for
-    an answer that ended after calling tools."""
-    reason = FINISH_REASONS.get(stop_reason)
-    return "tool_calls" if called and reason == "stop" else reason
 
 
 def sse(data: dict[str, object]) -> bytes:

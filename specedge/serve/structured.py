@@ -1,9 +1,11 @@
 """What a request asks of the output's shape: `response_format` (JSON object, JSON schema, and
 beyond the API a regex or a Lark/GBNF grammar), `tools` with `tool_choice`, and a `prediction`
-(OpenAI's predicted outputs) - each checked before the request is queued, a 400 naming the field.
+(OpenAI's predicted outputs) - each read and checked before the request is queued, a 400 naming
+the field; specedge/request.py's `shape` turns them into the grammar (the one place every door's
+tool_choice becomes one). And the tool calls of a streamed answer, taken out of its text.
 
 Tools are listed to the model by its own chat template, and its tool-call markup is parsed back
-into `tool_calls` (runtime/tools.py). With `tool_choice` "required" or a named function, the
+into `tool_calls` (runtime/text/tools.py). With `tool_choice` "required" or a named function, the
 output is constrained to calls whose arguments follow each function's JSON schema; with "auto"
 the model chooses between text and calls, and its calls are parsed: where a tool is `strict`, a
 lazy grammar leaves the text free and constrains each call from the moment the model opens it.
@@ -18,22 +20,18 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.grammar import Grammar, grammar_text
-from specedge.runtime.tools import (
+from specedge.runtime.constraints.grammar import Grammar, grammar_text
+from specedge.runtime.text.tools import (
     CLOSE,
     OPEN,
-    TEXT_MARKUP,
     ToolCall,
-    ToolMarkup,
     bare_calls,
     may_be_bare_call,
     open_call_at,
     split_tool_calls,
-    tool_call_grammar,
 )
 from specedge.serve.protocol import invalid
 
@@ -41,45 +39,19 @@ NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # a function's name, as the API allow
 MAX_TOOLS = 128
 
 
-@dataclass(frozen=True)
-class Structure:
-    """The output's shape a request asks for (the defaults: free text)."""
-
-    grammar: Grammar | None = None
-    tools: tuple[dict[str, Any], ...] = ()
-    parse_tools: bool = False  # read the model's tool calls out of its text
-    prediction: str | None = None
-    grammar_param: str = ""  # the request's field the grammar comes from (what a refusal names)
-
-    @property
-    def call_names(self) -> frozenset[str]:
-        """The functions whose calls are read out of the text (none: calls are not read)."""
-        return frozenset(t["function"]["name"] for t in self.tools) if self.parse_tools else frozenset()
-
-
-FREE_TEXT = Structure()
-
-
-def parse_structure(body: dict[str, Any], markup: ToolMarkup = TEXT_MARKUP) -> Structure:
-    """What `body` asks of the output's shape; `markup`: how this model spells its call markers."""
+def parse_output(body: dict[str, Any]) -> dict[str, Any]:
+    """What `body` asks of the output's shape, as Request fields (specedge/request.py's `shape` turns
+    them into a grammar for the model): tools, tool_choice, parallel_tool_calls, the response format's
+    grammar (and its field) and a prediction."""
     tools = parse_tools(body.get("tools"))
     choice = parse_tool_choice(body.get("tool_choice"), tools)
     grammar = parse_response_format(body.get("response_format"))
-    param = response_format_param(body.get("response_format")) if grammar is not None else ""
     parallel = body.get("parallel_tool_calls", True)
     if not isinstance(parallel, bool):
         raise invalid("parallel_tool_calls", "must be true or false")
-    if choice not in ("auto", "none"):
-        if grammar is not None:
-            raise invalid("response_format", "cannot be combined with a tool_choice that requires a call")
-        grammar = call_grammar([t for t in tools if choice == "required" or t["function"]["name"] == choice],
-                               parallel, markup)
-        param = "tools"
-    elif choice == "auto" and grammar is None and any(t["function"].get("strict") is True for t in tools):
-        grammar = call_grammar(tools, parallel, markup, lazy=True)
-        param = "tools"
-    return Structure(grammar=grammar, tools=tuple(tools), parse_tools=bool(tools) and choice != "none",
-                     prediction=parse_prediction(body.get("prediction")), grammar_param=param)
+    return {"tools": tuple(tools), "tool_choice": choice, "parallel_tool_calls": parallel, "grammar": grammar,
+            "grammar_param": response_format_param(body["response_format"]) if grammar is not None else "",
+            "prediction": parse_prediction(body.get("prediction"))}
 
 
 def response_format_param(value: dict[str, Any]) -> str:
@@ -166,12 +138,6 @@ def parse_tool_choice(value: object, tools: list[dict[str, Any]]) -> str:
     return name
 
 
-def call_grammar(tools: list[dict[str, Any]], parallel: bool = True, markup: ToolMarkup = TEXT_MARKUP,
-                 lazy: bool = False) -> Grammar:
-    """runtime/tools.py's grammar of calls to these tools, checked: a 400 naming `tools` if llguidance refuses it."""
-    return checked(tool_call_grammar(tools, parallel, markup, lazy), "tools")
-
-
 def parse_prediction(value: object) -> str | None:
     if value is None:
         return None
@@ -194,7 +160,7 @@ def api_calls(calls: list[ToolCall], first: int = 0) -> list[dict[str, Any]]:
 class ToolCallFilter:
     """Streamed text with the model's tool-call blocks taken out: text is passed on up to where a
     block may begin; a closed block becomes a call. With the tools' `names`, a response that opens
-    as bare JSON is held back while it may still be a whole bare call (runtime/tools.py)."""
+    as bare JSON is held back while it may still be a whole bare call (runtime/text/tools.py)."""
 
     def __init__(self, names: frozenset[str] = frozenset()) -> None:
         self.pending = ""

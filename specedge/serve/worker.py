@@ -5,11 +5,12 @@ metrics.
 
 With one slot (the default where passes cannot be shared) requests are decoded one at a time: a
 device decodes one stream at its best speed, and a second stream on its own passes would only slow
-the first. With several (`Streams`, runtime/streams.py), the slots' streams share every pass, each
+the first. With several (`Streams`, runtime/streams/slots.py), the slots' streams share every pass, each
 decoding exactly as it would alone. onnxruntime releases the GIL during a pass, so the event loop
 stays responsive meanwhile. A job whose client is gone is cancelled: waiting, it is skipped;
-decoding, its TextStream is closed at the next text it yields (the next round), which frees its
-slot for the next job. A job's prompt is tokenized by its slot, in its turn: however many large
+decoding, its generation stops before its next pass (a prompt's chunk or a round), whatever it
+yields, which frees its slot for the next job; so does a job past its decoding deadline
+(`--decode-timeout`). A job's prompt is tokenized by its slot, in its turn: however many large
 prompts arrive at once, only those that found a slot are tokenized.
 """
 
@@ -26,13 +27,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.constraints import Constraint
+from specedge.runtime.constraints.grammar import GrammarFault
+from specedge.runtime.constraints.guide import Constraint
+from specedge.runtime.engine.kv_cache import common_prefix
 from specedge.runtime.generator import GenerationResult, Generator, Segment, TextStream
-from specedge.runtime.grammar import GrammarFault
-from specedge.runtime.kv_cache import common_prefix
-from specedge.runtime.logprobs import TokenLogprob
-from specedge.runtime.stats import GenerationStats
-from specedge.runtime.streams import Streams
+from specedge.runtime.round.logprobs import TokenLogprob
+from specedge.runtime.round.stats import GenerationStats
+from specedge.runtime.streams.slots import Streams
 from specedge.serve.metrics import Metrics
 from specedge.serve.protocol import APIError
 from specedge.serve.responses import Timing
@@ -74,6 +75,23 @@ class Failed:
 Event = Piece | Finished | Failed
 
 
+@dataclass(eq=False)
+class Admission:
+    """A place in the worker's queue (GenerationWorker.admit), counted until it is given back: by
+    `release` if no job took it, else when the job ends or is withdrawn (`used` once given back)."""
+
+    worker: GenerationWorker
+    used: bool = False
+    taken: bool = False  # a job was submitted with it
+
+    def __enter__(self) -> Admission:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Give the place back unless a job took it (a refusal, a failure before the job was queued)."""
+        self.worker.release(self)
+
+
 class QueueFull(Exception):
     def __init__(self, retry_after: int) -> None:
         super().__init__(f"the queue is full; retry in {retry_after} s")
@@ -90,15 +108,31 @@ class Job:
     loop: asyncio.AbstractEventLoop
     stream: bool  # False: only the Finished (or Failed) event is sent
     constraint: Constraint | None = None  # the state of the grammar every token must follow (checked when made)
-    prediction: str | None = None  # the caller's prediction of the output, drafted from
+    prediction: list[int] | None = None  # the caller's prediction of the output (its ids), drafted from
     show_draft: bool = False  # each streamed piece carries its origin (origin_of)
     arrived: float = field(default_factory=time.perf_counter)
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     ended: APIError | None = None  # why the server ended it (shutting down), if it did
+    timeout: float | None = None  # seconds its decoding may take (from when a slot takes it)
+    deadline: float | None = None  # time.monotonic() by which its decoding ends (set when it starts)
+    admission: Admission | None = None  # its place in the queue
+    worker: GenerationWorker | None = None  # the worker it waits in, once submitted
+    owner: object = None  # whose request (the API key, where several are asked): its cache is not another's
 
     def cancel(self) -> None:
         self.cancelled.set()
+        if self.worker is not None:
+            self.worker.withdraw(self)
+
+    def stop_reason(self) -> str:
+        """Asked by its decoding before every pass: "interrupted" once cancelled (the client gone, the
+        server stopping), "deadline" once its time is up, "" to go on."""
+        if self.cancelled.is_set():
+            return "interrupted"
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            return "deadline"
+        return ""
 
     def end(self, why: APIError) -> None:
         """End the job for the server's own reason: its client gets `why`, not silence."""
@@ -128,9 +162,14 @@ def piece_logprobs(stream: TextStream, segment: Segment, sent: int) -> tuple[Tok
 
 
 class GenerationWorker:
-    def __init__(self, generator: Generator, queue_size: int, streams: Streams | None = None) -> None:
-        """streams: several slots sharing passes (else one slot, `generator`)."""
+    def __init__(self, generator: Generator, queue_size: int, streams: Streams | None = None,
+                 share_prefixes: bool = True) -> None:
+        """streams: several slots sharing passes (else one slot, `generator`). share_prefixes: a
+        request may reuse the cached prefix another request left in its slot (False: never; requests
+        of different owners never do either way)."""
         self.generator = generator
+        self.share_prefixes = share_prefixes
+        self._owners: dict[int, object] = {}  # slot -> the owner of the request its cache last held
         self.streams = streams
         self.slots = streams.slots if streams is not None else 1
         self.queue_size = queue_size  # jobs that may wait while the slots decode
@@ -184,12 +223,22 @@ class GenerationWorker:
     def generator_of(self, slot: int) -> Generator:
         return self.streams.generators[slot] if self.streams is not None else self.generator
 
-    def take_slot(self, prompt: Sequence[int]) -> int:
-        """The free slot whose cache keeps the most of `prompt` (the next turn of a chat finds its
-        last turn's slot); a thread per slot, so one is free for every job taken."""
+    def take_slot(self, prompt: Sequence[int], owner: object = None) -> int:
+        """The free slot whose cache keeps the most of `prompt` among those the same owner's requests
+        left (the next turn of a chat finds its last turn's slot); a thread per slot, so one is free for
+        every job taken. A slot another owner's request left, or any with share_prefixes off, has its
+        cache emptied first: a request's speed and `cached_tokens` never tell what another sent."""
         with self._lock:
-            slot = max(self._free, key=lambda s: cached_prefix(self.generator_of(s).cache.tokens, prompt))
+            def kept(s: int) -> int:
+                if not self.share_prefixes or self._owners.get(s, owner) != owner:
+                    return 0
+                return cached_prefix(self.generator_of(s).cache.tokens, prompt)
+
+            slot = max(self._free, key=kept)
             self._free.remove(slot)
+            if not self.share_prefixes or self._owners.get(slot, owner) != owner:
+                self.generator_of(slot).forget()  # the target's cache and the draft's
+            self._owners[slot] = owner
             return slot
 
     def retry_after(self) -> int:
@@ -197,17 +246,47 @@ class GenerationWorker:
         recent = sorted(self._seconds)
         return max(1, math.ceil(recent[len(recent) // 2])) if recent else 1
 
-    def submit(self, job: Job) -> None:
-        """Queue a job, or raise QueueFull when queue_size jobs already wait behind the running ones
-        (the shutdown's error once the server stops)."""
+    def admit(self) -> Admission:
+        """A place in the queue, taken before a request's work (its parsing, grammar compilation,
+        tokenization): QueueFull when queue_size jobs already wait behind the running ones (the
+        shutdown's error once the server stops). Give it back with `release` unless a job is
+        submitted with it."""
         with self._lock:
             if self.closing is not None:
                 raise self.closing
             if self._outstanding >= self.queue_size + self.slots:
                 raise QueueFull(self.retry_after())
             self._outstanding += 1
+        return Admission(self)
+
+    def release(self, admission: Admission) -> None:
+        """Give back a place no job took."""
+        with self._lock:
+            if not admission.used and not admission.taken:
+                admission.used = True
+                self._outstanding -= 1
+
+    def submit(self, job: Job, admission: Admission | None = None) -> None:
+        """Queue a job on its admission (taken now if none was)."""
+        admission = admission or self.admit()
+        with self._lock:
+            if self.closing is not None:
+                admission.used = True
+                self._outstanding -= 1
+                raise self.closing
+            admission.taken = True
+            job.admission, job.worker = admission, self
             self._waiting.append(job)
         self._jobs.put(job)
+
+    def withdraw(self, job: Job) -> None:
+        """A job whose client left while it waited: its place in the queue back at once (the thread
+        that comes to it skips it)."""
+        with self._lock:
+            if job in self._waiting and job.admission is not None and not job.admission.used:
+                self._waiting.remove(job)
+                job.admission.used = True
+                self._outstanding -= 1
 
     def end_all(self, why: APIError) -> None:
         """The server stops: the running job and every queued one end now, each client told `why`
@@ -222,9 +301,16 @@ class GenerationWorker:
     def _run(self, thread: int) -> None:
         while (job := self._jobs.get()) is not None:
             with self._lock:
-                self._current[thread] = job
-                if job in self._waiting:
-                    self._waiting.remove(job)
+                withdrawn = job.admission is not None and job.admission.used  # its place given back while it waited
+                if not withdrawn:
+                    self._current[thread] = job
+                    if job in self._waiting:
+                        self._waiting.remove(job)
+            if withdrawn:
+                if job.ended is not None:  # the server ended it: its client is told so
+                    log.info("%s: ended: %s", job.name, job.ended.message)
+                    job.emit(Failed(job.ended))
+                continue
             started = time.perf_counter()
             last: Finished | Failed | None = None
             try:
@@ -242,7 +328,10 @@ class GenerationWorker:
             finally:
                 with self._lock:
                     del self._current[thread]
-                    self._outstanding -= 1
+                    if job.admission is None or not job.admission.used:
+                        self._outstanding -= 1
+                    if job.admission is not None:
+                        job.admission.used = True
                 self._seconds.append(time.perf_counter() - started)
             if job.ended is not None:  # the server ended it: said once, and to its client
                 log.info("%s: ended: %s", job.name, job.ended.message)
@@ -255,7 +344,7 @@ class GenerationWorker:
         the client is gone)."""
         queued = time.perf_counter() - job.arrived
         prompt = job.encode()
-        slot = self.take_slot(prompt)
+        slot = self.take_slot(prompt, job.owner)
         try:
             return self._decode(job, prompt, self.generator_of(slot), queued)
         finally:
@@ -266,7 +355,9 @@ class GenerationWorker:
         reused = cached_prefix(gen.cache.tokens, prompt)
         first: float | None = None
         sent = counted = 0  # log-probabilities sent with the pieces, tokens counted in them
-        stream = gen.stream(prompt, prediction=job.prediction, constraint=job.constraint, **job.overrides)
+        job.deadline = time.monotonic() + job.timeout if job.timeout else None
+        stream = gen.stream(prompt, prediction=job.prediction, constraint=job.constraint, stop=job.stop_reason,
+                            **job.overrides)
         try:
             for segment in stream.segments():
                 if first is None:

@@ -13,8 +13,8 @@ import pytest
 
 from specedge.core.errors import SpecEdgeError
 from specedge.core.manifest import MANIFEST_NAME, load_manifest, sha256_file
-from specedge.runtime.kv_cache import KVCache
-from specedge.runtime.model import OnnxModel
+from specedge.runtime.engine.kv_cache import KVCache
+from specedge.runtime.engine.model import OnnxModel
 from tests.tiny_models import byte_tokenizer
 
 Edit = Callable[[dict[str, Any]], None]
@@ -167,7 +167,7 @@ def test_an_absurd_cache_is_refused_before_it_is_allocated(artifact: Path) -> No
 
 
 def test_a_cache_larger_than_available_memory_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from specedge.runtime import kv_cache
+    from specedge.runtime.engine import kv_cache
 
     monkeypatch.setattr(kv_cache, "available_memory", lambda: 1 << 20)
     KVCache(2, 2, 16, 4096, bucket=256)  # 256 slots: 64 KiB, fits

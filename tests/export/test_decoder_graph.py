@@ -137,7 +137,7 @@ def test_int4_rows_are_exact_in_the_group_the_probe_finds_on_this_cpu(tiny_llama
     an AVX2-only EPYC. The probe measures which on this CPU, and every split agrees under its verdict."""
     from specedge.export.artifact import export_model
     from specedge.export.settings import ExportSettings
-    from specedge.runtime.row_groups import probe_rows, rows_by_split
+    from specedge.runtime.engine.row_groups import probe_rows, rows_by_split
 
     out = export_model(tiny_llama[0], tmp_path / "int4", ExportSettings(quant="int4", context=64, widths=(1, 2, 5)))
     model = OnnxModel(out.path)

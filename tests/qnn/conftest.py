@@ -45,7 +45,7 @@ def compile_once(graph: Path) -> Compiled:
     """Compile `graph` for the HTP (fallback disabled: a node the HTP cannot run fails it) unless a
     graph with its checksum was compiled this session; its context is left where the runtime loads it."""
     from specedge.runtime import qnn
-    from specedge.runtime.session import create_session
+    from specedge.runtime.engine.session import create_session
 
     digest = qnn.graph_digest(graph)
     if digest not in _COMPILED:

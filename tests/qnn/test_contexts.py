@@ -52,7 +52,7 @@ def test_a_shared_context_over_all_widths_is_one_binary(tiny_qnn: Path) -> None:
     assert sorted(p.name for p in shared.glob("*.onnx")) == ["model_s1_ctx.onnx", "model_s2_ctx.onnx"]
     assert len(list(shared.glob("*.bin"))) == 1 and len(result.binaries) == 1
     # a shared context crashes a process that loads it on x86_64: the runtime loads it on the device only
-    from specedge.runtime.session import provider_setup
+    from specedge.runtime.engine.session import provider_setup
 
     assert provider_setup("qnn", tiny_qnn / "model_s2.onnx", machine="aarch64").qnn.how == "shared"
     assert provider_setup("qnn", tiny_qnn / "model_s2.onnx", machine="x86_64").qnn.how != "shared"

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 from specedge.core.errors import SpecEdgeError
 from specedge.runtime import qnn
-from specedge.runtime.session import available, create_session
+from specedge.runtime.engine.session import available, create_session
 
 
 def small_graph(path: Path, *ops: str) -> Path:

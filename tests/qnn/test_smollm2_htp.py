@@ -17,8 +17,8 @@ import pytest
 
 from specedge.core.manifest import load_manifest
 from specedge.runtime import Generator, OnnxModel, SpecConfig, qnn
-from specedge.runtime.drafters import NgramDrafter
-from specedge.runtime.text import TextCodec
+from specedge.runtime.round.drafters import NgramDrafter
+from specedge.runtime.text.codec import TextCodec
 from tests.qnn.conftest import compile_once
 
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ MAX_DLOGIT = 2.0  # measured over positions 0-7: QDQ 0.40-1.62, int4 0.47-1.70 (
 
 def teacher_forced(folder: Path, provider: str, ids: list[int]) -> np.ndarray:
     """Logit rows of ids[0..n), fed two tokens a pass: the width-2 graph, the one every QNN pass of
-    up to 2 rows runs (runtime/rows.py), on both providers."""
+    up to 2 rows runs (runtime/engine/rows.py), on both providers."""
     model = OnnxModel(folder, provider=provider)
     cache, rows = model.new_cache(), []
     for start in range(0, len(ids), 2):
@@ -75,8 +75,8 @@ def test_rows_are_bit_equal_at_the_one_compiled_width(smollm2_qnn: Path) -> None
     row of a pass it is and however the tokens are split into passes. Split (1, 2) against (2, 1):
     the first token alone (padded) and in row 0 of a pair, the second in row 0 and row 1 of a pair,
     the third in row 1 and alone."""
-    from specedge.runtime.row_groups import rows_by_split
-    from specedge.runtime.rows import ONE_ROW
+    from specedge.runtime.engine.row_groups import rows_by_split
+    from specedge.runtime.engine.rows import ONE_ROW
 
     model = OnnxModel(smollm2_qnn, provider="qnn")
     prefix, tokens = [504, 3327], [3767, 282, 253]

@@ -14,8 +14,8 @@ from specedge.core.manifest import load_manifest
 from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
 from specedge.runtime import Generator, SpecConfig
-from specedge.runtime.template import sandbox
-from specedge.runtime.text import TextCodec
+from specedge.runtime.text.codec import TextCodec
+from specedge.runtime.text.template import sandbox
 
 HI = [{"role": "user", "content": "hi"}]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.drafters import build_drafter
+from specedge.runtime.round.drafters import build_drafter
 
 pytestmark = pytest.mark.slow
 PROMPTS = [
@@ -52,8 +52,8 @@ def test_streams_of_the_default_pair_decode_each_request_as_alone(default_pair: 
     import threading
 
     from specedge.kernels.sampling import SamplingParams
-    from specedge.runtime.grammar import Grammar
-    from specedge.runtime.streams import Streams
+    from specedge.runtime.constraints.grammar import Grammar
+    from specedge.runtime.streams.slots import Streams
 
     model, draft = OnnxModel(default_pair["int4"]), OnnxModel(default_pair["draft"])
     if model.manifest.quantization.kernel != "rows":

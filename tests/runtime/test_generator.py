@@ -100,10 +100,9 @@ def test_one_new_token_is_the_first_token_of_plain_decoding(tiny_llama: tuple[Pa
 def test_the_first_token_comes_before_the_drafts_prefill(tiny_llama: tuple[Path, Path, Path]) -> None:
     """The draft model's cache is prefilled after the first token is out (its time is not the first
     token's), and not at all when the first token ends the answer."""
-    from specedge.runtime.decoding import decode_tokens
-    from specedge.runtime.drafters import DraftModelDrafter
-    from specedge.runtime.model import OnnxModel
-    from specedge.runtime.stats import GenerationStats
+    from specedge.runtime.engine.model import OnnxModel
+    from specedge.runtime.round.decoding import Run, decode_tokens
+    from specedge.runtime.round.drafters import DraftModelDrafter
 
     _, target, draft = tiny_llama
     begun: list[int] = []
@@ -115,9 +114,37 @@ def test_the_first_token_comes_before_the_drafts_prefill(tiny_llama: tuple[Path,
 
     model, drafter = OnnxModel(target), Watched(OnnxModel(draft))
     config = SpecConfig(gamma=4, max_new_tokens=12, ignore_eos=True)
-    rounds = decode_tokens(model, model.new_cache(), drafter, [1, 2, 3, 4], config, GenerationStats())
+    rounds = decode_tokens(Run.of(model, drafter, config), [1, 2, 3, 4])
     assert len(next(rounds)) == 1 and begun == []  # the first token, the draft not yet prefilled
     assert next(rounds) and begun == [5]
     rounds.close()
     gen = Generator(model, drafter, config)
     assert len(gen.generate("hello there", max_new_tokens=1).token_ids) == 1 and begun == [5]  # no prefill
+
+
+def test_a_stop_ends_decoding_between_passes_whatever_the_stream_yields(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """`stop` is asked before every chunk of the prompt and every round: a stream that yields nothing
+    (all held back for a stop string, ignore_eos) ends at the next pass once stop says so, and a long
+    prompt's prefill ends between its chunks; the result keeps what was decoded."""
+    _, target, draft = tiny_llama
+    gen = Generator.load(target, draft=draft, config=SpecConfig.auto(max_new_tokens=60, ignore_eos=True))
+    asked: list[int] = []
+
+    def stop_after(n: int, reason: str = "interrupted"):  # type: ignore[no-untyped-def]
+        def stop() -> str:
+            asked.append(1)
+            return reason if len(asked) > n else ""
+        return stop
+
+    held = gen.stream([5, 6, 7], stop=stop_after(4), stop_strings=("\u0007" * 60,))
+    assert list(held) in ([], [""]) or "".join(held) == ""  # nothing shown: all held back for the stop string
+    result = held.result
+    assert result is not None and result.stats.stop_reason == "interrupted"
+    assert 1 <= result.stats.n_tokens < 60 and result.stats.target_calls <= 4
+    asked.clear()
+    long_prompt = list(range(3, 3 + 40))  # 40 tokens: chunks of the widest exported width (8)
+    cut = gen.generate(long_prompt, stop=stop_after(2, "deadline"))
+    assert (cut.stats.stop_reason, cut.token_ids, len(asked)) == ("deadline", [], 3)  # stopped in the prefill
+    assert gen.cache.length == 16  # its first two chunks kept (the next request reuses them)
+    again = gen.generate(long_prompt, max_new_tokens=4)
+    assert again.stats.stop_reason == "max_new_tokens" and len(again.token_ids) == 4

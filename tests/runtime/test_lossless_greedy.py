@@ -96,10 +96,10 @@ def test_a_draft_with_a_truncated_head_stays_lossless(tiny_pair: tuple[Path, Pat
 
 def test_rounds_the_draft_rule_lengthens_and_cuts_stay_lossless(tiny_pair: tuple[Path, Path, Path],
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """γ auto with the per-draft rule (runtime/gamma.py): rounds ask for up to the reach, past the γ
+    """γ auto with the per-draft rule (runtime/round/gamma.py): rounds ask for up to the reach, past the γ
     planned (2 here), the draft model stops where the rule says (after 1, 4 or 7 drafts in turn),
     and the tokens are still plain decoding's."""
-    from specedge.runtime.gamma import GammaController
+    from specedge.runtime.round.gamma import GammaController
 
     lengths = iter([1, 4, 7] * 100)  # drafts a round of the exported widths 2, 5 and 8 holds
 
@@ -113,7 +113,8 @@ def test_rounds_the_draft_rule_lengthens_and_cuts_stay_lossless(tiny_pair: tuple
     config = SpecConfig(gamma=2, auto_gamma=True, max_new_tokens=60, ignore_eos=True)
     result = Generator.load(target, draft=draft, config=config).generate(LONG_PROMPT)
     assert result.token_ids == plain_tokens(target, LONG_PROMPT, 60)
-    assert {1, 4, 7} <= set(result.stats.gamma_counts), result.stats.gamma_counts  # the drafts each round made
+    assert {1, 4, 7} <= set(result.stats.drafts_counts), result.stats.drafts_counts  # the drafts each round made
     off = dataclasses.replace(config, per_draft=False)  # γ auto's γ each round: the rule unused
     result = Generator.load(target, draft=draft, config=off).generate(LONG_PROMPT)
     assert result.token_ids == plain_tokens(target, LONG_PROMPT, 60) and set(result.stats.gamma_counts) == {2}
+    assert max(result.stats.drafts_counts) == 2  # no round longer than its γ (the last ones: what room is left)

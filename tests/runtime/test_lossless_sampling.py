@@ -40,7 +40,7 @@ from specedge.kernels.acceptance import accept_sampled
 from specedge.kernels.laws import Law
 from specedge.kernels.sampling import Draws, SamplingParams, probabilities
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.drafters import Draft, Drafter, HybridDrafter, NgramDrafter
+from specedge.runtime.round.drafters import Ask, Draft, Drafter, HybridDrafter, NgramDrafter, adapt
 from tests.stats_tools import PresetDraws, exponential_noise, fits, power
 from tests.tiny_models import byte_tokenizer, make_tiny_model
 
@@ -202,16 +202,17 @@ def law_drafter(mode: str, q: list[np.ndarray], q_head: list[np.ndarray]) -> Dra
 
 def decode_tables(p: list[np.ndarray], drafter: Drafter | None, params: SamplingParams,
                   draws: Draws, rule=accept_sampled) -> tuple[list[int], int, int]:  # type: ignore[no-untyped-def]
-    """(the TOKENS generated tokens, drafts proposed, drafts accepted): the loop's rounds (runtime/decoding.py) with
-    the target's laws read from tables: the first token drawn, then rounds of up to LAW_GAMMA drafts
-    checked by accept_sampled against the target's law after each draft prefix."""
+    """(the TOKENS generated tokens, drafts proposed, drafts accepted): the loop's rounds
+    (runtime/round/decoding.py) with the target's laws read from tables: the first token drawn, then
+    rounds of up to LAW_GAMMA drafts checked by accept_sampled against the target's law after each
+    draft prefix."""
     context = [*PROMPT, draws.sample(p[0][()], len(PROMPT))]
     if drafter is not None:
         drafter.begin(context)
     drafted = accepted = 0
     while len(context) - len(PROMPT) < TOKENS:
         k = min(LAW_GAMMA, TOKENS - (len(context) - len(PROMPT)) - 1)
-        drafts = drafter.propose(context, k, params, draws).tokens[:k] if drafter is not None and k else []
+        drafts = adapt(drafter).propose(context, Ask(k, params, draws)).tokens[:k] if drafter is not None and k else []
         generated = context[len(PROMPT):]
         rows = np.stack([p[len(generated) + i][(*generated, *drafts[:i])] for i in range(len(drafts) + 1)])
         result = rule(np.array(drafts, dtype=np.int64), rows, draws, len(context))
@@ -293,9 +294,10 @@ def test_sampled_tokens_follow_target_law(small_vocab_pair: tuple[Path, Path, Pa
         assert ok, f"token {position + 1}: chi-square z {chi_z:.1f}, worst cell z {cell_z:.1f}"
 
 
-def correction_from_p(p: Law, q: Law | None, drafted: int) -> tuple[np.ndarray | None, np.ndarray]:
+def correction_from_p(p: Law, q: Law | None, drafted: int) -> tuple[np.ndarray, np.ndarray]:
     """A broken rejection rule's residual: the correction drawn from p itself, not max(0, p - q)."""
-    return None, p.dense()
+    dense = p.dense()
+    return np.arange(len(dense)), dense
 
 
 @pytest.mark.slow
@@ -306,17 +308,17 @@ def test_the_rejection_rule_through_the_loop_follows_the_target_law(small_vocab_
     model's q as sampled (a truncated head's q over 8 of the 12 ids), hybrid rounds' one-hot lookups;
     20,000 draws at temperature 1, the power as above. The negative control ("broken rule": the draft
     model with corrections drawn from p) through the same harness must fail it. "draft cut short": the
-    draft model stops a round where its confidence in the drafts so far falls to 0.25 (runtime/gamma.py's
+    draft model stops a round where its confidence in the drafts so far falls to 0.25 (runtime/round/gamma.py's
     per-draft rule, with a fixed threshold): a round's length then depends on what the draft drew."""
     cut_short = mode == "draft cut short"
     cuts: list[int] = []  # drafts a round made, where they were cut short
     if cut_short:
-        from specedge.runtime.drafters import DraftModelDrafter
+        from specedge.runtime.round.drafters import DraftModelDrafter
 
         propose = DraftModelDrafter.propose
 
-        def propose_cut(self: DraftModelDrafter, *args: object, **kwargs: object) -> Draft:
-            draft = propose(self, *args, **{**kwargs, "go_on": lambda drafted, confidence: confidence > 0.25})
+        def propose_cut(self: DraftModelDrafter, context: Sequence[int], ask: Ask) -> Draft:
+            draft = propose(self, context, dataclasses.replace(ask, go_on=lambda drafted, sure: sure > 0.25))
             cuts.append(len(draft.tokens))
             return draft
 

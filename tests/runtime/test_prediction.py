@@ -9,9 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from specedge.kernels.sampling import SamplingParams
-from specedge.runtime import Generator, OnnxModel, SpecConfig, decoding
+from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime import generator as generator_module
-from specedge.runtime.drafters import PredictionDrafter
+from specedge.runtime.round import decoding
+from specedge.runtime.round.drafters import Ask, PredictionDrafter
 
 PROMPT = "def fib(n):\n    return"
 
@@ -71,9 +72,9 @@ def test_a_prediction_as_text_is_encoded_as_plain_text(tiny_llama: tuple[Path, P
 
 def test_the_prediction_is_followed_from_where_the_last_round_left_off() -> None:
     drafter = PredictionDrafter([1, 2, 3, 9, 1, 2, 4, 9, 1, 2, 5], min_match=1)
-    assert drafter.propose([7, 1, 2], 2, SamplingParams(), None).tokens == [3, 9]  # type: ignore[arg-type]
-    assert drafter.propose([7, 1, 2, 3, 9, 1, 2], 2, SamplingParams(), None).tokens == [4, 9]  # type: ignore[arg-type]
-    assert drafter.sources([6]) == () and drafter.propose([6], 3, SamplingParams(), None).tokens == []  # type: ignore[arg-type]
+    assert drafter.propose([7, 1, 2], Ask(2, SamplingParams(), None)).tokens == [3, 9]  # type: ignore[arg-type]
+    assert drafter.propose([7, 1, 2, 3, 9, 1, 2], Ask(2, SamplingParams(), None)).tokens == [4, 9]  # type: ignore[arg-type]
+    assert drafter.sources([6]) == () and drafter.propose([6], Ask(3, SamplingParams(), None)).tokens == []  # type: ignore[arg-type]
 
 
 def test_a_match_shorter_than_min_match_is_no_place() -> None:

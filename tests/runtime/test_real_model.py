@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specedge.runtime import Generator, OnnxModel, SpecConfig
-from specedge.runtime.drafters import build_drafter
+from specedge.runtime.round.drafters import build_drafter
 
 PROMPTS = [
     "def quicksort(arr):",

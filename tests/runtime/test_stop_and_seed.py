@@ -18,10 +18,10 @@ import pytest
 from specedge.kernels.sampling import SamplingParams
 from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime import generator as generator_module
-from specedge.runtime.decoding import decode_tokens
-from specedge.runtime.drafters import build_drafter
-from specedge.runtime.gamma import GammaController
 from specedge.runtime.generator import GenerationResult
+from specedge.runtime.round.decoding import decode_tokens
+from specedge.runtime.round.drafters import build_drafter
+from specedge.runtime.round.gamma import GammaController
 
 POEM = "Write a short poem about the sea."  # SmolLM2 repeats its lines: long lookup rounds
 SAMPLED = SamplingParams(temperature=0.8, top_p=0.95)

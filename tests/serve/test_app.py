@@ -149,7 +149,7 @@ def test_a_chat_the_template_cannot_render_names_the_servers_own_way_round(tiny_
     import dataclasses
 
     from specedge.core.manifest import load_manifest
-    from specedge.runtime.text import TextCodec
+    from specedge.runtime.text.codec import TextCodec
     from tests.serve.conftest import HERE
 
     gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
@@ -218,10 +218,10 @@ def test_a_stream_waiting_in_the_queue_is_kept_alive_by_pings(tiny_llama: tuple[
     server, gate, pinged = app.state.server, threading.Event(), threading.Event()
     encode, ping = server.encode, app_module.EventStream.ping
 
-    def held(req, tools=()):  # type: ignore[no-untyped-def]
+    def held(req):  # type: ignore[no-untyped-def]
         if req.prompt == "HOLD":  # the request ahead: decoded once the others have been seen waiting
             gate.wait(30)
-        return encode(req, tools)
+        return encode(req)
 
     streams_pinged: set[int] = set()
 
@@ -286,3 +286,76 @@ def test_a_chat_past_the_context_is_refused_by_its_prefix(tiny_llama: tuple[Path
     assert r.status_code == 413 and r.json()["error"]["code"] == "context_length_exceeded"
     tokens = re.search(r"has (\d+) tokens or more", r.json()["error"]["message"])
     assert tokens is not None and 64 <= int(tokens[1]) <= 504, r.text  # a prefix of 63 x 8 characters
+
+
+def test_a_decoding_deadline_ends_a_request_with_what_it_decoded(tiny_llama: tuple[Path, Path, Path],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """--decode-timeout: a request decodes until its deadline, then ends with its text so far,
+    finish_reason length and the stop reason deadline; the slot serves the next one at once."""
+    import time as time_module
+
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    settings = ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000), decode_timeout=0.5)
+    forward = gen.target.forward
+
+    def slow(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time_module.sleep(0.05)  # 20 passes a second: a 60-token answer takes 3 s
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(gen.target, "forward", slow)
+    body = {"model": MODEL, "prompt": "abcab", "max_tokens": 60, "ignore_eos": True, "temperature": 0}
+    with TestClient(create_app(gen, settings), base_url=HERE) as client:
+        started = time_module.monotonic()
+        r = client.post("/v1/completions", json=body).json()
+        took = time_module.monotonic() - started
+        assert r["choices"][0]["finish_reason"] == "length" and r["specedge"]["stop_reason"] == "deadline"
+        assert 0 < r["usage"]["completion_tokens"] < 60 and took < 2.0
+        r = client.post("/v1/completions", json={**body, "max_tokens": 3}).json()
+        assert r["choices"][0]["finish_reason"] == "length" and r["specedge"]["stop_reason"] == "max_new_tokens"
+
+
+def test_every_request_holds_a_place_in_the_queue_before_its_work(tiny_llama: tuple[Path, Path, Path],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full queue refuses a request before its tools are read, its grammar compiled or its text
+    tokenized (/tokenize too); a waiting request whose client is gone gives its place back at once;
+    /detokenize and /tokenize have a prompt's limits."""
+    import threading
+
+    from specedge.serve import app as app_module
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    app = create_app(gen, ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000), queue_size=1))
+    server, gate = app.state.server, threading.Event()
+    encode, parsed = server.encode, []
+
+    def held(req):  # type: ignore[no-untyped-def]
+        gate.wait(30)  # the slot's job, until the test lets it go
+        return encode(req)
+
+    real_parse = app_module.parse_output
+    monkeypatch.setattr(server, "encode", held)
+    monkeypatch.setattr(app_module, "parse_output", lambda body: parsed.append(1) or real_parse(body))
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    with TestClient(app, base_url=HERE) as client:
+        first = threading.Thread(target=client.post, args=("/v1/completions",),
+                                 kwargs={"json": {"prompt": "ab", "max_tokens": 2}})
+        first.start()
+        while server.worker.active < 1:
+            pass
+        waiting = app_module.Job("waiting", lambda: [1, 2], {}, None, stream=False)  # type: ignore[arg-type]
+        server.worker.submit(waiting)  # the queue's one place
+        r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "tools": tools})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "queue_full" and parsed == []
+        assert client.post("/tokenize", json={"content": "abc"}).status_code == 503
+        waiting.cancel()  # its client gone: the place is back at once
+        assert server.worker.waiting == 0
+        r = client.post("/tokenize", json={"content": "x" * (server.max_prompt_chars + 1)})
+        assert r.status_code == 413 and "\n" not in r.json()["error"]["message"]
+        r = client.post("/detokenize", json={"tokens": [1] * (app_module.DETOKENIZE_IDS + 1)})
+        assert r.status_code == 413 and r.json()["error"]["param"] == "tokens"
+        gate.set()
+        first.join(30)
+        assert client.post("/tokenize", json={"content": "abc"}).json()["count"] == 3

@@ -75,3 +75,29 @@ def test_soc_is_checked_as_for_chat(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--target", "x", "--soc", "nonsense"])
     assert "unknown QNN SoC 'nonsense'" in capsys.readouterr().err
+
+
+def test_the_start_line_states_the_memory_now_and_at_most(tiny_streams_pair: tuple[Path, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """With several slots, the widest pass they share (a prefill chunk from each) runs on the target
+    and the draft before the memory is read; the line states it and the most the slots' caches and
+    shared buffers add (what scripts/parallel_soak.py holds a server to)."""
+    import re
+
+    from specedge.runtime import Generator
+    from specedge.runtime.generator import draft_model
+    from specedge.runtime.streams.slots import pool_bytes
+    from specedge.serve.command import memory_bound
+
+    gen = Generator.load(*tiny_streams_pair)
+    widths: list[int] = []
+    for model in (gen.target, draft_model(gen.drafter)):
+        assert model is not None
+        run = model.runner
+        monkeypatch.setattr(model, "runner", lambda feeds, cache, run=run: widths.append(
+            feeds["input_ids"].shape[1]) or run(feeds, cache))
+    said = re.fullmatch(r"; memory (\d+) MB now, at most (\d+) MB", memory_bound(gen, 2))
+    assert said is not None
+    assert widths == [2 * gen.target.manifest.prefill_width, 2 * draft_model(gen.drafter).manifest.prefill_width]
+    now, most = int(said.group(1)), int(said.group(2))
+    assert abs(most - now - pool_bytes(gen, 2) / 1e6) <= 1

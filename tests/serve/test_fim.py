@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from specedge.runtime import Generator, TextStream
-from tests.runtime.test_fim import FIM_IDS, make_fim_artifact, plain
+from tests.runtime.text.test_fim import FIM_IDS, make_fim_artifact, plain
 from tests.serve.conftest import openai_client, served_here
 
 GREEDY: dict[str, object] = {"temperature": 0, "max_tokens": 4}

@@ -6,6 +6,7 @@ tests/serve/test_page_browser.py."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from specedge.serve.page import FILES, PAGE_PATHS
 from tests.serve.conftest import HERE
 
 ORIGINS = Origins.of_listener("127.0.0.1", 8000)
+PAGE_PATHS_OF = {name: path for path, name in PAGE_PATHS.items()}
 PROMPT = "the quick brown fox"
 
 
@@ -30,8 +32,12 @@ def check_page(client: TestClient) -> None:
         assert "script-src 'self'" in r.headers["content-security-policy"]
         assert r.headers["x-content-type-options"] == "nosniff"
     html = client.get("/").text
-    assert '<script src="/page/chat.js" defer></script>' in html and "http" not in html  # nothing from elsewhere
-    assert "http" not in client.get("/page/chat.js").text and "http" not in client.get("/page/chat.css").text
+    for script in ("highlight.js", "markdown.js", "chat.js"):
+        assert f'<script src="/page/{script}" defer></script>' in html
+    for name in FILES:  # nothing from elsewhere: no address of another server in any file of the page
+        text = client.get(PAGE_PATHS_OF[name]).text
+        assert not re.search(r"(https?:)?//[\w.-]+\.[a-z]{2,}|(src|href)=\"?(https?:|//)", text, re.I), name
+    assert "style=" not in html and "<style" not in html  # the policy allows no inline style
     assert client.get("/page/other.js").status_code != 200  # 404, or 401 / 503 before the routes
 
 

@@ -19,7 +19,7 @@ from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
 from specedge.kernels import native
 from specedge.runtime import Generator, SpecConfig
-from specedge.runtime.streams import Streams, parallel_that_pays
+from specedge.runtime.streams.slots import Streams, parallel_that_pays
 from specedge.serve.app import ServeSettings, create_app
 from specedge.serve.guard import Origins
 from specedge.serve.worker import GenerationWorker, Job, QueueFull
@@ -130,7 +130,7 @@ def test_models_whose_passes_cannot_be_shared_keep_one_slot(tmp_path: Path) -> N
 def test_auto_measures_how_many_slots_pay(pair: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """Auto takes the most slots whose shared pass makes 1.5x one stream's tokens with each stream at
     half its speed or more, and says what it measured; the real measurement runs on the tiny model."""
-    from specedge.runtime import streams
+    from specedge.runtime.streams import slots as streams
 
     gen = generator(pair)
     assert "streams took" in parallel_that_pays(gen, repeats=1).why  # measured here, whatever the numbers

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from specedge.request import finish_reason
 from specedge.serve.protocol import APIError, parse_chat, parse_completion, parse_json
-from specedge.serve.responses import finish_reason
-from specedge.serve.structured import parse_structure
+from specedge.serve.structured import parse_output
 from specedge.serve.worker import cached_prefix
 
 USER = [{"role": "user", "content": "hi"}]
@@ -15,7 +15,7 @@ USER = [{"role": "user", "content": "hi"}]
 def parse_chat_request(body: dict[str, object]) -> None:
     """What the server parses of a chat request: its parameters, then the output's shape."""
     parse_chat(body)
-    parse_structure(body)
+    parse_output(body)
 
 
 def status_of(fn, body) -> int:  # type: ignore[no-untyped-def]
@@ -73,8 +73,13 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
     ({"messages": USER, "logprobs": "yes"}, 400),
     ({"messages": USER, "tools": [{"type": "function"}]}, 400),  # no function
     ({"messages": USER, "functions": [{"name": "f"}]}, 422),  # the deprecated form
-    ({"messages": USER, "presence_penalty": 0.5}, 422),
-    ({"messages": USER, "repetition_penalty": 1.1}, 422),  # refused, never ignored
+    ({"messages": USER, "presence_penalty": 2.5}, 400),  # OpenAI's range: -2 to 2
+    ({"messages": USER, "frequency_penalty": "1"}, 400),
+    ({"messages": USER, "repetition_penalty": 0}, 400),  # > 0
+    ({"messages": USER, "repeat_penalty": -1.0}, 400),  # llama-server's name
+    ({"messages": USER, "logit_bias": {"12": 101}}, 400),  # -100 to 100
+    ({"messages": USER, "logit_bias": {"abc": 1}}, 400),  # keys are token ids
+    ({"messages": USER, "logit_bias": [1, 2]}, 400),
     ({"messages": USER, "min_p": 1.5}, 400),
     ({"messages": USER, "min_p": "0.1"}, 400),
     ({"messages": USER, "chat_template_kwargs": {"tools": []}}, 400),
@@ -101,7 +106,8 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
     ({"messages": USER, "top_p": 0}, 400),
     ({"messages": USER, "max_tokens": 0}, 400),
     ({"messages": USER, "max_tokens": "9"}, 400),
-    ({"messages": USER, "stop": ["a", "b", "c", "d", "e"]}, 400),
+    ({"messages": USER, "stop": ["a"] * 65}, 400),
+    ({"messages": USER, "stop": ["a" * 513]}, 400),
     ({"messages": USER, "stop": [""]}, 400),
     ({"messages": USER, "stream": "yes"}, 400),
     ({"messages": USER, "stream_options": {"include_usage": True}}, 400),
@@ -109,6 +115,20 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
 ])
 def test_chat_refusals(body: dict[str, object], status: int) -> None:
     assert status_of(parse_chat_request, body) == status
+
+
+def test_penalties_and_logit_bias_are_read_as_their_apis_define_them() -> None:
+    req = parse_chat({"messages": USER, "presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.1,
+                      "repeat_last_n": 64, "logit_bias": {"12": -100, "7": 2.5}})
+    assert (req.presence_penalty, req.frequency_penalty) == (0.5, -1)
+    assert (req.repetition_penalty, req.repeat_last_n) == (1.1, 64)
+    assert req.logit_bias == {12: -100.0, 7: 2.5}
+    llama = parse_chat({"messages": USER, "repeat_penalty": 1.2, "repeat_last_n": -1})  # llama-server's names
+    assert (llama.repetition_penalty, llama.repeat_last_n) == (1.2, 0)
+    off = parse_chat({"messages": USER, "repeat_penalty": 1.2, "frequency_penalty": 1, "repeat_last_n": 0})
+    assert (off.repetition_penalty, off.frequency_penalty, off.presence_penalty) == (1.0, 0.0, 0.0)  # as llama-server
+    none = parse_chat({"messages": USER, "presence_penalty": 0, "logit_bias": {}})  # a client's defaults
+    assert none.presence_penalty == 0 and none.logit_bias is None
 
 
 def test_completion_prompts() -> None:

@@ -14,11 +14,11 @@ import openai
 import pytest
 from tokenizers import AddedToken, Tokenizer
 
+from specedge.request import tools_grammar
 from specedge.runtime import Generator, SpecConfig
-from specedge.runtime.grammar import GrammarConstraint, GrammarFault, Vocabulary
-from specedge.runtime.tools import ToolMarkup
+from specedge.runtime.constraints.grammar import GrammarConstraint, GrammarFault, Vocabulary
+from specedge.runtime.text.tools import ToolMarkup
 from specedge.serve.protocol import error_for
-from specedge.serve.structured import call_grammar
 from tests.serve.conftest import openai_client, served_here
 from tests.tiny_models import VOCAB, byte_tokenizer, make_tiny_model, write_tokenizer
 
@@ -171,7 +171,7 @@ def lazy_constraint(markup_tokens: bool) -> tuple[GrammarConstraint, Tokenizer]:
     eos = [tok.token_to_id("<|eos|>")]
     markup = ToolMarkup.of(tok)
     strict = {**WEATHER, "function": {**WEATHER["function"], "strict": True}}
-    grammar = call_grammar([strict, CLOCK], markup=markup, lazy=True)
+    grammar = tools_grammar([strict, CLOCK], "auto", markup=markup)  # a strict tool under tool_choice auto
     return GrammarConstraint(Vocabulary.of(tok, tok.get_vocab_size(), eos), grammar, eos), tok
 
 

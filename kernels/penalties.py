@@ -1,0 +1,98 @@
+"""Logit transforms that read the tokens before a row: `logit_bias`, `repetition_penalty`,
+`presence_penalty` and `frequency_penalty`, applied to a row of logits before the sampling
+transforms (kernels/sampling.py: temperature, top-k, top-p, min-p).
+
+In this order, each as the API that named it defines it:
+1. logit_bias (OpenAI): a token's bias is added to its logit.
+2. repetition_penalty r (transformers, CTRL): a token of the context - the prompt and the answer so
+   far, or with `last_n` its last n tokens (llama.cpp's repeat_last_n) - has its logit divided by r
+   where positive, multiplied by r where not.
+3. presence_penalty and frequency_penalty (OpenAI): a token generated c times so far (the answer
+   only, not the prompt) has presence * (c > 0) + frequency * c subtracted from its logit.
+
+Each row of a verification pass is transformed by the tokens before its own position (the drafts
+before it included), as plain decoding would transform that row, so speculation stays lossless;
+the draft proposes under the same transforms.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specedge.core.errors import SpecEdgeError
+
+BIAS_LIMIT = 100.0  # OpenAI's range for a logit_bias value: [-100, 100]
+PENALTY_LIMIT = 2.0  # OpenAI's range for presence and frequency penalties: [-2, 2]
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+
+
+@dataclass(frozen=True)
+class Penalties:
+    presence: float = 0.0
+    frequency: float = 0.0
+    repetition: float = 1.0
+    last_n: int = 0  # repetition over the context's last n tokens (0: all of it)
+    bias: tuple[tuple[int, float], ...] = ()  # (token id, bias), as logit_bias maps them
+
+    def __post_init__(self) -> None:
+        for name, value in (("presence_penalty", self.presence), ("frequency_penalty", self.frequency)):
+            if not (_real(value) and -PENALTY_LIMIT <= value <= PENALTY_LIMIT):
+                raise SpecEdgeError(f"{name} must be a number from -2 to 2, got {value!r}",
+                                    f"pass a {name} such as 0.5, or 0 for none")
+        if not (_real(self.repetition) and self.repetition > 0):
+            raise SpecEdgeError(f"repetition_penalty must be a number > 0, got {self.repetition!r}",
+                                "pass a repetition_penalty such as 1.1, or 1 for none")
+        if isinstance(self.last_n, bool) or not isinstance(self.last_n, numbers.Integral) or self.last_n < 0:
+            raise SpecEdgeError(f"repeat_last_n must be an integer >= 0, got {self.last_n!r}",
+                                "pass repeat_last_n 64, or 0 for the whole context")
+        for token, value in self.bias:
+            if isinstance(token, bool) or not isinstance(token, numbers.Integral) or token < 0:
+                raise SpecEdgeError(f"logit_bias has the key {token!r}, not a token id",
+                                    'map token ids to biases, e.g. {"1234": -100}')
+            if not (_real(value) and -BIAS_LIMIT <= value <= BIAS_LIMIT):
+                raise SpecEdgeError(f"logit_bias of token {token} must be a number from -100 to 100, got {value!r}",
+                                    "pass a bias from -100 (never) to 100 (always)")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.bias) or self.presence != 0 or self.frequency != 0 or self.repetition != 1
+
+    def check_vocabulary(self, vocab: int) -> None:
+        """Refuse a logit_bias key outside the model's vocabulary of `vocab` ids."""
+        for token, _ in self.bias:
+            if token >= vocab:
+                raise SpecEdgeError(f"logit_bias names token {token}, outside the model's vocabulary of {vocab} ids",
+                                    f"pass token ids from 0 to {vocab - 1}")
+
+    def apply(self, logits: np.ndarray, context: Sequence[int], answer_from: int) -> np.ndarray:
+        """The row [V] (float32) under the bias and penalties, given the tokens before it: `context`,
+        of which those from index `answer_from` on are the answer so far. A copy where anything
+        applies (the row itself otherwise: the pass's buffer is left as the model wrote it)."""
+        if not self.active:
+            return logits
+        out = np.array(logits, dtype=np.float32)
+        vocab = out.shape[-1]
+        for token, value in self.bias:
+            if token < vocab:
+                out[token] += np.float32(value)
+        if self.repetition != 1:
+            seen = np.asarray(context[-self.last_n:] if self.last_n else context, dtype=np.int64)
+            ids = np.unique(seen[seen < vocab])
+            row = out[ids]
+            out[ids] = np.where(row > 0, row / np.float32(self.repetition), row * np.float32(self.repetition))
+        if self.presence != 0 or self.frequency != 0:
+            answer = np.asarray(context[answer_from:], dtype=np.int64)
+            ids, counts = np.unique(answer[answer < vocab], return_counts=True)
+            out[ids] -= np.float32(self.presence) + np.float32(self.frequency) * counts.astype(np.float32)
+        return out
+
+
+NONE = Penalties()
