@@ -112,3 +112,41 @@ def test_generate_many_answers_each_prompt_as_generate(tiny_llama: tuple[Path, P
     seeded = [model.generate(p, max_tokens=16, temperature=0.8, seed=5).tokens for p in prompts]
     many = model.generate_many(prompts, parallel=3, max_tokens=16, temperature=0.8, seed=5)
     assert [r.tokens for r in many] == seeded
+
+
+def test_generate_many_one_at_a_time_keeps_the_grammar(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """On a model whose passes cannot be shared, generate_many decodes one prompt at a time: each
+    reply is generate's alone, under the grammar given."""
+    pytest.importorskip("llguidance")
+    model = specedge.load(tiny_llama[1])
+    digits = specedge.Grammar("regex", "[0-9]{4}")
+    many = model.generate_many(["a", "bb"], max_tokens=8, grammar=digits)
+    assert [r.text for r in many] == [model.generate(p, max_tokens=8, grammar=digits).text for p in ("a", "bb")]
+    assert all(len(r.text) == 4 and r.text.isdigit() for r in many)
+
+
+def test_a_bad_grammar_or_tool_is_one_line_the_problem_first(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """A SpecEdgeError is the problem, then what to do about it (core/errors.py): a grammar that is
+    neither a schema nor a Grammar, and a tool whose function has no name, are refused so."""
+    model = specedge.load(tiny_llama[1])
+    with pytest.raises(specedge.SpecEdgeError) as e:
+        model.generate("x", grammar="[0-9]")  # type: ignore[arg-type]
+    assert e.value.problem.startswith("grammar must be a JSON schema") and e.value.fix.startswith("pass ")
+    ask = [{"role": "user", "content": "hi"}]
+    for function in ({"parameters": {"type": "object"}}, {"name": 3}, "get_weather"):
+        with pytest.raises(specedge.SpecEdgeError, match=r"tools\[0\] is not an OpenAI tool object"):
+            model.chat(ask, tools=[{"type": "function", "function": function}], max_tokens=2)
+
+
+def test_a_path_from_the_home_folder_loads_whatever_it_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             tiny_llama: tuple[Path, Path, Path]) -> None:
+    """`~/...` is the user's home folder for a source to export (a Hugging Face folder here) as for
+    an artifact folder."""
+    monkeypatch.setenv("SPECEDGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "checkpoint").symlink_to(tiny_llama[0], target_is_directory=True)
+    (tmp_path / "artifact").symlink_to(tiny_llama[1], target_is_directory=True)
+    for name in ("checkpoint", "artifact"):
+        model = specedge.load(f"~/{name}")
+        assert model.generate("abc", max_tokens=6).tokens == specedge.load(tmp_path / name).generate(
+            "abc", max_tokens=6).tokens

@@ -120,6 +120,56 @@ def test_a_thinking_models_reasoning_is_dimmed_and_its_answer_coloured_as_ever()
     assert shown(Segment("<think>x", True), None, show_draft=False) == "<think>x"  # a model that does not think
 
 
+class Screen(io.StringIO):
+    """What a terminal shows: the text written up to each flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: list[str] = []
+
+    def flush(self) -> None:
+        self.shown.append(self.getvalue())
+
+
+def test_an_answer_shows_as_it_is_decoded(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """Each piece of an answer reaches the terminal when it is decoded, not at the answer's end."""
+    _, target, draft = tiny_llama
+    screen = Screen()
+    chat = ChatSession(Generator.load(target, draft=draft, config=SpecConfig(gamma=4)), out=screen,
+                       max_new_tokens=12)
+    chat.run(["hi"])
+    answer = chat.history[-1]["content"]
+    assert len(answer) > 3
+    partial = [s for s in screen.shown if 0 < len(s) - len(screen.shown[0]) < len(answer)]
+    assert len(partial) >= 2, screen.shown
+
+
+def test_gamma_command_says_what_gamma_is_now(tiny_llama: tuple[Path, Path, Path]) -> None:
+    chat, out = session(tiny_llama)
+    chat.run(["/gamma auto"])
+    assert "[gamma is now auto]" in out.getvalue() and chat.generator.config.auto_gamma
+    chat.run(["/gamma 2"])
+    assert "[gamma is now 2]" in out.getvalue() and not chat.generator.config.auto_gamma
+
+
+def test_stats_gives_the_sessions_totals() -> None:
+    """/stats: answers, tokens, tokens/s after each answer's first token, acceptance and tokens per
+    target pass over the whole session (each answer's counts summed)."""
+    from specedge.chat import ChatTotals
+    from specedge.runtime.round.stats import GenerationStats
+
+    totals = ChatTotals()
+    for tokens, drafted, accepted, produced, calls in ((11, 8, 6, 10, 4), (21, 12, 3, 20, 16)):
+        totals.add(GenerationStats(n_tokens=tokens, drafted=drafted, accepted=accepted, produced=produced,
+                                   target_calls=calls, time_total_s=2.5, time_prefill_s=0.5,
+                                   acceptance_rule="race", proposed_by_position=[2], accepted_by_position=[1]))
+    line = totals.line()
+    assert line.startswith("[session: 2 answers, 32 tokens, 7.5 tok/s, acceptance 45% (race; by position 50%)")
+    assert line.endswith(", 1.50 tokens/target pass]")
+    assert ChatTotals().line() == ("[session: 0 answers, 0 tokens, 0.0 tok/s, acceptance 0% (greedy; by position -), "
+                                   "0.00 tokens/target pass]")
+
+
 TRIPLE = '"' * 3
 
 

@@ -166,3 +166,10 @@ def test_every_export_that_succeeds_loads(tmp_path: Path) -> None:
     with pytest.raises(SpecEdgeError, match="eos_token_ids"):
         check_before_writing(dataclasses.replace(manifest, eos_token_ids=(10**6,)), source)
     assert json.loads((art / "manifest.json").read_text())["num_layers"] == 2
+
+
+def test_a_vocabulary_without_merges_still_has_its_lists_checked(tmp_path: Path) -> None:
+    """A file without merges (a SentencePiece vocabulary has none) has its token types checked all
+    the same, before a tokenizer is built from them."""
+    src = write_gguf(tmp_path / "bad.gguf", {"tokenizer.ggml.merges": None, "tokenizer.ggml.token_type": ["x"] * 3})
+    refused(src, tmp_path / "out", str(src), "tokenizer.ggml.token_type", "list of")

@@ -59,3 +59,14 @@ def test_a_checkpoint_and_llama_cpps_gguf_of_it_decode_alike(tmp_path: Path, arc
     ref = last_logits(from_hf)
     assert np.abs(last_logits(from_gguf) - ref).max() < 1e-4 * np.abs(ref).max()
     assert greedy(from_gguf) == greedy(from_hf)
+
+
+def test_a_llama_file_named_mistral_is_mistral_as_transformers_reads_it(tmp_path: Path) -> None:
+    """llama.cpp writes Mistral's files with the llama architecture; transformers takes a file named
+    exactly "mistral" for Mistral, any other name (a fine-tune's) for Llama. The export says which."""
+    from specedge.export.source import load_source
+    from tests.gguf_models import make_tiny_gguf
+
+    kinds = {name: load_source(make_tiny_gguf(tmp_path / f"{name}.gguf", name=name)).config.architecture
+             for name in ("mistral", "Mistral-7B-Instruct", "tiny")}
+    assert kinds == {"mistral": "mistral", "Mistral-7B-Instruct": "llama", "tiny": "llama"}

@@ -199,3 +199,19 @@ def test_the_summary_sees_a_gguf_rotating_part_of_each_head(tmp_path: Path) -> N
     whole = inspect_source(make_tiny_gguf(tmp_path / "w.gguf", arch="phi3"))
     assert (partial.partial_rotary, partial.sliding_window) == (True, 12)
     assert (whole.partial_rotary, whole.sliding_window) == (False, 0)
+
+
+def test_a_bad_factor_list_names_the_list() -> None:
+    """One line naming the list at fault, of the wrong length or not all positive: longrope's
+    short_factor, or a file's rope frequency factors."""
+    values = {**tiny_config("phi3"), "rope_parameters": {**LONGROPE, "short_factor": [1.0] * 3},
+              "max_position_embeddings": 256}
+    with pytest.raises(SpecEdgeError, match=r"must hold 8 factors in short_factor, one per rotary frequency"):
+        checked_config(values, Path("config.json"))
+    with pytest.raises(SpecEdgeError, match=r"rope_freq_factors.* must hold 8 factors, one per rotary frequency"):
+        checked_config({**tiny_config("llama"), "rope_freq_factors": [1.0, 2.0]}, Path("x.gguf"))
+    values["rope_parameters"]["short_factor"] = [1.0] * 7 + [-1.0]  # type: ignore[index]
+    with pytest.raises(SpecEdgeError, match=r"must be positive finite numbers in short_factor\. "):
+        checked_config(values, Path("config.json"))
+    with pytest.raises(SpecEdgeError, match=r"rope_freq_factors.* must be positive finite numbers\. "):
+        checked_config({**tiny_config("llama"), "rope_freq_factors": [1.0] * 7 + [0.0]}, Path("x.gguf"))

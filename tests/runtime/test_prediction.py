@@ -80,3 +80,14 @@ def test_the_prediction_is_followed_from_where_the_last_round_left_off() -> None
 def test_a_match_shorter_than_min_match_is_no_place() -> None:
     drafter = PredictionDrafter([5, 6, 7, 8, 9], min_match=3)
     assert drafter.sources([1, 6, 7]) == () and drafter.sources([5, 6, 7]) == ("prediction",)
+
+
+def test_a_prediction_shorter_than_the_lookups_suffix_decodes_as_without_it(tiny_llama: tuple[Path, Path, Path]
+                                                                             ) -> None:
+    """A prediction of a few tokens (fewer than the 8 the context's suffix is matched by) is looked
+    up like any other: the tokens are plain decoding's, with a prediction of 1 to 4 tokens."""
+    _, target, _ = tiny_llama
+    plain = generator(target, gamma=0).generate(PROMPT)
+    gen = generator(target, gamma=4)
+    for n in (1, 2, 4):
+        assert gen.generate(PROMPT, prediction=plain.token_ids[:n]).token_ids == plain.token_ids

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,9 +29,11 @@ class Lines(logging.Handler):
         super().__init__()
         self.setFormatter(logging.Formatter("specedge serve: %(message)s"))  # as serve/command.py's
         self.written: list[str] = []
+        self.levels: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.written.append(self.format(record))
+        self.levels.append(record.levelname)
 
 
 @pytest.fixture
@@ -270,6 +273,37 @@ def test_a_prompt_longer_than_the_context_names_the_flag_that_serves_more(tiny_l
         said, asked = int(message.split(" tokens")[0].split()[-1]), int(message.rsplit("--context ", 1)[1])
         assert asked >= 128 and asked > said and asked & (asked - 1) == 0  # a power of two that holds it
     assert ids.json()["error"]["message"].endswith("specedge serve --context 128")
+
+
+def test_a_refused_request_is_one_info_line_naming_route_and_status(tiny_llama: tuple[Path, Path, Path],
+                                                                    server_log: Lines) -> None:
+    """A request refused as the client's fault (400) is one log line at INFO, the route, the status
+    and the message, no traceback (`--log-level warning` leaves it out)."""
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    app = create_app(gen, ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000)))
+    with TestClient(app, base_url=HERE) as client:
+        r = client.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 0})
+    assert r.status_code == 400
+    assert server_log.levels == ["INFO"], server_log.written
+    line = server_log.written[0]
+    assert line.startswith("specedge serve: POST /v1/completions: 400 'max_tokens'") and "\n" not in line
+
+
+def test_a_chat_past_the_context_is_refused_by_its_prefix(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """A chat whose rendered text passes the context is refused (413) once a prefix of it shows so,
+    as a prompt is: not tokenized whole."""
+    from tests.serve.conftest import HERE
+
+    gen = Generator.load(tiny_llama[1], single_steps=True, config=SpecConfig(gamma=0))
+    app = create_app(gen, ServeSettings(model_id=MODEL, origins=Origins.of_listener("127.0.0.1", 8000)))
+    with TestClient(app, base_url=HERE) as client:
+        r = client.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": 1,
+                                                      "messages": [{"role": "user", "content": "7" * 3000}]})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "context_length_exceeded"
+    tokens = re.search(r"has (\d+) tokens or more", r.json()["error"]["message"])
+    assert tokens is not None and 64 <= int(tokens[1]) <= 504, r.text  # a prefix of 63 x 8 characters
 
 
 def test_a_decoding_deadline_ends_a_request_with_what_it_decoded(tiny_llama: tuple[Path, Path, Path],

@@ -202,3 +202,36 @@ def test_cached_prefix_is_what_prefill_keeps() -> None:
     assert cached_prefix([1, 2, 3, 4], [1, 2, 3, 9, 9]) == 3
     assert cached_prefix([1, 2, 3, 4], [1, 2, 3]) == 2  # the last prompt token is always fed, for its logits
     assert cached_prefix([], [1, 2]) == 0 and cached_prefix([5], [1, 2]) == 0
+
+
+def test_penalties_at_their_defaults_are_served_others_refused() -> None:
+    """A client that sends the API's default penalties (as many do) is served; any other value is
+    refused (422), never silently ignored."""
+    for value in (None, 0, 0.0):
+        parse_chat({"messages": USER, "presence_penalty": value, "frequency_penalty": value})
+    for value in (1, 0.5, -2, True):
+        assert status_of(parse_chat, {"messages": USER, "presence_penalty": value}) == 422
+        assert status_of(parse_chat, {"messages": USER, "frequency_penalty": value}) == 422
+
+
+def test_an_earlier_tool_calls_arguments_must_be_a_json_string() -> None:
+    """An assistant's earlier tool call carries its arguments as a string of JSON (OpenAI's shape);
+    an object there is refused, naming the call."""
+    def conversation(arguments: object) -> dict[str, object]:
+        call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+        return {"messages": [*USER, {"role": "assistant", "content": None, "tool_calls": [call]},
+                             {"role": "tool", "tool_call_id": "c1", "content": "sunny"}], "tools": [TOOL]}
+
+    req = parse_chat(conversation('{"city": "Oslo"}'))
+    assert req.messages[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Oslo"}'
+    with pytest.raises(APIError) as e:
+        parse_chat(conversation({"city": "Oslo"}))
+    assert e.value.status == 400 and e.value.param == "messages[1].tool_calls[0]"
+
+
+def test_a_tool_refused_names_its_field() -> None:
+    """The error object's `param` is the field at fault: a tool's repeated name is tools[1].function.name."""
+    with pytest.raises(APIError) as e:
+        parse_chat_request({"messages": USER, "tools": [TOOL, TOOL]})
+    assert e.value.param == "tools[1].function.name"
+    assert e.value.message == "'tools[1].function.name' must be a unique name of letters, digits, _ and -"

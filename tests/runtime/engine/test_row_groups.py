@@ -160,3 +160,13 @@ def test_a_wide_block_int4_target_with_exact_attention_verifies_in_pairs(tiny_pa
                      SpecConfig(gamma=4, auto_gamma=True, max_new_tokens=1000, ignore_eos=True), rows=plain.rows)
     for prompt in ("def fib(n):\n    return", "abcabcab"):  # to the end of the context: front padding too
         assert spec.generate(prompt).token_ids == plain.generate(prompt).token_ids
+
+
+def test_plain_decoding_over_row_pairs_is_one_token_a_pass(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """Plain decoding, the baseline speculation is measured against, runs one token a pass over a
+    target of row pairs too: its pad rows carry copies, not lookup guesses, even on a text the
+    lookup would guess right."""
+    gen = Generator.load(tiny_llama[2], config=SpecConfig(gamma=0, max_new_tokens=30, ignore_eos=True))
+    assert gen.rows.group == 2
+    stats = gen.generate("abcabcabcabcabc").stats
+    assert stats.guessed == 0 and stats.target_calls == stats.n_tokens - 1 == 29

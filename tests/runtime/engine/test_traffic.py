@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -50,3 +51,22 @@ def test_weight_bytes_per_token_of_a_real_model(smollm2: dict[str, Path]) -> Non
     expected = graph_matmul_bytes(target)  # every MatMul weight plus the head, no embedding table
     assert abs(reported - expected) / expected < 0.05, (reported, expected)
     assert stats.bytes_per_token["draft_weight_bytes"] == 0
+
+
+def test_draft_passes_and_their_bytes_are_the_draft_models_alone(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """stats.draft_calls and draft_traffic count the draft model's passes after prefill, each at least
+    a pass's weights: none in plain decoding or with the n-gram lookup alone (no model drafts)."""
+    _, target, draft = tiny_llama
+    config = SpecConfig(gamma=4, max_new_tokens=20, ignore_eos=True)
+    model = OnnxModel(draft)
+    cache = model.new_cache()
+    model.prefill([1, 2, 3], cache)
+    one_pass = model.forward([4], cache, all_logits=False).traffic.weight_bytes
+    spec = Generator.load(target, draft=draft, config=config).generate("abcabcab").stats
+    assert spec.draft_calls > 0 and spec.draft_traffic.weight_bytes >= spec.draft_calls * one_pass
+    assert spec.bytes_per_token["draft_weight_bytes"] > 0
+    for gen in (Generator.load(target, ngram=True, config=config),
+                Generator.load(target, config=dataclasses.replace(config, gamma=0))):
+        stats = gen.generate("abcabcab").stats
+        assert stats.draft_calls == 0 and stats.draft_traffic.total_bytes == 0
+        assert stats.bytes_per_token["draft_weight_bytes"] == 0

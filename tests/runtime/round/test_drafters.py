@@ -77,6 +77,14 @@ def test_the_draft_model_asks_go_on_after_each_draft_with_its_confidence(tiny_ll
     assert np.isfinite(asked[1][1])
 
 
+def test_lookup_matches_a_suffix_of_at_most_8_tokens() -> None:
+    """The longest suffix looked up is 8 tokens (design.md): where the last 9 occurred before, the
+    continuation is still that of the latest occurrence of the last 8."""
+    nine = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    context = [*nine, 50, *nine[1:], 60, *nine]  # the 9 tokens seen before 50; their last 8 last seen before 60
+    assert NgramDrafter().match(context, 2) == ([60, 1], 8)
+
+
 def test_the_draft_model_proposes_under_the_bias_and_penalties(tiny_llama: tuple[Path, Path, Path]) -> None:
     """The draft's rows get the logit_bias and penalties the target's rows get (Ask.shape), from the
     tokens before each draft: drafts the target's law would then accept."""

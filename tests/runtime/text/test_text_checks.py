@@ -154,3 +154,30 @@ def test_a_text_too_long_is_refused_by_its_prefix(tiny_llama) -> None:  # type: 
     assert len(codec.encode("7" * 99, limit=100)) in (99, 100)  # within the limit: every token (BOS or not)
     with pytest.raises(PromptTooLong):  # past it, but too short for the prefix: measured whole
         codec.encode("7" * 150, limit=100)
+
+
+def test_a_text_too_long_says_its_tokens_and_the_room_it_may_take(tiny_llama) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from specedge.core.manifest import load_manifest
+    from specedge.runtime.text.codec import PromptTooLong, TextCodec
+
+    codec = TextCodec(tiny_llama[1], load_manifest(tiny_llama[1]))
+    for text in ("7" * 150, "7" * 2_000_000):  # measured whole, and by a prefix
+        with pytest.raises(PromptTooLong) as e:
+            codec.encode(text, limit=100, what="the message")
+        assert (e.value.limit, e.value.fix) == (100, "shorten it")
+        assert e.value.problem == f"the message has {e.value.tokens} tokens or more, more than the 100 it may take"
+
+
+def test_the_text_of_tokens_leaves_out_special_tokens(tiny_llama) -> None:  # type: ignore[no-untyped-def]
+    """A reply's text is its tokens' text without the tokenizer's special tokens (chat markers, the
+    end of text a reply decoded past with ignore_eos)."""
+    from specedge.core.manifest import load_manifest
+    from specedge.runtime.text.codec import TextCodec
+
+    codec = TextCodec(tiny_llama[1], load_manifest(tiny_llama[1]))
+    text = codec.encode("ab", add_special_tokens=False)
+    specials = codec.encode("<|user|><|eos|>", add_special_tokens=False)
+    assert len(specials) == 2
+    assert codec.decode([*text, *specials, *text]) == "abab"

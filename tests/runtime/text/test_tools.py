@@ -106,3 +106,22 @@ def test_streamed_bare_calls_and_text_equal_the_whole(text: str) -> None:
     whole_text, whole_calls = read_tool_calls(text, NAMES | {"f"})
     assert streamed_calls == [(c.name, c.arguments) for c in whole_calls]
     assert "".join(o for o in out if isinstance(o, str)).strip() == whole_text.strip()
+
+
+def test_a_block_left_open_at_the_end_is_sent_as_written() -> None:
+    """A reply that ends inside a tool-call block (cut by max_tokens) sends that text as the model
+    wrote it, streamed as whole."""
+    text = 'Let me look.\n<tool_call>\n{"name": "f", "argu'
+    for names in (frozenset(), NAMES | {"f"}):
+        stream = ToolCallFilter(names)
+        out = [o for i in range(0, len(text), 5) for o in stream.push(text[i:i + 5])] + list(stream.flush())
+        assert all(isinstance(o, str) and o for o in out) and "".join(out) == text  # type: ignore[arg-type]
+        assert read_tool_calls(text, names) == (text, [])
+
+
+def test_a_calls_arguments_keep_their_text_as_written() -> None:
+    """Arguments the model wrote as an object come back as JSON text with non-ASCII characters as
+    they are (as transformers' tojson writes them), not as \\u escapes."""
+    text = '<tool_call>\n{"name": "f", "arguments": {"city": "Zürich", "note": "日本"}}\n</tool_call>'
+    _, calls = read_tool_calls(text, frozenset({"f"}))
+    assert [c.arguments for c in calls] == ['{"city": "Zürich", "note": "日本"}']

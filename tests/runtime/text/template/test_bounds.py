@@ -113,6 +113,19 @@ def test_a_result_just_within_the_bound_renders() -> None:
     assert len(render(f"{{{{ 'x'.ljust({MAX_CHARS}) }}}}")) == MAX_CHARS
 
 
+def test_a_repetition_just_within_the_bound_is_made_one_more_refused() -> None:
+    """`*` may make a string of MAX_CHARS characters, not one more."""
+    assert render(f"{{{{ ('x' * {MAX_CHARS}) | length }}}}") == str(MAX_CHARS)
+    with pytest.raises(SpecEdgeError, match=f"would make {MAX_CHARS + 1} items"):
+        render(f"{{{{ ('x' * {MAX_CHARS + 1}) | length }}}}")
+
+
+def test_a_number_of_thousands_of_digits_prints_whole() -> None:
+    """A number of 14,000 bits (4,215 digits, near the 4,300 Python prints) is far from a huge text:
+    it prints (its bound is its digits, not many times them)."""
+    assert render("{{ 2 ** 14000 }}") == str(2 ** 14000)
+
+
 LIMIT = 1 << 40
 TEXT = "héllo <wörld> & 'q' \"d\" \\ \t\n😀 " * 3
 VALUES = [TEXT, 12345678901234567890, -1.7e308, 2.5, None, True, [TEXT, 1, [2.5, None]],

@@ -77,3 +77,17 @@ def test_qwen_template_renders_as_transformers_renders_it(tmp_path: Path) -> Non
         extra = {"tools": tools} if tools else {}
         ours = render(QWEN_TEMPLATE, messages=messages, add_generation_prompt=True, **extra)
         assert ours == expected
+
+
+def test_block_tags_on_lines_of_their_own_leave_no_lines_or_indents() -> None:
+    """transformers renders chat templates with trim_blocks and lstrip_blocks: a block tag alone on
+    its line, indented or not, leaves neither its newline nor its indent (templates are written so)."""
+    template = ("{% for m in messages %}\n"
+                "    {% if m.role == 'user' %}\n"
+                "<u>{{ m.content }}</u>\n"
+                "    {% else %}\n"
+                "<a>{{ m.content }}</a>\n"
+                "    {% endif %}\n"
+                "{% endfor %}\n")
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+    assert render(template, messages=messages) == "<u>hi</u>\n<a>yo</a>\n"

@@ -116,3 +116,29 @@ def test_load_takes_a_template_and_variables(tiny_llama: tuple[Path, Path, Path]
     model = specedge.load(tiny_llama[1], chat_template=SHOUTING, chat_template_kwargs={"shout": True})
     assert model.generator.codec.render_chat(HI) == "LOUD user:hi;"
     assert dataclasses.is_dataclass(model.chat(HI, max_tokens=1, chat_template_kwargs={"shout": False}))
+
+
+def test_template_refusals_say_the_problem_then_the_fix(tmp_path: Path) -> None:
+    """Each refusal is a SpecEdgeError whose problem names what is wrong and whose fix says what to
+    pass (the CLI prints them as one line, in that order)."""
+    with pytest.raises(SpecEdgeError) as e:
+        check_template_kwargs({"x": object()})
+    assert e.value.problem.startswith("chat_template_kwargs holds a value that is not JSON")
+    assert e.value.fix == "pass JSON values only"
+    (tmp_path / "empty.jinja").write_text("  \n")
+    with pytest.raises(SpecEdgeError) as e:
+        read_template(tmp_path / "empty.jinja")
+    assert e.value.problem == f"{tmp_path / 'empty.jinja'} is empty"
+    assert e.value.fix == "pass a Jinja chat template file"
+
+
+def test_a_template_file_of_1_mib_is_read_one_byte_more_refused(tmp_path: Path) -> None:
+    from specedge.runtime.template.options import TEMPLATE_CHARS
+
+    assert TEMPLATE_CHARS == 1 << 20
+    whole = tmp_path / "whole.jinja"
+    whole.write_text("{{ x }}" + " " * (TEMPLATE_CHARS - 7), encoding="utf-8")
+    assert len(read_template(whole)) == TEMPLATE_CHARS
+    whole.write_text("{{ x }}" + " " * (TEMPLATE_CHARS - 6), encoding="utf-8")
+    with pytest.raises(SpecEdgeError, match="is larger than 1 MiB, not a chat template"):
+        read_template(whole)
