@@ -133,7 +133,7 @@ def test_template_refusals_say_the_problem_then_the_fix(tmp_path: Path) -> None:
 
 
 def test_a_template_file_of_1_mib_is_read_one_byte_more_refused(tmp_path: Path) -> None:
-    from specedge.runtime.template.options import TEMPLATE_CHARS
+    from specedge.runtime.text.template.options import TEMPLATE_CHARS
 
     assert TEMPLATE_CHARS == 1 << 20
     whole = tmp_path / "whole.jinja"
