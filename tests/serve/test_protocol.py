@@ -204,14 +204,17 @@ def test_cached_prefix_is_what_prefill_keeps() -> None:
     assert cached_prefix([], [1, 2]) == 0 and cached_prefix([5], [1, 2]) == 0
 
 
-def test_penalties_at_their_defaults_are_served_others_refused() -> None:
-    """A client that sends the API's default penalties (as many do) is served; any other value is
-    refused (422), never silently ignored."""
-    for value in (None, 0, 0.0):
-        parse_chat({"messages": USER, "presence_penalty": value, "frequency_penalty": value})
-    for value in (1, 0.5, -2, True):
-        assert status_of(parse_chat, {"messages": USER, "presence_penalty": value}) == 422
-        assert status_of(parse_chat, {"messages": USER, "frequency_penalty": value}) == 422
+def test_penalties_in_their_range_are_served_others_refused() -> None:
+    """A client's penalties from -2 to 2 (OpenAI's range; 0 is the API's default, which many send) are
+    served as sent; a value outside it, or not a number, is one 400 line naming its field."""
+    for value in (None, 0, 0.0, 1, 0.5, -2, 2):
+        req = parse_chat({"messages": USER, "presence_penalty": value, "frequency_penalty": value})
+        assert (req.presence_penalty, req.frequency_penalty) == (value, value)
+    for value in (2.5, -3, True, "1"):
+        for field in ("presence_penalty", "frequency_penalty"):
+            with pytest.raises(APIError) as e:
+                parse_chat({"messages": USER, field: value})
+            assert e.value.status == 400 and e.value.param == field, (field, value)
 
 
 def test_an_earlier_tool_calls_arguments_must_be_a_json_string() -> None:
