@@ -22,7 +22,7 @@ import pytest
 from starlette.testclient import TestClient
 from tokenizers import AddedToken
 
-from specedge.runtime import Generator
+from specedge.runtime import Generator, SpecConfig
 from specedge.serve.app import ServeSettings, create_app
 from specedge.serve.guard import Origins
 
@@ -123,6 +123,20 @@ def served_here(gen: Generator, model: str = "tiny") -> Iterator[TestClient]:
     app = create_app(gen, ServeSettings(model_id=model, origins=Origins.of_listener("127.0.0.1", 8000)))
     with TestClient(app, base_url=HERE) as http:
         yield http
+
+
+@pytest.fixture(scope="module")
+def pair_gen(protocol_pair: tuple[Path, Path]) -> Generator:
+    """The protocol pair as the default decodes: its draft with the n-gram lookup, γ auto."""
+    target, draft = protocol_pair
+    return Generator.load(target, draft=draft, ngram=True, config=SpecConfig(gamma=4, auto_gamma=True))
+
+
+@pytest.fixture(scope="module")
+def http(pair_gen: Generator) -> Iterator[TestClient]:
+    """The application over `pair_gen`, served in this process (`served_here`)."""
+    with served_here(pair_gen) as client:
+        yield client
 
 
 def openai_client(http: TestClient) -> openai.OpenAI:

@@ -7,14 +7,13 @@ with more stop strings than the OpenAI API allows), /props and /slots; bad input
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from specedge.runtime import Generator, SpecConfig
+from specedge.runtime import Generator
 from specedge.runtime.text.fim import find_fim_tokens, find_repo_tokens, infill_prompt
 from tests.serve.conftest import served_here
 from tests.serve.test_fim import record_prompts
@@ -39,18 +38,6 @@ CONTINUE_COMPLETION: dict[str, Any] = {
     "n_predict": 10, "frequency_penalty": 0, "presence_penalty": 0, "min_p": 0, "stop": CONTINUE_STOPS,
     "top_k": 1, "top_p": 1, "temperature": 0.01,
 }
-
-
-@pytest.fixture(scope="module")
-def pair_gen(protocol_pair: tuple[Path, Path]) -> Generator:
-    target, draft = protocol_pair
-    return Generator.load(target, draft=draft, ngram=True, config=SpecConfig(gamma=4, auto_gamma=True))
-
-
-@pytest.fixture(scope="module")
-def http(pair_gen: Generator) -> Iterator[TestClient]:
-    with served_here(pair_gen) as client:
-        yield client
 
 
 def events(text: str) -> list[dict[str, Any]]:

@@ -6,17 +6,15 @@ stop_sequences and stop_reason; count_tokens; `x-api-key` as the key; Anthropic'
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from specedge.runtime import Generator, SpecConfig
+from specedge.runtime import Generator
 from specedge.serve.app import ServeSettings, create_app
 from specedge.serve.guard import Origins
-from tests.serve.conftest import HERE, anthropic_client, openai_client, served_here
+from tests.serve.conftest import HERE, anthropic_client, openai_client
 
 anthropic = pytest.importorskip("anthropic")
 pytest.importorskip("llguidance")
@@ -27,18 +25,6 @@ WEATHER = {"name": "get_weather", "description": "the weather in a city",
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 # the client has no temperature argument: greedy decoding is asked for beside its arguments
 GREEDY: dict[str, Any] = {"model": "claude-sonnet-4-5", "max_tokens": 24, "extra_body": {"temperature": 0}}
-
-
-@pytest.fixture(scope="module")
-def pair_gen(protocol_pair: tuple[Path, Path]) -> Generator:
-    target, draft = protocol_pair
-    return Generator.load(target, draft=draft, ngram=True, config=SpecConfig(gamma=4, auto_gamma=True))
-
-
-@pytest.fixture(scope="module")
-def http(pair_gen: Generator) -> Iterator[TestClient]:
-    with served_here(pair_gen) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,12 @@ embeddings refused in one line; ollama's error object."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from specedge.runtime import Generator, SpecConfig
-from tests.serve.conftest import ollama_client, openai_client, served_here
+from tests.serve.conftest import ollama_client, openai_client
 
 ollama = pytest.importorskip("ollama")
 pytest.importorskip("llguidance")
@@ -26,14 +23,6 @@ WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "the weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"],
                    "additionalProperties": False}}}
-
-
-@pytest.fixture(scope="module")
-def http(protocol_pair: tuple[Path, Path]) -> Iterator[TestClient]:
-    target, draft = protocol_pair
-    gen = Generator.load(target, draft=draft, ngram=True, config=SpecConfig(gamma=4, auto_gamma=True))
-    with served_here(gen) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")

@@ -6,16 +6,13 @@ sent back as input items, the answer); instructions as the system message; bad i
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 from starlette.testclient import TestClient
 
-from specedge.runtime import Generator, SpecConfig
-from tests.serve.conftest import openai_client, served_here
+from tests.serve.conftest import openai_client
 
 pytest.importorskip("llguidance")
 
@@ -24,14 +21,6 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "the weathe
                           "required": ["city"], "additionalProperties": False}}
 ASK = "What is the weather in Paris?"
 GREEDY: dict[str, Any] = {"model": "anything", "temperature": 0, "max_output_tokens": 24}
-
-
-@pytest.fixture(scope="module")
-def http(protocol_pair: tuple[Path, Path]) -> Iterator[TestClient]:
-    target, draft = protocol_pair
-    gen = Generator.load(target, draft=draft, ngram=True, config=SpecConfig(gamma=4, auto_gamma=True))
-    with served_here(gen) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
