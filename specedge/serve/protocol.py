@@ -228,7 +228,7 @@ def parse_effort(value: object, param: str) -> dict[str, Any]:
     """A reasoning effort as the GenerationRequest's thinking switch and the field it came from."""
     if value is None:
         return {}
-    if value not in EFFORTS:
+    if not isinstance(value, str) or value not in EFFORTS:
         raise invalid(param, f"must be one of {', '.join(EFFORTS)}, got {json.dumps(value)[:40]}")
     return {"thinking": EFFORTS[value], "thinking_param": param}
 
@@ -437,7 +437,7 @@ def _message(message: object, i: int) -> Message:
     role = message.get("role")
     if role == "function" or message.get("function_call"):
         raise unsupported(f"{param}.role", "function messages (the deprecated form of tool messages)")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise invalid(f"{param}.role", f"must be one of {', '.join(ROLES)}, got {json.dumps(role)[:40]}")
     content = message.get("content")
     if content is None and role == "assistant":

@@ -43,7 +43,7 @@ from specedge.serve.protocol import (
 from specedge.serve.responses import Outcome, Writer, sse
 from specedge.serve.structured import checked
 
-STOP_TYPES = {"eos": "eos", "stop_string": "word", "max_new_tokens": "limit", "context": "limit"}
+STOP_TYPES = {"eos": "eos", "stop_string": "word", "max_new_tokens": "limit", "context": "limit", "deadline": "limit"}
 
 if TYPE_CHECKING:  # the app imports these routes: no import of it back
     from specedge.serve.app import EventStream, Server
@@ -176,8 +176,10 @@ class LlamaWriter(Writer):
 
     done = b""
 
-    def __init__(self, model: str, settings: dict[str, object], prompt: str, warm_up: bool = False) -> None:
+    def __init__(self, model: str, settings: dict[str, object], prompt: str, warm_up: bool = False,
+                 fields: tuple[str, ...] = ()) -> None:
         self.id = "cmpl-" + uuid.uuid4().hex
+        self.fields = fields  # response_fields: the final object as these paths only (llama.vscode's timings)
         self.model = model
         self.settings = settings  # generation_settings
         self.prompt = prompt
@@ -198,6 +200,10 @@ class LlamaWriter(Writer):
         return sse(self.body(dataclasses.replace(outcome, text="")))
 
     def body(self, outcome: Outcome) -> dict[str, object]:
+        whole = self.whole(outcome)
+        return picked(whole, self.fields) if self.fields else whole
+
+    def whole(self, outcome: Outcome) -> dict[str, object]:
         o, s = outcome, outcome.result.stats
         predicted = 0 if self.warm_up else s.n_tokens
         return {"index": 0, "content": "" if self.warm_up else (o.text or ""), "tokens": [], "id_slot": 0,
@@ -206,6 +212,30 @@ class LlamaWriter(Writer):
                 "has_new_line": "\n" in o.result.text, "truncated": False,
                 "stop_type": STOP_TYPES.get(s.stop_reason, "none"), "stopping_word": s.stop_string,
                 "tokens_cached": s.prompt_tokens + predicted, "timings": timings(s, o.reused), "specedge": o.stats}
+
+
+def picked(body: dict[str, object], fields: tuple[str, ...]) -> dict[str, object]:
+    """llama-server's response_fields: each path ("timings/prompt_n") as a key of its own, with the
+    value found there; a path that leads nowhere is left out."""
+    out: dict[str, object] = {}
+    for path in fields:
+        value: object = body
+        for name in path.split("/"):
+            if not isinstance(value, dict) or name not in value:
+                break
+            value = value[name]
+        else:
+            out[path] = value
+    return out
+
+
+def response_fields(body: dict[str, Any]) -> tuple[str, ...]:
+    value = body.get("response_fields")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(f, str) for f in value) or len(value) > 64:
+        raise invalid("response_fields", 'must be a list of up to 64 paths such as ["content", "timings/prompt_n"]')
+    return tuple(value)
 
 
 def generation_settings(server: Server, req: GenerationRequest | None = None) -> dict[str, object]:
@@ -242,13 +272,15 @@ async def decode(server: Server, request: Request, parse: Callable[[], Generatio
     prompt is in the cache, nothing answered)."""
 
     def read() -> GenerationRequest:
+        response_fields(body)  # checked with the rest of the request: a 400 before any work
         req = parse()
-        return req if req.max_tokens is not None else dataclasses.replace(req, max_tokens=server.settings.max_tokens)
+        # n_predict left out is llama-server's -1: until the context is full (not --max-tokens)
+        return req if req.max_tokens is not None else dataclasses.replace(req, max_tokens=server.context)
 
     def writer(req: GenerationRequest) -> LlamaWriter:
         prompt = req.prompt if echo_prompt and isinstance(req.prompt, str) else ""
         return LlamaWriter(server.settings.model_id, generation_settings(server, req), prompt,
-                           warm_up=body.get("n_predict", body.get("max_tokens")) == 0)
+                           warm_up=body.get("n_predict", body.get("max_tokens")) == 0, fields=response_fields(body))
 
     return await server.complete(request, read, writer)
 

@@ -117,6 +117,10 @@ def chat_messages(system: object, messages: object) -> list[dict[str, Any]]:
                 raise invalid(where, 'must be a content block such as {"type": "text", "text": ...}')
         if texts or calls or not content:
             out.append({"role": role, "content": "".join(texts), **({"tool_calls": calls} if calls else {})})
+    if messages[-1].get("role") == "assistant" and out[-1].get("content") and "tool_calls" not in out[-1]:
+        # the chat path answers a finished conversation: it would take a prefill for a whole turn and answer anew
+        raise unsupported(f"messages[{len(messages) - 1}]", "continuing a last assistant message (a prefill: "
+                          "end the messages with the user's)")
     return out
 
 

@@ -60,9 +60,10 @@ def now() -> str:
 
 
 def options_of(value: object, context: int) -> dict[str, Any]:
-    """`options` as the chat request's fields."""
+    """`options` as the chat request's fields; num_predict left out is ollama's -1: until the context
+    is full (not the server's --max-tokens)."""
     if value is None:
-        return {}
+        return {"max_tokens": context}
     if not isinstance(value, dict):
         raise invalid("options", "must be an object such as {\"temperature\": 0}")
     for name, neutral in NEUTRAL.items():
@@ -74,6 +75,7 @@ def options_of(value: object, context: int) -> dict[str, Any]:
         if not isinstance(n, int) or isinstance(n, bool) or n == 0 or n < -2:
             raise invalid("options.num_predict", f"must be -1, -2 or a number of tokens >= 1, got {json.dumps(n)[:40]}")
         out["max_tokens"] = context if n < 0 else n  # -1: until the context is full, -2: fill it
+    out.setdefault("max_tokens", context)
     if out.get("seed") == -1:
         out.pop("seed")
     # repeat_last_n 0 (no penalty at all, as llama.cpp's sampler reads it) is the OpenAI parser's reading already

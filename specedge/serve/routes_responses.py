@@ -144,7 +144,11 @@ def chat_format(text: object) -> dict[str, Any] | None:
     return fmt
 
 
-def parse_responses(body: dict[str, Any]) -> GenerationRequest:
+def first_set(value: object, default: int) -> object:
+    return value if value is not None else default
+
+
+def parse_responses(body: dict[str, Any], context: int) -> GenerationRequest:
     """The request, as the chat request it amounts to."""
     if body.get("previous_response_id") is not None:
         raise invalid("previous_response_id", "names a stored response, and this server stores none: send the "
@@ -162,7 +166,7 @@ def parse_responses(body: dict[str, Any]) -> GenerationRequest:
                                                  "seed", "stop", "top_k", "min_p", "specedge") if k in body}
     chat.update(messages=messages, tools=chat_tools(body.get("tools")), tool_choice=chat_tool_choice(
         body.get("tool_choice")), response_format=chat_format(body.get("text")),
-        max_tokens=body.get("max_output_tokens"))
+        max_tokens=first_set(body.get("max_output_tokens"), context))  # null: no limit but the context, as OpenAI's
     reasoning = body.get("reasoning")
     if reasoning is not None and not isinstance(reasoning, dict):
         raise invalid("reasoning", 'must be an object such as {"effort": "low"}')
@@ -329,7 +333,7 @@ def call_item(call: dict[str, Any]) -> dict[str, Any]:
 
 async def responses(server: Server, request: Request) -> Response | EventStream:
     body = await server.body(request)
-    return await server.complete(request, functools.partial(parse_responses, body),
+    return await server.complete(request, functools.partial(parse_responses, body, server.context),
                                  lambda req: ResponsesWriter(server.settings.model_id, body, req))
 
 

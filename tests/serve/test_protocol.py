@@ -238,3 +238,16 @@ def test_a_tool_refused_names_its_field() -> None:
         parse_chat_request({"messages": USER, "tools": [TOOL, TOOL]})
     assert e.value.param == "tools[1].function.name"
     assert e.value.message == "'tools[1].function.name' must be a unique name of letters, digits, _ and -"
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"messages": USER, "reasoning_effort": {}}, "reasoning_effort"),
+    ({"messages": USER, "reasoning_effort": ["low"]}, "reasoning_effort"),
+    ({"messages": [{"role": ["user"], "content": "hi"}]}, "messages[0].role"),
+    ({"messages": [{"role": {"a": 1}, "content": "hi"}]}, "messages[0].role"),
+])
+def test_a_field_of_the_wrong_type_is_a_400_naming_it(body: dict[str, object], param: str) -> None:
+    """Not text where text is due (an effort, a role): one 400 line naming the field, never a 500."""
+    with pytest.raises(APIError) as e:
+        parse_chat(body)
+    assert e.value.status == 400 and e.value.param == param

@@ -116,3 +116,25 @@ def test_a_routes_job_is_the_chats_queued_job_and_its_client_leaving_gives_the_p
             assert r.status_code == 400, r.text  # the place is back: read now, and refused for what it is
 
     asyncio.run(go())
+
+
+def test_a_request_that_sets_no_limit_runs_to_the_context_as_its_protocol_does(pair_gen: Generator) -> None:
+    """llama-server's n_predict, ollama's num_predict and the Responses API's max_output_tokens left out
+    mean no limit but the context: the server's --max-tokens (here 4) is not theirs."""
+    from starlette.testclient import TestClient
+
+    from specedge.serve.app import ServeSettings, create_app
+    from specedge.serve.guard import Origins
+    from tests.serve.conftest import HERE
+
+    settings = ServeSettings(model_id="tiny", origins=Origins.of_listener("127.0.0.1", 8000), max_tokens=4)
+    greedy = {"temperature": 0}
+    with TestClient(create_app(pair_gen, settings), base_url=HERE) as client:
+        llama = client.post("/completion", json={"prompt": "abcab", **greedy}).json()
+        ollama = client.post("/api/generate", json={"prompt": "abcab", "stream": False, "options": greedy}).json()
+        responses = client.post("/v1/responses", json={"input": "abcab", **greedy}).json()
+        chat = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "abcab"}],
+                                                         **greedy}).json()
+    assert llama["tokens_predicted"] > 4 and ollama["eval_count"] > 4, (llama, ollama)
+    assert responses["usage"]["output_tokens"] > 4, responses
+    assert chat["usage"]["completion_tokens"] == 4  # OpenAI's route keeps the server's --max-tokens

@@ -178,3 +178,19 @@ def test_repeat_last_n_0_turns_every_penalty_off() -> None:
     req = parse_llama_completion({"prompt": "ab", "repeat_penalty": 1.2, "frequency_penalty": 1, "presence_penalty": 1,
                                   "repeat_last_n": 0}, 512)
     assert (req.repetition_penalty, req.frequency_penalty, req.presence_penalty) == (1.0, 0.0, 0.0)
+
+
+def test_response_fields_flatten_the_answer_as_llama_vscode_reads_it(http: TestClient) -> None:
+    """llama.vscode and llama.vim ask for `response_fields` and read flat keys ("timings/prompt_n") to
+    show their info line; a path that leads nowhere is left out; a field list of another type is a 400."""
+    fields = ["content", "timings/prompt_n", "timings/predicted_ms", "tokens_cached", "no/such"]
+    whole = http.post("/completion", json={"prompt": "ab", "n_predict": 4, "temperature": 0}).json()
+    flat = http.post("/infill", json={"input_prefix": "ab", "input_suffix": "", "n_predict": 4, "temperature": 0,
+                                      "response_fields": fields}).json()
+    assert set(flat) == {"content", "timings/prompt_n", "timings/predicted_ms", "tokens_cached"}, flat
+    assert isinstance(flat["timings/prompt_n"], int) and flat["tokens_cached"] > 0
+    again = http.post("/completion", json={"prompt": "ab", "n_predict": 4, "temperature": 0,
+                                           "response_fields": ["content"]}).json()
+    assert again == {"content": whole["content"]}
+    bad = http.post("/completion", json={"prompt": "ab", "response_fields": "content"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "response_fields"

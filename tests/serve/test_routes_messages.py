@@ -106,6 +106,7 @@ def test_x_api_key_is_the_key(pair_gen: Generator) -> None:
     ({"messages": ASK, "max_tokens": 5, "stop_sequences": ["x" * 513]}, 400, "stop_sequences"),
     ({"messages": [{"role": "system", "content": "x"}], "max_tokens": 5}, 400, "role"),
     ({"messages": ASK, "max_tokens": 5, "thinking": {"type": "sometimes"}}, 400, "thinking"),
+    ({"messages": [*ASK, {"role": "assistant", "content": "{"}], "max_tokens": 5}, 422, "prefill"),
 ])
 def test_bad_input_is_anthropics_error_in_one_line(http: TestClient, body: dict[str, Any], status: int,
                                                   needle: str) -> None:
