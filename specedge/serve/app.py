@@ -63,6 +63,7 @@ from specedge.serve.protocol import (
     parse_chat,
     parse_completion,
     parse_json,
+    protocol_error,
 )
 from specedge.serve.responses import Outcome, Shaper, Writer, specedge_stats, usage
 from specedge.serve.structured import ToolCallFilter, api_calls, parse_output
@@ -647,7 +648,8 @@ async def not_found(request: Request, exc: Exception) -> JSONResponse:
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     what = {404: f"no such path: {request.method} {request.url.path}",
             405: f"{request.method} is not allowed on {request.url.path}"}.get(status, "bad request")
-    return error_response(APIError(status, what, code={404: "not_found", 405: "method_not_allowed"}.get(status)))
+    return protocol_error(APIError(status, what, code={404: "not_found", 405: "method_not_allowed"}.get(status)),
+                          request.url.path)
 
 
 def protocol_routes(server: Server) -> list[Route]:

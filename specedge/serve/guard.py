@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specedge.core.errors import SpecEdgeError
 from specedge.serve.page import PAGE_PATHS
-from specedge.serve.protocol import APIError
+from specedge.serve.protocol import APIError, protocol_error
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 LOCAL_SUFFIXES = (".localhost", ".local", ".internal")  # names no public DNS name is (ollama allows them too)
@@ -214,8 +214,8 @@ class RequestGuard:
         err = (refusal(self.origins, scope["method"], headers)
                or key_refusal(self.keys, scope["path"], headers))
         if err is not None:
-            response = JSONResponse(err.body(), status_code=err.status,
-                                    headers={**err.headers, **cors, "Connection": "close"})
+            response = protocol_error(err, scope["path"])
+            response.headers.update({**cors, "Connection": "close"})
             await response(scope, receive, send)
             return
         if len(self.keys) > 1:  # whose request it is: its cached prefix is not another key's (serve/worker.py)

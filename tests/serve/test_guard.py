@@ -90,10 +90,12 @@ def test_open_webui_in_docker_gets_in_by_host_docker_internal(server: ServerProc
     r = httpx.post(f"{server.url}/api/chat", headers=docker, timeout=60,
                    json={"model": "anything", "messages": QUESTION, "stream": False, "options": {"num_predict": 2}})
     assert r.status_code == 200 and r.json()["done"] is True, r.text
-    assert_error(httpx.get(f"{server.url}/api/tags", headers={"Host": f"evil.example:{port}"}, timeout=10), 421,
-                 "misdirected_request")
-    assert_error(httpx.get(f"{server.url}/api/tags", headers={**docker, "Origin": "https://evil.example"},
-                           timeout=10), 403, "forbidden_origin")
+    for r, status, needle in (
+            (httpx.get(f"{server.url}/api/tags", headers={"Host": f"evil.example:{port}"}, timeout=10), 421, "evil"),
+            (httpx.get(f"{server.url}/api/tags", headers={**docker, "Origin": "https://evil.example"}, timeout=10),
+             403, "origin")):
+        assert r.status_code == status, r.text  # ollama's error object: {"error": "one line"}
+        assert needle in r.json()["error"].lower() and "\n" not in r.json()["error"], r.text
 
 
 def test_cross_site_requests_are_refused(server: ServerProcess) -> None:

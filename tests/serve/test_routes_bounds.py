@@ -138,3 +138,25 @@ def test_a_request_that_sets_no_limit_runs_to_the_context_as_its_protocol_does(p
     assert llama["tokens_predicted"] > 4 and ollama["eval_count"] > 4, (llama, ollama)
     assert responses["usage"]["output_tokens"] > 4, responses
     assert chat["usage"]["completion_tokens"] == 4  # OpenAI's route keeps the server's --max-tokens
+
+
+def test_the_guards_refusals_and_unknown_paths_speak_each_protocols_error(pair_gen: Generator) -> None:
+    """A missing key (401) and a path that is not there (404) answer in the error object of the
+    protocol the path belongs to: Anthropic's under /v1/messages, ollama's under /api/, else OpenAI's."""
+    from starlette.testclient import TestClient
+
+    from specedge.serve.app import ServeSettings, create_app
+    from specedge.serve.guard import Origins, RequestGuard
+    from tests.serve.conftest import HERE
+
+    app = create_app(pair_gen, ServeSettings(model_id="tiny", origins=Origins.of_listener("127.0.0.1", 8000)))
+    guarded = RequestGuard(app, Origins.of_listener("127.0.0.1", 8000), api_key="sekret")
+    with TestClient(guarded, base_url=HERE) as client:
+        anthropic = client.post("/v1/messages", json={})
+        ollama = client.post("/api/chat", json={})
+        openai = client.post("/v1/chat/completions", json={})
+        missing = client.get("/api/nothing", headers={"Authorization": "Bearer sekret"})
+    assert anthropic.status_code == ollama.status_code == openai.status_code == 401
+    assert anthropic.json()["type"] == "error" and anthropic.json()["error"]["type"] == "authentication_error"
+    assert isinstance(ollama.json()["error"], str) and isinstance(openai.json()["error"], dict)
+    assert missing.status_code == 404 and isinstance(missing.json()["error"], str)
