@@ -92,14 +92,15 @@ def test_ctrl_c_stops_an_answer_and_the_chat_goes_on(smollm2: dict[str, Path]) -
 @pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals: POSIX (Linux)")
 def test_the_up_arrow_recalls_a_line_of_an_earlier_session(smollm2: dict[str, Path], tmp_path: Path) -> None:
     pytest.importorskip("readline")
-    args, env = ("--target", str(smollm2["int4"])), {"SPECEDGE_CACHE": str(tmp_path)}
+    cache = tmp_path / "cache"  # not there yet: a first chat's history is kept all the same
+    args, env = ("--target", str(smollm2["int4"])), {"SPECEDGE_CACHE": str(cache)}
     first = Terminal(*args, env=env)
     first.read_until("you> ")
     first.type("/gamma 3\r")  # a line of this session: said back, no model needed
     first.read_until("[no drafts in this chat")
     first.type("/quit\r")
     assert first.close() == 0
-    assert (tmp_path / "chat_history").read_text().splitlines()[-2:] == ["/gamma 3", "/quit"]
+    assert (cache / "chat_history").read_text().splitlines()[-2:] == ["/gamma 3", "/quit"]
     second = Terminal(*args, env=env)
     second.read_until("you> ")
     second.type("\x1b[A\x1b[A\r")  # up twice: the line before /quit, entered again

@@ -108,3 +108,23 @@ def test_the_python_api_stays_greedy_unless_loaded_with_the_models_defaults(with
     assert own.generate("abc", max_tokens=8, seed=3, temperature=0).tokens != greedy_tokens  # its repetition penalty
     with pytest.raises(specedge.SpecEdgeError, match="sampling_defaults must be"):
         specedge.load(with_defaults, sampling_defaults="openai")  # type: ignore[arg-type]
+
+
+def test_the_python_api_takes_each_of_the_models_defaults(tmp_path: Path) -> None:
+    """Loaded with sampling_defaults="model", every sampling field the checkpoint's
+    generation_config.json sets is the default of a request that leaves it out: min-p and the
+    presence and frequency penalties too."""
+    import specedge
+
+    src = make_tiny_model(tmp_path / "src", "llama", seed=4)
+    own = {"do_sample": True, "temperature": 0.7, "min_p": 0.2, "presence_penalty": 2.0, "frequency_penalty": 1.5}
+    config = json.loads((src / "generation_config.json").read_text())
+    (src / "generation_config.json").write_text(json.dumps({**config, **own}))
+    art = export_model(src, tmp_path / "artifact", ExportSettings(quant="fp32", context=64, widths=(1, 2, 3))).path
+    fields = {k: v for k, v in own.items() if k != "do_sample"}
+    plain = specedge.load(art)
+    spelled_out = plain.generate("abc", max_tokens=32, seed=3, **fields).tokens
+    assert specedge.load(art, sampling_defaults="model").generate("abc", max_tokens=32, seed=3).tokens == spelled_out
+    for left_out in ("min_p", "presence_penalty", "frequency_penalty"):  # each of them changes these tokens
+        others = {k: v for k, v in fields.items() if k != left_out}
+        assert plain.generate("abc", max_tokens=32, seed=3, **others).tokens != spelled_out, left_out

@@ -77,7 +77,8 @@ def test_chat_stream_equals_whole(client: openai.OpenAI, greedy_answer: Generati
                                             stream=True, stream_options={"include_usage": True})
     chunks = list(stream)
     assert len({c.id for c in chunks}) == 1 and all(c.object == "chat.completion.chunk" for c in chunks)
-    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[0].choices[0].delta.role == "assistant"  # the role once, as OpenAI streams it: the first delta
+    assert all(c.choices[0].delta.role is None for c in chunks[1:] if c.choices)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == expected.text
     finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]

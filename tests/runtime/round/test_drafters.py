@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specedge.kernels.sampling import Draws, SamplingParams, top_probability
-from specedge.runtime import OnnxModel
+from specedge.runtime import Generator, OnnxModel, SpecConfig
 from specedge.runtime.round.drafters import Ask, DraftModelDrafter, HybridDrafter, NgramDrafter
 
 REPEATING = [5, 6, 7, 8, 5, 6, 7]  # ends in "5 6 7", seen before, followed by 8 5 6 7
@@ -121,3 +121,13 @@ def test_a_draft_models_prefill_stops_between_chunks(tiny_llama: tuple[Path, Pat
     with pytest.raises(DecodingStopped):
         HybridDrafter(NgramDrafter(), drafter).begin(context, stop_after_one_chunk)
     assert asked == [0, width] and drafter.cache.length == width
+
+
+def test_a_generations_drafts_are_counted_under_their_source(tiny_llama: tuple[Path, Path, Path]) -> None:
+    """GenerationStats.drafted_by_source and accepted_by_source (docs/design.md) name where each
+    draft came from: prompt lookup's drafts count as "ngram", and the counts add up to the totals."""
+    gen = Generator.load(tiny_llama[1], ngram=True, config=SpecConfig(max_new_tokens=40, ignore_eos=True, gamma=4))
+    stats = gen.generate("ab ab ab ab ab ab ab ab ab ab ab ab").stats
+    assert stats.drafted > 0
+    assert stats.drafted_by_source == {"ngram": stats.drafted}
+    assert sum(stats.accepted_by_source.values()) == stats.accepted == stats.accepted_by_source.get("ngram", 0)

@@ -129,7 +129,7 @@ def test_a_number_of_thousands_of_digits_prints_whole() -> None:
 LIMIT = 1 << 40
 TEXT = "héllo <wörld> & 'q' \"d\" \\ \t\n😀 " * 3
 VALUES = [TEXT, 12345678901234567890, -1.7e308, 2.5, None, True, [TEXT, 1, [2.5, None]],
-          {"a": TEXT, "3": (1, 2)}, ("x",), b"\x00\xff"]
+          {"a": TEXT, "3": (1, 2)}, ("x",), b"\x00\xff", "😀🎉😀"]  # JSON writes each as a surrogate pair
 
 
 @pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,3 +145,14 @@ def test_a_template_file_of_1_mib_is_read_one_byte_more_refused(tmp_path: Path) 
     whole.write_text("{{ x }}" + " " * (TEMPLATE_CHARS - 6), encoding="utf-8")
     with pytest.raises(SpecEdgeError, match="is larger than 1 MiB, not a chat template"):
         read_template(whole)
+
+
+def test_a_template_file_is_read_as_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    """--chat-template FILE is UTF-8 text, read as such under a locale whose encoding is ASCII."""
+    template = tmp_path / "café.jinja"
+    template.write_text(SHOUTING + " — ¡olé! 東京", encoding="utf-8")
+    code = ("import sys; from specedge.runtime.text.template.options import read_template; "
+            "sys.stdout.buffer.write(read_template(sys.argv[1]).encode())")
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    out = subprocess.run([sys.executable, "-c", code, str(template)], env=env, capture_output=True, check=True).stdout
+    assert out.decode() == template.read_text(encoding="utf-8")
