@@ -70,3 +70,27 @@ def test_a_llama_file_named_mistral_is_mistral_as_transformers_reads_it(tmp_path
     kinds = {name: load_source(make_tiny_gguf(tmp_path / f"{name}.gguf", name=name)).config.architecture
              for name in ("mistral", "Mistral-7B-Instruct", "tiny")}
     assert kinds == {"mistral": "mistral", "Mistral-7B-Instruct": "llama", "tiny": "llama"}
+
+
+def test_a_tensor_of_more_rows_than_one_read_has_the_values_gguf_reads(tmp_path: Path) -> None:
+    """A large tensor (a big vocabulary's embedding) is read in slices of rows: its values are the
+    ones gguf's own reader dequantizes from the whole tensor, plain and quantized."""
+    import gguf
+
+    from specedge.export.gguf_file import read_header
+    from specedge.export.gguf_source import ROWS_PER_READ, read_tensor
+
+    values = np.random.default_rng(0).standard_normal((ROWS_PER_READ + 40, 32)).astype(np.float32)
+    q8 = gguf.quants.quantize(values, gguf.GGMLQuantizationType.Q8_0)
+    writer = gguf.GGUFWriter(str(tmp_path / "big.gguf"), "llama")
+    writer.add_tensor("plain", values)
+    writer.add_tensor("q8", q8, raw_shape=q8.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    g = read_header(tmp_path / "big.gguf")
+    reader = gguf.GGUFReader(tmp_path / "big.gguf")
+    whole = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
+    for name in ("plain", "q8"):
+        assert np.array_equal(read_tensor(g, g.tensors[name]), whole[name]), name
