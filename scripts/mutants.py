@@ -8,6 +8,7 @@ a condition negated, the other branch of an `x if c else y`, a call statement re
     .venv/bin/python scripts/mutants.py run --module runtime/gamma.py --per-module 0   # every mutant of one
     .venv/bin/python scripts/mutants.py show ID            # a mutant's diff and the tests that cover it
     .venv/bin/python scripts/mutants.py run --id ID --tests tests/kernels/test_sampling.py   # one mutant, given tests
+    .venv/bin/python scripts/mutants.py run --id ID --tests NODEID --record   # a survivor a new test kills, recorded
 
 `coverage` runs the default set once under coverage.py, switching coverage's context at every test
 (setup, call and teardown), and keeps for each line of MODULES the tests that ran it, and every
@@ -763,11 +764,27 @@ def campaign(args: argparse.Namespace) -> None:
         print(f"{n}/{len(chosen)} {row['status']:8} {row['id']} {mutant.module}:{mutant.line} {mutant.scope}: "
               f"{mutant.mutation} ({row['ran']}/{row['tests']} tests, {row['seconds']} s){note}", flush=True)
     if args.id or args.tests:
+        if args.record:
+            record(out, rows)
         return
     save(args, modules, figures, rows, started, out)
     write_report(json.loads(out.read_text()), explained, out.with_suffix(".md"),
                  json.loads(Path(args.sample_from).read_text()) if args.sample_from else None)
     print(f"{out}, {out.with_suffix('.md')}")
+
+
+def record(out: Path, rows: list[dict]) -> None:
+    """`run --id ID --tests T --record`: a survivor of `out` these tests kill (a test written for it)
+    becomes killed there, killed_by that test, first_status survived; `report` lists it apart."""
+    report = json.loads(out.read_text())
+    by_id = {r["id"]: r for r in report["mutants"]}
+    for row in rows:
+        old = by_id.get(row["id"])
+        if old is not None and old["status"] == "survived" and row["status"] in ("killed", "timeout"):
+            old.update(first_status="survived", status=row["status"], killed_by=row["killed_by"])
+    for module, f in report["modules"].items():
+        f.update(tally([r for r in report["mutants"] if r["module"] == module]))
+    out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
 
 
 def hints(path: str | None) -> dict[str, list[str]]:
@@ -855,6 +872,13 @@ def write_report(report: dict, explained: list[dict], path: Path, before: dict |
         code = r.get("code", "").replace("|", "∣").replace("`", "'")
         lines.append(f"| {r['id']} | `{r['module']}:{r['line']}` `{r['scope']}` | {r['mutation'].replace('|', '∣')} "
                      f"in `{code}` | {' '.join(why.split())} |")
+    added = [r for r in report["mutants"] if r.get("first_status") == "survived"]
+    if added:   # survivors a test written for them killed since (their row updated from `run --id ID --tests`)
+        lines += ["", "## Survivors killed by a test added for them", "",
+                  "| mutant | where | mutation | killed by |", "|---|---|---|---|"]
+        for r in added:
+            lines.append(f"| {r['id']} | `{r['module']}:{r['line']}` `{r['scope']}` | "
+                         f"{r['mutation'].replace('|', '∣')} | `{r['killed_by']}` |")
     if before is not None:
         now = {r["key"]: r for r in report["mutants"]}
         earlier = [r for r in before["mutants"] if r["status"] == "survived" and r["key"] in now
@@ -905,6 +929,8 @@ def main() -> None:
                                    "run first (default: --sample-from's)")
     r.add_argument("--rerun-survivors", action="store_true",
                    help="with --resume: run the survivors again (after tests were added)")
+    r.add_argument("--record", action="store_true",
+                   help="with --id and --tests: a survivor of --out they kill is recorded as killed there")
     r.add_argument("-v", "--verbose", action="store_true", help="show pytest's output")
     s = sub.add_parser("show", help="a mutant's diff and covering tests")
     s.add_argument("id", nargs="+")
