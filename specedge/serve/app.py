@@ -47,7 +47,7 @@ from specedge.runtime.text.fim import NoFimTokens, find_fim_tokens
 from specedge.runtime.text.reasoning import CONTENT, REASONING, ReasoningFilter, thinks
 from specedge.runtime.text.template.sandbox import ChatTemplateError
 from specedge.runtime.text.tools import ToolMarkup, renders_tools
-from specedge.serve.guard import LOCAL, Origins, RequestGuard
+from specedge.serve.guard import LOCAL, Origins, RequestGuard, protocol_error
 from specedge.serve.logprobs import LogprobShapes, TokenSpeller
 from specedge.serve.metrics import CONTENT_TYPE, Metrics
 from specedge.serve.page import PAGE_PATHS, page_routes
@@ -63,7 +63,6 @@ from specedge.serve.protocol import (
     parse_chat,
     parse_completion,
     parse_json,
-    protocol_error,
 )
 from specedge.serve.responses import Outcome, Shaper, Writer, specedge_stats, usage
 from specedge.serve.structured import ToolCallFilter, api_calls, parse_output

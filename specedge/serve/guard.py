@@ -31,12 +31,14 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from specedge.core.errors import SpecEdgeError
 from specedge.serve.page import PAGE_PATHS
-from specedge.serve.protocol import APIError, protocol_error
+from specedge.serve.protocol import APIError, error_response
+from specedge.serve.routes_messages import anthropic_error
+from specedge.serve.routes_ollama import ollama_error
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 LOCAL_SUFFIXES = (".localhost", ".local", ".internal")  # names no public DNS name is (ollama allows them too)
@@ -221,6 +223,16 @@ class RequestGuard:
         if len(self.keys) > 1:  # whose request it is: its cached prefix is not another key's (serve/worker.py)
             scope.setdefault("state", {})["api_key"] = key_of(self.keys, headers)
         await self.app(scope, receive, with_headers(send, cors) if cors else send)
+
+
+def protocol_error(err: APIError, path: str) -> JSONResponse:
+    """`err` in the error object of the protocol `path` is a route of: Anthropic's under /v1/messages,
+    ollama's under /api/, else OpenAI's (the guard's refusals and unknown paths, before any route)."""
+    if path.startswith("/v1/messages"):
+        return anthropic_error(err)
+    if path.startswith("/api/"):
+        return ollama_error(err)
+    return error_response(err)
 
 
 def with_headers(send: Send, extra: dict[str, str]) -> Send:

@@ -59,20 +59,6 @@ def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
 
-def protocol_error(err: APIError, path: str) -> JSONResponse:
-    """`err` in the error object of the protocol `path` is a route of: Anthropic's under /v1/messages,
-    ollama's under /api/, else OpenAI's (the guard's refusals and unknown paths, before any route)."""
-    if path.startswith("/v1/messages"):
-        from specedge.serve.routes_messages import anthropic_error
-
-        return anthropic_error(err)
-    if path.startswith("/api/"):
-        from specedge.serve.routes_ollama import ollama_error
-
-        return ollama_error(err)
-    return error_response(err)
-
-
 # what a request gets when the server stops with it queued or decoding (retry elsewhere or later)
 SHUTTING_DOWN = APIError(503, "the server is shutting down; retry once it is started again", kind="server_error",
                          code="server_shutting_down")
