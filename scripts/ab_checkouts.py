@@ -9,7 +9,7 @@ greedy then seeded sampling, each checkout once, the one that goes first alterna
 round, so a machine whose speed drifts slows both alike. Prints each prompt's tokens/s ratio and,
 at the end, the median ratio (B over A) and whether every answer was token-identical.
 
-    .venv/bin/python scripts/ab_checkouts.py /work/wt-base/.venv/bin/python .venv/bin/python \\
+    .venv/bin/python scripts/ab_checkouts.py ../specedge-before/.venv/bin/python .venv/bin/python \\
         [--prompts bench/prompts.jsonl] [--rounds 3] [--tokens 96] [--out FILE.json]
 """
 
