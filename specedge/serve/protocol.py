@@ -72,6 +72,15 @@ def invalid(param: str, what: str) -> APIError:
     return APIError(400, f"'{param}' {what}", param=param, code="invalid_value")
 
 
+def tool_list(value: object) -> list[Any]:
+    """A request's `tools` as a list (empty where none were sent), or a 400 naming the field."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise invalid("tools", "must be a list of tools")
+    return value
+
+
 MESSAGE_CHARS = 300  # an error message: one line, at most this long
 
 

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from specedge.serve.protocol import APIError, GenerationRequest, invalid, parse_chat, unsupported
+from specedge.serve.protocol import APIError, GenerationRequest, invalid, parse_chat, tool_list, unsupported
 from specedge.serve.responses import Outcome, Writer
 from specedge.serve.structured import parse_output
 
@@ -128,10 +128,8 @@ def chat_tools(value: object) -> list[dict[str, Any]] | None:
     """Client tools ({name, description, input_schema}) as chat's; Anthropic's own server tools are refused."""
     if value is None:
         return None
-    if not isinstance(value, list):
-        raise invalid("tools", "must be a list of tools")
     tools = []
-    for i, tool in enumerate(value):
+    for i, tool in enumerate(tool_list(value)):
         if not isinstance(tool, dict):
             raise invalid(f"tools[{i}]", "must be a tool: {name, description, input_schema}")
         kind = tool.get("type", "custom")

@@ -29,6 +29,7 @@ from specedge.serve.protocol import (
     invalid,
     parse_chat,
     parse_effort,
+    tool_list,
     unsupported,
 )
 from specedge.serve.responses import Outcome, Writer
@@ -108,10 +109,8 @@ def chat_tools(value: object) -> list[dict[str, Any]] | None:
     """Function tools ({"type": "function", "name", "parameters", "strict"}) as chat's tools."""
     if value is None:
         return None
-    if not isinstance(value, list):
-        raise invalid("tools", "must be a list of tools")
     tools = []
-    for i, tool in enumerate(value):
+    for i, tool in enumerate(tool_list(value)):
         kind = tool.get("type") if isinstance(tool, dict) else None
         if kind != "function":
             raise unsupported(f"tools[{i}].type", f"tools of type '{str(kind)[:40]}' (only function tools)")
