@@ -57,7 +57,6 @@ from specedge.serve.protocol import (
     GenerationRequest,
     body_too_large,
     error_for,
-    error_response,
     invalid,
     one_line,
     parse_chat,
@@ -129,9 +128,9 @@ class CountRequests:
         await self.app(scope, receive, counted)
 
 
-def api(handler: Callable[[Request], Awaitable[Any]],
-        errors: Callable[[APIError], Response] = error_response) -> Callable[[Request], Awaitable[Any]]:
-    """Answer any exception out of `handler` as an error object: OpenAI's, or `errors`' (another protocol's)."""
+def api(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Any]]:
+    """Answer any exception out of `handler` as an error object of the protocol its path belongs to
+    (`protocol_error`: OpenAI's, Anthropic's, ollama's)."""
 
     async def endpoint(request: Request) -> Any:
         try:
@@ -139,7 +138,7 @@ def api(handler: Callable[[Request], Awaitable[Any]],
         except Exception as e:
             err = error_for(e)
             log_error(request, err, e)
-            return errors(err)
+            return protocol_error(err, request.url.path)
 
     return endpoint
 
@@ -336,10 +335,9 @@ class Server:
         return parse_json(await read_body(request))
 
     @staticmethod
-    def endpoint(handler: Callable[[Request], Awaitable[Any]],
-                 errors: Callable[[APIError], Response] = error_response) -> Callable[[Request], Awaitable[Any]]:
-        """`handler` answering its errors as error objects (OpenAI's, or `errors`': another protocol's)."""
-        return api(handler, errors)
+    def endpoint(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Any]]:
+        """`handler` answering its errors as its protocol's error objects (`api`)."""
+        return api(handler)
 
     def model_card(self) -> dict[str, object]:
         gen = self.generator

@@ -345,6 +345,6 @@ async def count_tokens(server: Server, request: Request) -> JSONResponse:
 
 def routes(server: Server) -> list[Route]:
     def route(path: str, handler: Any) -> Route:
-        return Route(path, server.endpoint(functools.partial(handler, server), anthropic_error), methods=["POST"])
+        return Route(path, server.endpoint(functools.partial(handler, server)), methods=["POST"])
 
     return [route("/v1/messages", messages), route("/v1/messages/count_tokens", count_tokens)]

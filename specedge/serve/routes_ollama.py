@@ -328,7 +328,7 @@ async def embeddings(server: Server, request: Request) -> JSONResponse:
 
 def routes(server: Server) -> list[Route]:
     def route(path: str, handler: Any, method: str) -> Route:
-        return Route(path, server.endpoint(functools.partial(handler, server), ollama_error), methods=[method])
+        return Route(path, server.endpoint(functools.partial(handler, server)), methods=[method])
 
     return [route("/api/chat", chat, "POST"), route("/api/generate", generate, "POST"),
             route("/api/tags", tags, "GET"), route("/api/show", show, "POST"), route("/api/ps", ps, "GET"),
