@@ -273,7 +273,7 @@ class Round:
         c = self.counts
         return Outcome(source=self.plan.source or "model", proposed=c.proposed, accepted=c.accepted,
                        draft_seconds=self.drafting.share, verify_seconds=self.verifying.share,
-                       width=self.drafted + 1, guessed_accepted=c.guessed_accepted)
+                       width=self.drafted + 1, guessed_accepted=c.guessed_accepted, caught_up=self.draft.caught_up)
 
 
 def decode_tokens(run: Run, prompt: Sequence[int], watchers: Sequence[Watcher] = ()) -> Iterator[list[int]]:

@@ -50,6 +50,7 @@ class Draft:
     source: str = ""  # where the tokens came from: "model", "ngram", "prediction" ("" none)
     forced: list[bool] = field(default_factory=list)  # per token: a grammar forced it (no pass drew it)
     guesses: int = 0  # the last `guesses` tokens are prompt-lookup guesses in a row group's pad rows, not drafts
+    caught_up: int = 0  # context tokens a draft model first fed besides the pending one (after plain steps or lookups)
 
     def forced_in(self, n: int) -> int:
         """How many of the first n tokens a grammar forced."""
@@ -210,6 +211,7 @@ class DraftModelDrafter:
     def propose(self, context: Sequence[int], ask: Ask) -> Draft:
         k, params, draws, guide, go_on = ask.k, ask.params, ask.draws, ask.guide, ask.go_on
         k = min(k, self.model.manifest.context - len(context) + 1)
+        unseen = len(context) - self.cache.length - 1
         feed = self.model.catch_up(context, self.cache)  # the tokens the draft has not seen, pending last
         tokens: list[int] = []
         qs: list[Law | None] = []
@@ -248,7 +250,8 @@ class DraftModelDrafter:
                 feed += free
             if go_on is not None and len(tokens) < k and not go_on(len(tokens), confidence):
                 break
-        return Draft(tokens=tokens, calls=calls, traffic=traffic, q=qs, source="model", forced=forced)
+        return Draft(tokens=tokens, calls=calls, traffic=traffic, q=qs, source="model", forced=forced,
+                     caught_up=max(unseen, 0))
 
 
 class HybridDrafter:

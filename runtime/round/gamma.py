@@ -38,6 +38,11 @@ PRIOR_ALPHA = 0.7
 PRIOR_COUNT = 2.0  # pseudo-counts of the prior
 PRIOR_SLOPE = 0.15  # t(S) / t(1) grows by this per extra token until measured
 EMA = 0.3
+# A draft that first catches up on more context tokens than a round leaves it (the last draft, after
+# all were accepted) is a draft after plain steps or another source's drafts: that one-off pass is
+# not what drafting a token costs, and charging it to the drafts would keep γ auto plain (a probe's
+# one draft would carry every token decoded since the last).
+STEADY_CATCH_UP = 1
 
 
 class RoundCosts(Protocol):
@@ -65,6 +70,7 @@ class Outcome:
     verify_seconds: float
     width: int
     guessed_accepted: int = 0
+    caught_up: int = 0  # context tokens the draft model fed before drafting (Draft.caught_up)
 
 
 class Finished(Protocol):
@@ -183,7 +189,10 @@ class GammaController:
             s.accepted = self.decay * s.accepted + o.accepted
             s.rejected = self.decay * s.rejected + (o.accepted < o.proposed)
             per_token = o.draft_seconds / o.proposed
-            s.t_draft = per_token if s.t_draft is None else (1 - EMA) * s.t_draft + EMA * per_token
+            if s.t_draft is None:
+                s.t_draft = per_token
+            elif o.caught_up <= STEADY_CATCH_UP:
+                s.t_draft = (1 - EMA) * s.t_draft + EMA * per_token
         old = self.t_verify.get(o.width)
         self.t_verify[o.width] = o.verify_seconds if old is None else (1 - EMA) * old + EMA * o.verify_seconds
 

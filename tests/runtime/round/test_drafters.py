@@ -131,3 +131,17 @@ def test_a_generations_drafts_are_counted_under_their_source(tiny_llama: tuple[P
     assert stats.drafted > 0
     assert stats.drafted_by_source == {"ngram": stats.drafted}
     assert sum(stats.accepted_by_source.values()) == stats.accepted == stats.accepted_by_source.get("ngram", 0)
+
+
+def test_the_draft_model_says_how_many_tokens_it_caught_up_on(tiny_llama: tuple[Path, Path, Path]) -> None:
+    drafter = DraftModelDrafter(OnnxModel(tiny_llama[2]))
+    greedy, draws = SamplingParams(), Draws(0, 300)
+    drafter.begin(FRESH)
+    first = drafter.propose(FRESH, Ask(2, greedy, draws))
+    assert first.caught_up == 0  # begin fed all but the pending token
+    context = [*FRESH, *first.tokens, 11]  # both drafts accepted, then the target's own: the last draft unseen
+    drafter.keep(len(context) - 1)
+    assert drafter.propose(context, Ask(1, greedy, draws)).caught_up == 1
+    later = [*context, 12, 13, 14]  # plain steps since: 12 and 13 unseen, 14 pending
+    drafter.keep(len(context))
+    assert drafter.propose(later, Ask(1, greedy, draws)).caught_up == 2

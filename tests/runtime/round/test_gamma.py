@@ -7,10 +7,10 @@ from specedge.runtime.round.gamma import GammaController, Outcome
 
 
 def observe(ctrl: GammaController, proposed: int, accepted: int, draft_seconds: float, verify_seconds: float,
-            source: str = "model", guessed_accepted: int = 0, width: int | None = None) -> None:
+            source: str = "model", guessed_accepted: int = 0, width: int | None = None, caught_up: int = 0) -> None:
     """A round as the loop reports it (runtime/round/decoding.py's Round.outcome)."""
     ctrl.observe(Outcome(source, proposed, accepted, draft_seconds, verify_seconds, width or proposed + 1,
-                         guessed_accepted))
+                         guessed_accepted, caught_up))
 
 
 def feed(ctrl: GammaController, alpha: float, t_draft: float, t_verify: dict[int, float], rounds: int = 40) -> None:
@@ -191,3 +191,13 @@ def test_the_drafting_rule_decides_alike_in_any_unit_of_time() -> None:
         decisions.append([go_on(n, c) for n in (1, 3) for c in (0.2, 0.4, 0.6, 0.99)])
     assert decisions[0] == decisions[1] == decisions[2] and any(decisions[0]) and not all(decisions[0])
 
+
+
+def test_a_drafts_catch_up_after_plain_steps_is_not_charged_to_drafting() -> None:
+    ctrl = GammaController.for_widths(DEFAULT_WIDTHS)
+    observe(ctrl, 4, 0, draft_seconds=0.04, verify_seconds=0.033)  # 10 ms a draft
+    for _ in range(3):  # probes after 8 plain steps: one draft whose pass first fed the 8 tokens
+        observe(ctrl, 1, 0, draft_seconds=0.03, verify_seconds=0.03, caught_up=8)
+    assert ctrl.stats("model").t_draft == 0.01
+    observe(ctrl, 1, 1, draft_seconds=0.02, verify_seconds=0.03, caught_up=1)  # the last draft, after all accepted
+    assert abs(ctrl.stats("model").t_draft - 0.013) < 1e-9
