@@ -36,7 +36,7 @@ from specedge.runtime.round.drafters import (
     adapt,
     build_drafter,
 )
-from specedge.runtime.round.gamma import RoundCosts
+from specedge.runtime.round.gamma import Recall, RoundCosts
 from specedge.runtime.round.logprobs import LogprobRecorder, TokenLogprob
 from specedge.runtime.round.stats import GenerationStats
 from specedge.runtime.text.codec import Message, StreamDecoder, TextCodec
@@ -202,6 +202,7 @@ class Generator:
         self.rows = probe_rows(target) if rows is None else rows
         self.clock: Callable[[], float] = time.perf_counter  # what γ auto times drafts and passes by
         self.costs: RoundCosts | None = None  # what γ auto weighs a round by, where passes are shared
+        self.recall: Recall | None = None  # what γ auto measured over this generator's last generation
         self._vocabulary: Vocabulary | None = None  # the target's tokens as the grammar engine reads them
         self._reading_vocabulary = threading.Lock()
         check_lossless(target, drafter, self.rows, probed=rows is None)
@@ -313,7 +314,8 @@ class Generator:
         stream.stats = stats
         guide = Guide(constraint) if constraint is not None else None
         run = Run(self.target, self.cache, drafter, config, self.rows, guide,
-                  gamma_auto(self.target, drafter, config, self.rows, self.costs), self.clock, stop or never)
+                  gamma_auto(self.target, drafter, config, self.rows, self.costs, self.recall), self.clock,
+                  stop or never)
         watchers = [Tally(stats, config.acceptance_rule), *([LogprobWatcher(recorder)] if recorder else [])]
         rounds = decode_tokens(run, prompt, watchers)
         reason = ""
@@ -356,6 +358,8 @@ class Generator:
             raise
         finally:
             rounds.close()
+            if run.controller is not None and drafter is self.drafter:  # a request's own drafter measures apart
+                self.recall = run.controller.recall()
             stats.n_tokens = len(tokens)
             stats.time_total_s = time.perf_counter() - start
             logprobs = recorder.logprobs[:len(tokens)] if recorder is not None else None

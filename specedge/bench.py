@@ -82,6 +82,9 @@ class Job:
     reference: str = "plain"  # the mode whose tokens this one must reproduce
     rows: RowPolicy = ONE_ROW  # the target's row policy, probed once (or SINGLE_STEPS)
     setting: str = ""  # the sampling setting's name where a run has several
+    # its Generator, made at its first prompt and kept, as chat and a server slot keep theirs (what γ auto
+    # measured over one prompt starts the next)
+    kept: dict[str, Generator] = dataclasses.field(default_factory=dict, init=False, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -150,8 +153,11 @@ def rotated(jobs: Sequence[Job], shift: int) -> list[Job]:
 
 
 def decode(job: Job, row: dict[str, str], max_new_tokens: int):  # type: ignore[no-untyped-def]
-    gen = Generator(job.model, job.drafter, dataclasses.replace(job.config, max_new_tokens=max_new_tokens),
-                    rows=job.rows)
+    """The job's Generator (made once: kept between prompts as chat keeps it) on one prompt."""
+    config = dataclasses.replace(job.config, max_new_tokens=max_new_tokens)
+    gen = job.kept.get("generator")
+    if gen is None or gen.config != config:
+        gen = job.kept["generator"] = Generator(job.model, job.drafter, config, rows=job.rows)
     return gen.generate(row["prompt"], chat=True)
 
 

@@ -44,7 +44,7 @@ from specedge.runtime.engine.kv_cache import KVCache
 from specedge.runtime.engine.model import ForwardOutput, OnnxModel
 from specedge.runtime.engine.rows import ONE_ROW, RowPolicy, group_pad
 from specedge.runtime.round.drafters import Ask, Draft, Drafter, GoOn, NgramDrafter, adapt
-from specedge.runtime.round.gamma import GammaController, Outcome, RoundCosts
+from specedge.runtime.round.gamma import GammaController, Outcome, Recall, RoundCosts
 from specedge.runtime.round.logprobs import MAX_TOP_LOGPROBS
 from specedge.runtime.round.stats import GenerationStats, RoundCounts
 
@@ -189,12 +189,14 @@ class Run:
 
 
 def gamma_auto(target: OnnxModel, drafter: Drafter | None, config: SpecConfig, rows: RowPolicy,
-               costs: RoundCosts | None = None) -> GammaController | None:
+               costs: RoundCosts | None = None, recall: Recall | None = None) -> GammaController | None:
     """γ auto for a run (None: the config asks for a fixed γ, or there is no drafter); costs: what it
-    weighs a verification by where passes are shared (runtime/round/gamma.py)."""
+    weighs a verification by where passes are shared; recall: what it measured over the last
+    generation of the same target and drafter (runtime/round/gamma.py)."""
     if not config.auto_gamma or drafter is None:
         return None
-    return GammaController.for_widths(rows.verify_widths(target.manifest.widths), start=config.gamma, costs=costs)
+    return GammaController.for_widths(rows.verify_widths(target.manifest.widths), start=config.gamma, costs=costs,
+                                      recall=recall)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ EMA = 0.3
 # not what drafting a token costs, and charging it to the drafts would keep γ auto plain (a probe's
 # one draft would carry every token decoded since the last).
 STEADY_CATCH_UP = 1
+RECALLED_ROUNDS = 4.0  # what a generation's measured acceptance weighs in the next one's, in rounds
 
 
 class RoundCosts(Protocol):
@@ -91,6 +92,19 @@ class SourceStats:
         return (self.accepted + PRIOR_COUNT * PRIOR_ALPHA) / (self.accepted + self.rejected + PRIOR_COUNT)
 
 
+@dataclass(frozen=True)
+class Recall:
+    """What γ auto measured over a generation that ended, for the next one over the same target and
+    drafter (a chat's next turn, a server slot's next request): the verification pass times, each
+    source's drafting time per token, and its acceptance - a prior worth RECALLED_ROUNDS rounds, so
+    the next generation starts from the pair's measured costs rather than guessing (a cold first
+    pass, the prior's α) and its own rounds soon outweigh the recalled α."""
+
+    t_verify: dict[int, float]
+    t_draft: dict[str, float]
+    alpha: dict[str, float]
+
+
 @dataclass
 class GammaController:
     choices: tuple[int, ...]  # candidate γ >= 1, from the exported widths
@@ -105,9 +119,21 @@ class GammaController:
 
     @classmethod
     def for_widths(cls, widths: Sequence[int], start: int = DEFAULT_GAMMA,
-                   costs: RoundCosts | None = None) -> GammaController:
+                   costs: RoundCosts | None = None, recall: Recall | None = None) -> GammaController:
         choices = gamma_choices(widths)
-        return cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0, costs=costs)
+        ctrl = cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0, costs=costs)
+        if recall is not None:
+            ctrl.t_verify = dict(recall.t_verify)
+            for source, t_draft in recall.t_draft.items():
+                alpha = recall.alpha.get(source, PRIOR_ALPHA)
+                ctrl.sources[source] = SourceStats(alpha * RECALLED_ROUNDS, (1 - alpha) * RECALLED_ROUNDS, t_draft)
+        return ctrl
+
+    def recall(self) -> Recall:
+        """What this controller measured, for the next generation (`for_widths(..., recall=)`)."""
+        measured = {name: s for name, s in self.sources.items() if s.t_draft is not None}
+        return Recall(dict(self.t_verify), {name: s.t_draft for name, s in measured.items()},  # type: ignore[misc]
+                      {name: s.alpha for name, s in measured.items()})
 
     def stats(self, source: str) -> SourceStats:
         return self.sources.setdefault(source, SourceStats())

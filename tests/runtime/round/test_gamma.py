@@ -201,3 +201,18 @@ def test_a_drafts_catch_up_after_plain_steps_is_not_charged_to_drafting() -> Non
     assert ctrl.stats("model").t_draft == 0.01
     observe(ctrl, 1, 1, draft_seconds=0.02, verify_seconds=0.03, caught_up=1)  # the last draft, after all accepted
     assert abs(ctrl.stats("model").t_draft - 0.013) < 1e-9
+
+
+def test_the_next_generation_starts_from_what_the_last_one_measured() -> None:
+    first = GammaController.for_widths(DEFAULT_WIDTHS)
+    feed(first, 0.9, t_draft=0.005, t_verify={1: 0.05, 5: 0.06, 9: 0.07})
+    recall = first.recall()
+    assert recall.t_verify == first.t_verify and recall.t_draft == {"model": first.stats("model").t_draft}
+    fresh, warm = GammaController.for_widths(DEFAULT_WIDTHS), GammaController.for_widths(DEFAULT_WIDTHS, recall=recall)
+    assert fresh.plan(("model",)) == ("model", fresh.start)  # nothing measured: the start γ, untimed
+    best = max(warm.choices, key=lambda g: warm.rate(g, "model"))  # from the recalled costs, from the first round
+    assert warm.plan(("model",)) == ("model", best) and warm.drafting_rule("model") is not None
+    assert 0.8 < warm.stats("model").alpha < first.stats("model").alpha  # the prior's pull, weaker than 4 rounds
+    for _ in range(4):  # its own rounds soon outweigh the recalled acceptance
+        observe(warm, 4, 0, draft_seconds=0.02, verify_seconds=0.06)
+    assert warm.stats("model").alpha < 0.5
