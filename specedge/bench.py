@@ -26,7 +26,7 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -280,6 +280,43 @@ def matrix_rows(runs: Sequence[Run]) -> list[dict[str, float | str]]:
     return rows
 
 
+def kind_gains(runs: Sequence[Run]) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per sampling setting but greedy, per kind of prompt and speculative mode: its gain over its greedy
+    gain on the same kind (medians of the ratios to plain decoding taken in turns), and the same of its
+    saving in bytes read per token (plain MB/token over its own), which the machine's moving memory
+    speed does not touch."""
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+
+    def median_of(sel: Sequence[Run], setting: str, mode: str, value: Callable[[Run], float]) -> float:
+        vals = [value(r) for r in sel if r.setting == setting and r.base_mode == mode]
+        return statistics.median(vals) if vals else 0.0
+
+    for kind in dict.fromkeys(r.kind for r in runs):
+        sel = [r for r in runs if r.kind == kind]
+        for setting in dict.fromkeys(r.setting for r in sel if r.setting != "greedy"):
+            for mode in dict.fromkeys(r.base_mode for r in sel if r.setting == setting and r.base_mode != "plain"):
+                greedy = mode.removesuffix("-rejection")
+                gain = median_of(sel, setting, mode, lambda r: r.ratio)
+                greedy_gain = median_of(sel, "greedy", greedy, lambda r: r.ratio)
+                saving = median_of(sel, setting, "plain", lambda r: r.mb_per_token) / (
+                    median_of(sel, setting, mode, lambda r: r.mb_per_token) or 1.0)
+                greedy_saving = median_of(sel, "greedy", "plain", lambda r: r.mb_per_token) / (
+                    median_of(sel, "greedy", greedy, lambda r: r.mb_per_token) or 1.0)
+                if greedy_gain and greedy_saving:
+                    out.setdefault(setting, {})[f"{kind}, {mode}"] = (gain / greedy_gain, saving / greedy_saving)
+    return out
+
+
+def kind_gains_markdown(gains: dict[str, dict[str, tuple[float, float]]]) -> list[str]:
+    columns = list(dict.fromkeys(c for row in gains.values() for c in row))
+    lines = ["## gain / greedy gain by kind (tokens/s; bytes per token)", "",
+             "| setting | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for setting, row in gains.items():
+        cells = [f"{row[c][0]:.2f}; {row[c][1]:.2f}" if c in row else "" for c in columns]
+        lines.append(f"| {setting} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def matrix_markdown(rows: Sequence[dict[str, float | str]]) -> list[str]:
     columns = list(dict.fromkeys(k for row in rows for k in row if k != "setting"))
     lines = ["## sampling settings (medians over prompts and rounds)", "",
@@ -334,7 +371,7 @@ def markdown(summary: dict, curves: dict[str, dict[int, float]], meta: dict, run
             lines.append(f"- and {len(warnings) - SPREAD_LINES} more (results.json has every run)")
     lines.append("")
     if len(meta.get("settings") or ()) > 1:
-        lines += matrix_markdown(matrix_rows(runs))
+        lines += matrix_markdown(matrix_rows(runs)) + kind_gains_markdown(kind_gains(runs))
     for kind, modes_ in summary.items():
         lines += [f"## {kind}", "", "| mode | tokens/s | end-to-end tokens/s | time to first token | ratio to plain | "
                   "worst ratio | vs best plain | tokens/target pass | MB/token | spread | same |",

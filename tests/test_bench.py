@@ -204,3 +204,13 @@ def test_the_sampling_matrix_compares_each_setting_with_its_own_plain_decoding(
         t07["ratio"] / runs["hybrid @ greedy"]["ratio"])
     text = (tmp_path / "out" / "results.md").read_text()
     assert "## sampling settings" in text and "| temperature 0.7, top_p 0.9 |" in text
+    from specedge.bench import kind_gains
+
+    by_kind = kind_gains([Run(**r) for r in data["runs"]])
+    assert list(by_kind) == ["temperature 0.7", "temperature 0.7, top_p 0.9"]
+    gain, saving = by_kind["temperature 0.7"]["edit, hybrid-rejection"]
+    assert gain == pytest.approx(t07["ratio"] / runs["hybrid @ greedy"]["ratio"])
+    plain_mb = {s: runs[f"plain @ {s}"]["mb_per_token"] for s in ("greedy", "temperature 0.7")}
+    assert saving == pytest.approx(plain_mb["temperature 0.7"] / t07["mb_per_token"]
+                                   / (plain_mb["greedy"] / runs["hybrid @ greedy"]["mb_per_token"]))
+    assert "## gain / greedy gain by kind" in text and "| edit, hybrid |" in text
