@@ -14,6 +14,11 @@ picks the γ (0 = plain) with the most tokens per second; while plain decoding w
 drafts every `probe_every` rounds, so a rise in acceptance is noticed. A plain step over a target
 that runs row pairs also checks a prompt-lookup guess in its pad row (runtime/round/decoding.py): the
 tokens those guesses add per plain step are averaged too, and count in plain decoding's rate.
+A draft's first pass after plain steps (or another source's drafts) also feeds the tokens it missed:
+that catch-up is not counted in the drafting time per token (`STEADY_CATCH_UP`). A generation starts
+from what the last one over the same Generator measured (`Recall`: pass times, drafting times, each
+source's acceptance as a prior of RECALLED_ROUNDS rounds), as a chat's next turn or a server slot's
+next request does; a fresh Generator starts from the prior and the start γ.
 
 How far the draft model drafts within a round is decided draft by draft (`drafting_rule`), once the
 source's costs are measured: another draft is worth its cost while the chance that it and the drafts
