@@ -42,6 +42,7 @@ from specedge.kernels.acceptance import round_rate
 PRIOR_ALPHA = 0.7
 PRIOR_COUNT = 2.0  # pseudo-counts of the prior
 PRIOR_SLOPE = 0.15  # t(S) / t(1) grows by this per extra token until measured
+PROBE_ALPHA = 0.9  # the acceptance at which a probe asks whether drafting could pay
 EMA = 0.3
 # A draft that first catches up on more context tokens than a round leaves it (the last draft, after
 # all were accepted) is a draft after plain steps or another source's drafts: that one-off pass is
@@ -206,9 +207,21 @@ class GammaController:
         self.plain_rounds += 1
         # a probe among k streams is a round of drafts the others wait for: each probes k times as rarely
         every = self.probe_every * (self.costs.streams if self.costs is not None else 1)
-        if self.plain_rounds % every == 0:
+        if self.plain_rounds % every == 0 and self.could_pay(source):
             return source, gamma
         return None, 0
+
+    def could_pay(self, source: str) -> bool:
+        """Would drafts from `source` beat plain decoding at a high acceptance (PROBE_ALPHA, or its
+        own if higher) with the costs measured now? If not, a rise in acceptance would not make them
+        pay, and a probe would only cost: under load, where several streams' plain steps share a
+        pass, a probe's drafts (and the draft's catch-up on every token since its last) hold up
+        every stream."""
+        s = self.stats(source)
+        alpha = max(PROBE_ALPHA, s.alpha)
+        t_draft = s.t_draft if s.t_draft is not None else 0.0
+        best = max(round_rate(alpha, g, t_draft, self.verify_seconds(g + 1)) for g in self.choices)
+        return best >= self.rate(0)
 
     def observe(self, outcome: Outcome) -> None:
         """Record a round."""

@@ -46,7 +46,7 @@ def test_high_acceptance_and_cheap_drafts_choose_long_rounds() -> None:
 
 def test_low_acceptance_falls_back_to_plain_and_still_probes() -> None:
     ctrl = GammaController.for_widths([1, 3, 5, 9])
-    feed(ctrl, 0.1, t_draft=0.03, t_verify={1: 0.05, 3: 0.08, 5: 0.1})
+    feed(ctrl, 0.1, t_draft=0.01, t_verify={1: 0.05, 3: 0.08, 5: 0.1})  # drafts would pay at a high acceptance
     choices = [choose(ctrl) for _ in range(16)]
     assert choices.count(0) >= 14 and any(c > 0 for c in choices)  # plain, with a probe now and then
 
@@ -216,3 +216,22 @@ def test_the_next_generation_starts_from_what_the_last_one_measured() -> None:
     for _ in range(4):  # its own rounds soon outweigh the recalled acceptance
         observe(warm, 4, 0, draft_seconds=0.02, verify_seconds=0.06)
     assert warm.stats("model").alpha < 0.5
+
+
+def test_no_probe_where_drafts_would_not_pay_even_if_nearly_all_were_accepted() -> None:
+    """Alone, a run gone plain still probes; among streams whose shared plain pass is cheap per
+    stream, where a round of drafts would lose even at acceptance 0.9, it does not."""
+    class Costs:
+        def __init__(self, k: int) -> None:
+            self.streams = k
+
+        def verify_seconds(self, width: int) -> float:  # 4 rows cost 1.2 of 1 row, 8 rows 1.7, 12 rows 2.3
+            rows = self.streams * width
+            return (1.0 + 0.15 * max(rows - 1, 0) ** 1.1) / self.streams
+
+    probes = {}
+    for k in (1, 4):
+        ctrl = GammaController.for_widths([1, 2, 3, 5, 9], costs=Costs(k))
+        feed(ctrl, 0.3, t_draft=0.4, t_verify={1: 1.0, 3: 1.0, 5: 1.0}, rounds=10)  # low acceptance: plain
+        probes[k] = sum(choose(ctrl) > 0 for _ in range(64))
+    assert probes[1] == 64 // 8 and probes[4] == 0, probes
