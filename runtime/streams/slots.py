@@ -38,6 +38,7 @@ from specedge.runtime.engine.runners import RunResult
 from specedge.runtime.generator import GenerationResult, Generator, Prompt, Segment, TextStream, draft_model
 from specedge.runtime.round.decoding import SpecConfig
 from specedge.runtime.round.drafters import Drafter, HybridDrafter, NgramDrafter, build_drafter
+from specedge.runtime.round.gamma import Recall
 from specedge.runtime.streams.shared_pass import PassScheduler, Request, SharedModel
 
 T = TypeVar("T")
@@ -96,12 +97,24 @@ class StreamGenerator(Generator):
     (`costs`). Its stream leaves the scheduler when it ends, however it ends."""
 
     def __init__(self, base: Generator, target: OnnxModel, drafter: Drafter | None, scheduler: PassScheduler,
-                 slot: int) -> None:
+                 slot: int, memory: dict[str, Recall] | None = None) -> None:
+        self.memory = memory if memory is not None else {}  # γ auto's recall, shared by the slots of one Streams
         super().__init__(target, drafter, base.config, rows=base.rows, codec=base.codec)
         self.base, self.scheduler, self.slot = base, scheduler, slot
         self.halt = threading.Event()  # set: every stream of this slot stops before its next pass
         self.bandwidth_gb_per_s = base.bandwidth_gb_per_s
         self.clock = functools.partial(scheduler.seconds, slot)
+
+    @property
+    def recall(self) -> Recall | None:  # type: ignore[override]
+        """What γ auto measured over the last generation of any slot of these streams (they share
+        models and passes), so a slot's first request starts from the others' measurements."""
+        return self.memory.get("recall")
+
+    @recall.setter
+    def recall(self, value: Recall | None) -> None:
+        if value is not None:
+            self.memory["recall"] = value
 
     def constraint(self, grammar: Grammar) -> GrammarConstraint:
         return self.base.constraint(grammar)  # the vocabulary is read once, for every slot
@@ -192,10 +205,11 @@ class Streams:
         lookup = isinstance(gen.drafter, (NgramDrafter, HybridDrafter))
         costs = SharedCosts(self.scheduler, target)
         self.generators: list[StreamGenerator] = []
+        memory: dict[str, Recall] = {}
         for b in range(slots):
             drafts = stream_model(draft, shared_draft, self.scheduler, b) if draft and shared_draft else None
             slot = StreamGenerator(gen, stream_model(gen.target, target, self.scheduler, b),
-                                   build_drafter(drafts, lookup), self.scheduler, b)
+                                   build_drafter(drafts, lookup), self.scheduler, b, memory)
             slot.costs = costs
             self.generators.append(slot)
         if gen.drafter is not None:  # γ auto (a request may ask for it) weighs rounds on the measured curve

@@ -228,3 +228,12 @@ def test_interrupted_streams_stop_and_leave_their_slots_clean(pair: tuple[Path, 
     assert not runner.is_alive() and outcome[0] == ["interrupted", "interrupted"]
     alone = [gen.generate(p, max_new_tokens=8).token_ids for p in PROMPTS[2:4]]
     assert [r.token_ids for r in streams.generate(PROMPTS[2:4], max_new_tokens=8)] == alone
+
+
+def test_a_slots_first_request_starts_from_what_another_slot_measured(pair: tuple[Path, Path]) -> None:
+    streams = Streams(load(pair, "hybrid", gamma=4, auto_gamma=True, max_new_tokens=6), slots=2)
+    first, second = streams.generators
+    assert first.recall is None and second.recall is None
+    first.generate(PROMPTS[0])
+    assert first.recall is not None and second.recall is first.recall  # one memory for the slots' γ auto
+    assert streams.generator.recall is None  # not the base's: alone, its costs differ from a shared pass's
