@@ -189,7 +189,7 @@ def touch_slots(shared: SharedModel, slots: int) -> None:
     first pages of every layer's keys and values are mapped before its first request: a slot's
     first request paid for them (3.8 s to the first token of 3 requests arriving at 3 fresh slots of
     the default pair at 16384 tokens, 0.25 s once warm; a 2-vCPU Zen 4)."""
-    feeds = {"input_ids": np.full((1, slots), 100, np.int64), "position_ids": np.zeros((1, slots), np.int64),
+    feeds = {"input_ids": np.zeros((1, slots), np.int64), "position_ids": np.zeros((1, slots), np.int64),
              "stream_ids": np.arange(slots, dtype=np.int64)[None], "logits_index": np.arange(slots, dtype=np.int64)}
     shared.runner(feeds, shared.pool)
 
