@@ -26,7 +26,7 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -282,29 +282,32 @@ def matrix_rows(runs: Sequence[Run]) -> list[dict[str, float | str]]:
 
 def kind_gains(runs: Sequence[Run]) -> dict[str, dict[str, tuple[float, float]]]:
     """Per sampling setting but greedy, per kind of prompt and speculative mode: its gain over its greedy
-    gain on the same kind (medians of the ratios to plain decoding taken in turns), and the same of its
-    saving in bytes read per token (plain MB/token over its own), which the machine's moving memory
-    speed does not touch."""
+    gain on the same kind (`matrix_rows` over the kind's runs), and the same of its saving in bytes
+    read per token (plain MB/token over its own), which the machine's moving memory speed does not touch."""
     out: dict[str, dict[str, tuple[float, float]]] = {}
-
-    def median_of(sel: Sequence[Run], setting: str, mode: str, value: Callable[[Run], float]) -> float:
-        vals = [value(r) for r in sel if r.setting == setting and r.base_mode == mode]
-        return statistics.median(vals) if vals else 0.0
-
     for kind in dict.fromkeys(r.kind for r in runs):
         sel = [r for r in runs if r.kind == kind]
-        for setting in dict.fromkeys(r.setting for r in sel if r.setting != "greedy"):
-            for mode in dict.fromkeys(r.base_mode for r in sel if r.setting == setting and r.base_mode != "plain"):
-                greedy = mode.removesuffix("-rejection")
-                gain = median_of(sel, setting, mode, lambda r: r.ratio)
-                greedy_gain = median_of(sel, "greedy", greedy, lambda r: r.ratio)
-                saving = median_of(sel, setting, "plain", lambda r: r.mb_per_token) / (
-                    median_of(sel, setting, mode, lambda r: r.mb_per_token) or 1.0)
-                greedy_saving = median_of(sel, "greedy", "plain", lambda r: r.mb_per_token) / (
-                    median_of(sel, "greedy", greedy, lambda r: r.mb_per_token) or 1.0)
-                if greedy_gain and greedy_saving:
-                    out.setdefault(setting, {})[f"{kind}, {mode}"] = (gain / greedy_gain, saving / greedy_saving)
+        for row in matrix_rows(sel):
+            setting = str(row["setting"])
+            for key, gain in row.items():
+                if setting == "greedy" or not key.endswith(" gain / greedy gain"):
+                    continue
+                mode = key.removesuffix(" gain / greedy gain")
+                greedy_saving = byte_saving(sel, "greedy", mode.removesuffix("-rejection"))
+                if greedy_saving:
+                    out.setdefault(setting, {})[f"{kind}, {mode}"] = (
+                        float(gain), byte_saving(sel, setting, mode) / greedy_saving)
     return out
+
+
+def byte_saving(runs: Sequence[Run], setting: str, mode: str) -> float:
+    """Plain decoding's median MB per token over `mode`'s under `setting` (0 where either is missing)."""
+    def median_mb(of: str) -> float:
+        values = [r.mb_per_token for r in runs if r.setting == setting and r.base_mode == of]
+        return statistics.median(values) if values else 0.0
+
+    own = median_mb(mode)
+    return median_mb("plain") / own if own else 0.0
 
 
 def kind_gains_markdown(gains: dict[str, dict[str, tuple[float, float]]]) -> list[str]:

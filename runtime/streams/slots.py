@@ -189,9 +189,7 @@ def touch_slots(shared: SharedModel, slots: int) -> None:
     first pages of every layer's keys and values are mapped before its first request: a slot's
     first request paid for them (3.8 s to the first token of 3 requests arriving at 3 fresh slots of
     the default pair at 16384 tokens, 0.25 s once warm; a 2-vCPU Zen 4)."""
-    feeds = {"input_ids": np.zeros((1, slots), np.int64), "position_ids": np.zeros((1, slots), np.int64),
-             "stream_ids": np.arange(slots, dtype=np.int64)[None], "logits_index": np.arange(slots, dtype=np.int64)}
-    shared.runner(feeds, shared.pool)
+    shared.runner(row_per_stream(slots, token=0), shared.pool)
 
 
 def pool_for(model: OnnxModel, slots: int) -> CachePool:
@@ -347,14 +345,18 @@ def run_widest_pass(model: OnnxModel, slots: int) -> None:
     model.runner(feeds, pool)
 
 
+def row_per_stream(streams: int, token: int) -> Feeds:
+    """The feeds of a pass of one row per stream, `token` at position 0 of each stream's cache."""
+    return {"input_ids": np.full((1, streams), token, np.int64), "position_ids": np.zeros((1, streams), np.int64),
+            "stream_ids": np.arange(streams, dtype=np.int64)[None], "logits_index": np.arange(streams, dtype=np.int64)}
+
+
 def shared_pass_seconds(model: OnnxModel, streams: int, repeats: int) -> float:
     """The median time of a pass shared by `streams` streams, a row each, each over its own cache
     (a pool made for it; nothing committed): what a step of that many streams decoding costs."""
     m = model.manifest
     pool = CachePool(m.num_layers, m.num_kv_heads, m.head_dim, m.context, streams)
-    feeds = {"input_ids": np.full((1, streams), min(100, m.vocab_size - 1), np.int64),
-             "position_ids": np.zeros((1, streams), np.int64), "stream_ids": np.arange(streams, dtype=np.int64)[None],
-             "logits_index": np.arange(streams, dtype=np.int64)}
+    feeds = row_per_stream(streams, token=min(100, m.vocab_size - 1))
     run = model.runner
     run(feeds, pool)  # warm-up
     times = []
