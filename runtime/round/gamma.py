@@ -137,9 +137,8 @@ class GammaController:
 
     def recall(self) -> Recall:
         """What this controller measured, for the next generation (`for_widths(..., recall=)`)."""
-        measured = {name: s for name, s in self.sources.items() if s.t_draft is not None}
-        return Recall(dict(self.t_verify), {name: s.t_draft for name, s in measured.items()},  # type: ignore[misc]
-                      {name: s.alpha for name, s in measured.items()})
+        t_draft = {name: s.t_draft for name, s in self.sources.items() if s.t_draft is not None}
+        return Recall(dict(self.t_verify), t_draft, {name: self.sources[name].alpha for name in t_draft})
 
     def stats(self, source: str) -> SourceStats:
         return self.sources.setdefault(source, SourceStats())
