@@ -34,12 +34,14 @@ def op_model(heads: int, kv_heads: int, d: int, scale: float, streams: bool = Fa
     return model.SerializeToString()
 
 
-def op_session(model: bytes, threads: int = 1) -> ort.InferenceSession:
+def op_session(model: bytes, threads: int = 1, entries: dict[str, str] | None = None) -> ort.InferenceSession:
     """A CPU session of `model` with the native library registered (SPECEDGE_ATTENTION_ISA, read as
-    it loads, picks the instruction set)."""
+    it loads, picks the instruction set; `entries`, session config entries such as the window's)."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.log_severity_level = 3
+    for key, value in (entries or {}).items():
+        opts.add_session_config_entry(key, value)
     native.register(opts)
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
 

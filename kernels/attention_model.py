@@ -64,10 +64,21 @@ def unpack_keys(keys: np.ndarray) -> np.ndarray:
     return keys.transpose(0, 1, 3, 2).reshape(kv, blocks * SLOT_BLOCK, d)
 
 
+def window_start(pos: int, sink: int = 0, window: int = 0) -> int:
+    """The first slot of the window of the row at `pos` (attention.h): the slots [sink, start) it does
+    not see; start == sink where it sees them all."""
+    if window <= 0:
+        return sink
+    start = max(0, pos + 1 - window) // SLOT_BLOCK * SLOT_BLOCK
+    return max(start, sink)
+
+
 def attention(qkv: np.ndarray, pos: np.ndarray, cos: np.ndarray, sin: np.ndarray, keys: np.ndarray,
-              values: np.ndarray, heads: int, kv_heads: int, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+              values: np.ndarray, heads: int, kv_heads: int, scale: float, sink: int = 0,
+              window: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One pass: qkv float32 [S, (H + 2 KV) d], positions [S], cos/sin [C, d/2], keys float16 [KV, T/16,
-    d, 16], values float16 [KV, T, d]. Returns (out [S, H d], keys, values) with the rows' entries written."""
+    d, 16], values float16 [KV, T, d]; a window of `window` slots besides `sink` (0: every slot).
+    Returns (out [S, H d], keys, values) with the rows' entries written."""
     keys, values = keys.copy(), values.copy()
     d = values.shape[2]
     q_all = qkv[:, :heads * d].reshape(-1, heads, d)
@@ -79,21 +90,25 @@ def attention(qkv: np.ndarray, pos: np.ndarray, cos: np.ndarray, sin: np.ndarray
     group = heads // kv_heads
     out = np.zeros((len(pos), heads * d), F32)
     for s, p in enumerate(pos):
+        seen = np.ones(p + 1, bool)
+        seen[sink:window_start(int(p), sink, window)] = False
         for h in range(heads):
             g = h // group
             qs = rope(q_all[s, h], cos[p], sin[p]) * F32(scale)
             k = unpack_keys(keys)[g, :p + 1].astype(F32)  # [n, d]
-            out[s, h * d:(h + 1) * d] = one_head(qs, k, values[g, :p + 1].astype(F32))
+            out[s, h * d:(h + 1) * d] = one_head(qs, k, values[g, :p + 1].astype(F32), seen)
     return out, keys, values
 
 
-def one_head(qs: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """A row's head over its n visible slots: scores, exp, the lane sum, the weighted values."""
+def one_head(qs: np.ndarray, k: np.ndarray, v: np.ndarray, seen: np.ndarray | None = None) -> np.ndarray:
+    """A row's head over its n slots (those `seen`: all where None): scores, exp, the lane sum, the
+    weighted values; an unseen slot is left out of the max and weighs 0."""
     n, d = k.shape
+    seen = np.ones(n, bool) if seen is None else seen
     score = np.zeros(n, F32)
     for i in range(d):
         score = fma32(qs[i], k[:, i], score)
-    e = exp_rows(score - score.max())
+    e = exp_rows(np.where(seen, score - score[seen].max(), F32(-100.0)))  # unseen: below the floor, 0
     lanes = np.zeros(SLOT_BLOCK, F32)
     padded = np.concatenate([e, np.zeros(-n % SLOT_BLOCK, F32)]).reshape(-1, SLOT_BLOCK)
     for block in padded:  # lane l: e[j], j = l mod 16, in order

@@ -131,8 +131,21 @@ def attention_isas() -> list[str]:
     return lib.specedge_attention_isas().decode().split(",")
 
 
+WINDOW_ENTRY = "specedge.attention_window"  # session config entries the library reads as it registers
+SINK_ENTRY = "specedge.attention_sink"
+
+
+def window_entries(window: int, sink: int) -> dict[str, str]:
+    """The config entries asking AttentionRows to show each row only `sink` slots and its last
+    `window` positions (whole blocks of 16: kernels/native/attention.h); window 0 shows every slot."""
+    if window < 0 or sink < 0 or window % 16 or sink % 16:
+        raise ValueError(f"attention window {window} and sink {sink} must be multiples of 16 (0: every slot)")
+    return {WINDOW_ENTRY: str(window), SINK_ENTRY: str(sink)} if window else {}
+
+
 def register(options) -> None:  # onnxruntime.SessionOptions
-    """Make ai.specedge ops available to sessions made with `options` (the library must be there)."""
+    """Make ai.specedge ops available to sessions made with `options` (the library must be there);
+    the options' config entries, as they are now, choose the attention's window (window_entries)."""
     if not available():
         raise RuntimeError(missing())
     options.register_custom_ops_library(str(library_path()))

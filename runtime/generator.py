@@ -22,6 +22,7 @@ from specedge.core.contract import gamma_choices
 from specedge.core.errors import DecodingStopped, SpecEdgeError
 from specedge.runtime.constraints.grammar import Grammar, GrammarConstraint, Vocabulary
 from specedge.runtime.constraints.guide import Constraint, Guide
+from specedge.runtime.engine.attention_window import AttentionWindow
 from specedge.runtime.engine.model import OnnxModel, check_token_ids
 from specedge.runtime.engine.row_groups import probe_rows
 from specedge.runtime.engine.rows import SINGLE_STEPS, RowPolicy
@@ -212,9 +213,10 @@ class Generator:
     def load(cls, target: str | Path, draft: str | Path | None = None, ngram: bool = False,
              provider: str = "cpu", draft_provider: str | None = None, threads: int | None = None,
              config: SpecConfig | None = None, fallback: str | None = None,
-             single_steps: bool = False) -> Generator:
+             single_steps: bool = False, draft_window: AttentionWindow | None = None) -> Generator:
         """fallback: a provider to use (and say so) when `provider` is missing, e.g. "cpu".
-        single_steps: plain decoding in unpadded 1-token passes (`SINGLE_STEPS`, runtime/engine/rows.py)."""
+        single_steps: plain decoding in unpadded 1-token passes (`SINGLE_STEPS`, runtime/engine/rows.py).
+        draft_window: what the draft's attention sees of a long context (runtime/engine/attention_window.py)."""
         if single_steps and (draft is not None or ngram):
             raise SpecEdgeError("single_steps is for plain decoding only", "drop the draft and ngram, or single_steps")
         draft_provider = resolve_provider(draft_provider or provider, fallback)
@@ -222,7 +224,7 @@ class Generator:
         target_model = OnnxModel(target, provider=provider, threads=threads, spin=draft is None)
         model = None
         if draft is not None:
-            model = OnnxModel(draft, provider=draft_provider, threads=threads)
+            model = OnnxModel(draft, provider=draft_provider, threads=threads, window=draft_window)
             check_pair(target_model, model)  # before the draft's cache is made
         return cls(target_model, build_drafter(model, ngram), config, rows=SINGLE_STEPS if single_steps else None)
 

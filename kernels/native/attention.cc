@@ -2,6 +2,7 @@
 // instruction set by CPUID (the arithmetic is told in attention.h).
 #include "attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -92,7 +93,7 @@ void attention_write(const AttentionPass& p) {
   }
 }
 
-void prepare_queries(const AttentionPass& p, int64_t kv, float* q, int64_t* limit) {
+void prepare_queries(const AttentionPass& p, int64_t kv, float* q, int64_t* limit, int64_t* start) {
   const int64_t d = p.head_dim, half = d / 2, width = (p.heads + 2 * p.kv_heads) * d, group = p.heads / p.kv_heads;
   for (int64_t r = 0; r < p.rows * group; ++r) {
     const int64_t row = r / group, head = kv * group + r % group, pos = p.pos[row];
@@ -105,16 +106,35 @@ void prepare_queries(const AttentionPass& p, int64_t kv, float* q, int64_t* limi
       out[i + half] = rope_high(x[i], x[i + half], c[i], sn[i]) * p.scale;
     }
     limit[r] = pos + 1;
+    start[r] = window_start(p, pos);
   }
 }
 
-// The probabilities of a row's n scores, unnormalized and in place (exp(x - max), exp below the
-// floor 0); their sum, added in kSlotBlock lanes folded in halves, as every path adds it.
-static float softmax_portable(float* e, int64_t n) {
+void common_gap(const AttentionPass& p, const int64_t* start, int64_t count, int64_t* gap0, int64_t* gap1) {
+  int64_t least = count > 0 ? start[0] : p.sink;
+  for (int64_t r = 1; r < count; ++r) least = std::min(least, start[r]);
+  *gap0 = p.sink;
+  *gap1 = std::max(least, p.sink);
+}
+
+float query_softmax(const AttentionIsa& isa, const AttentionPass& p, const Queries& q, int64_t r, float* e) {
+  const float sum = isa.softmax(e, q.limit[r], p.sink, q.start[r]);
+  for (int64_t j = q.gap1; j < q.start[r]; ++j) e[j] = 0.0f;  // unseen, though the weigh step reads them
+  return sum;
+}
+
+// The probabilities of a row's n scores outside [skip0, skip1), unnormalized and in place (exp(x -
+// max), exp below the floor 0); their sum, added in kSlotBlock lanes folded in halves, as every path
+// adds it.
+static float softmax_portable(float* e, int64_t n, int64_t skip0, int64_t skip1) {
+  const auto seen = [&](int64_t j) { return j < skip0 || j >= skip1; };
   float m = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) m = std::fmax(m, e[j]);
+  for (int64_t j = 0; j < n; ++j) {
+    if (seen(j)) m = std::fmax(m, e[j]);
+  }
   float lanes[kSlotBlock] = {};
   for (int64_t j = 0; j < n; ++j) {
+    if (!seen(j)) continue;
     const float x = e[j] - m;
     e[j] = x < kExpFloor ? 0.0f : exp_rows(x);
     lanes[j % kSlotBlock] = lanes[j % kSlotBlock] + e[j];
@@ -136,14 +156,19 @@ void head_reference(const AttentionPass& p, int64_t row, int64_t head, float* sc
     qs[i] = rope_low(q[i], q[i + half], c[i], sn[i]) * p.scale;
     qs[i + half] = rope_high(q[i], q[i + half], c[i], sn[i]) * p.scale;
   }
+  const int64_t start = window_start(p, pos);  // slots [sink, start) unseen: e = 0
   const uint16_t* keys = p.keys + g * (p.slots / kSlotBlock) * d * kSlotBlock;
   for (int64_t j = 0; j < n; ++j) {
+    if (j >= p.sink && j < start) {
+      scratch[j] = 0.0f;
+      continue;
+    }
     const uint16_t* kj = keys + (j / kSlotBlock) * d * kSlotBlock + j % kSlotBlock;
     float acc = 0.0f;
     for (int64_t i = 0; i < d; ++i) acc = __builtin_fmaf(qs[i], float_of(kj[i * kSlotBlock]), acc);
     scratch[j] = acc;
   }
-  const float sum = softmax_portable(scratch, n);
+  const float sum = softmax_portable(scratch, n, p.sink, start);
   const uint16_t* values = p.values + g * p.slots * d;
   float* out = p.out + row * p.heads * d + head * d;
   for (int64_t i = 0; i < d; ++i) {
@@ -176,7 +201,11 @@ void weigh_portable(const AttentionPass& p, const Queries& q, const float* e, co
     float* out = query_out(p, q.kv, r);
     for (int64_t i = i0; i < i1; ++i) {
       float acc = 0.0f;
-      for (int64_t j = 0; j < q.limit[r]; ++j) acc = __builtin_fmaf(e[r * p.stride + j], float_of(values[j * d + i]), acc);
+      for (int64_t j = 0; j < q.limit[r]; ++j) {
+        if (j == q.gap0 && q.gap1 > q.gap0) j = q.gap1;
+        if (j >= q.limit[r]) break;
+        acc = __builtin_fmaf(e[r * p.stride + j], float_of(values[j * d + i]), acc);
+      }
       out[i] = acc / sums[r];
     }
   }

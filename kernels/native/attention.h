@@ -18,6 +18,11 @@
 //    sum: lane l = 0..15 adds e[j], j = l mod 16, in order of j from 0; then lanes l + w into l for
 //    w = 8, 4, 2, 1; sum is lane 0;
 //    out[i] = fma(e[p], v_p[i], ... fma(e[1], v_1[i], fma(e[0], v_0[i], 0))) / sum.
+// A window (a session's choice, for a draft model: ort_attention.cc) narrows what a row sees: with
+// `window` W > 0 and `sink` K (both multiples of 16), the row at p sees slot j <= p only if j < K or
+// j >= s = 16 floor(max(0, p + 1 - W) / 16) (whole blocks: its last W to W + 15 positions); the slots
+// [K, s) it does not see are left out of m and have e[j] = 0 (so the sums and fma chains above are
+// what they would be with those terms 0: fma(0, v, a) = a). W = 0: every slot, as above.
 // So a row's result depends only on that row, its position and the cache slots before it: never on
 // how many rows share the pass, the thread count or the instruction set.
 #pragma once
@@ -40,7 +45,18 @@ struct AttentionPass {
   int64_t rows, heads, kv_heads, head_dim, slots;
   float scale;
   int64_t stride;       // floats a query's scores take in the scratch: its slots read, whole blocks (<= slots)
+  int64_t sink = 0;     // the window (above): slots every row sees, a multiple of 16
+  int64_t window = 0;   // the last positions a row sees besides the sink, a multiple of 16 (0: all)
 };
+
+// The slots [sink, start) the row at `pos` does not see (start: the first slot of its window; no
+// such slots when start <= sink: returns sink, an empty span).
+inline int64_t window_start(const AttentionPass& p, int64_t pos) {
+  if (p.window <= 0) return p.sink;
+  const int64_t first = pos + 1 - p.window;
+  const int64_t start = first > 0 ? first / kSlotBlock * kSlotBlock : 0;
+  return start > p.sink ? start : p.sink;
+}
 
 // Float32 <-> float16 bits, round to nearest even (the portable conversions every path matches).
 uint16_t half_of(float x);
@@ -50,25 +66,33 @@ float float_of(uint16_t h);
 void attention_write(const AttentionPass& p);
 
 // One KV head's queries in a pass: the G heads that read it, of every row (query r: row r / G, head
-// g G + r % G), roped and scaled ([R][d]), and how many slots each reads (its row's position + 1:
-// never fewer than the query before it).
+// g G + r % G), roped and scaled ([R][d]), how many slots each reads (its row's position + 1: never
+// fewer than the query before it), where each one's window starts (window_start), and the slots
+// [gap0, gap1) none of them sees (empty without a window), which no step reads.
 struct Queries {
   int64_t kv;           // the KV head
   const float* q;       // [R][d]
   const int64_t* limit; // [R]
   int64_t count;        // R
+  const int64_t* start; // [R]
+  int64_t gap0 = 0, gap1 = 0;
 };
-// q' of every query of KV head `kv` into q (the scalar rope of attention.h), limits into limit.
-void prepare_queries(const AttentionPass& p, int64_t kv, float* q, int64_t* limit);
+// q' of every query of KV head `kv` into q (the scalar rope of attention.h), limits into limit,
+// window starts into start.
+void prepare_queries(const AttentionPass& p, int64_t kv, float* q, int64_t* limit, int64_t* start);
+// The slots no query of a pass sees: [sink, the least window start) (gap0 == gap1: none).
+void common_gap(const AttentionPass& p, const int64_t* start, int64_t count, int64_t* gap0, int64_t* gap1);
 
 // A pass runs in three steps, each split into tasks that write disjoint outputs (so neither the
 // thread count nor the split changes a bit):
 //  scores of slot blocks [b0, b1) for every query: scores[r][j] (T floats a query; slots past a
 //    query's limit are computed but never read);
-//  per query: e[j] in place of its scores, j < limit, and the lane sum of them (returned);
-//  out rows of queries [r0, r1) for dimensions [i0, i1) (the path's `queries` and `dims` a task).
+//  per query: e[j] in place of its scores, j < limit outside [skip0, skip1) (its unseen slots, left
+//    as they are), and the lane sum of them (returned);
+//  out rows of queries [r0, r1) for dimensions [i0, i1) (the path's `queries` and `dims` a task),
+//    over slots [0, limit) outside [q.gap0, q.gap1).
 using ScoresFn = void (*)(const AttentionPass& p, const Queries& q, int64_t b0, int64_t b1, float* scores);
-using SoftmaxFn = float (*)(float* scores, int64_t n);
+using SoftmaxFn = float (*)(float* scores, int64_t n, int64_t skip0, int64_t skip1);
 using WeighFn = void (*)(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t r0,
                          int64_t r1, int64_t i0, int64_t i1);
 
@@ -80,6 +104,10 @@ struct AttentionIsa {
   int64_t dims;     // the dimensions a weigh task takes (0: the whole head)
   int64_t queries;  // the queries a weigh task takes (0: all of a KV head's)
 };
+
+// Query r's softmax as the pass computes it: the path's over the slots it sees, then e = 0 on the
+// slots [gap1, start[r]) it does not see but the weigh step reads; returns the sum.
+float query_softmax(const AttentionIsa& isa, const AttentionPass& p, const Queries& q, int64_t r, float* e);
 
 // A weigh task's span of `n` (dimensions or queries) when the path takes `step` at once (0: all).
 inline int64_t task_span(int64_t step, int64_t n) { return step > 0 && step < n ? step : n; }

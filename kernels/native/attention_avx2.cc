@@ -90,11 +90,14 @@ void scores_avx2(const AttentionPass& p, const Queries& q, int64_t b0, int64_t b
   for (; r < q.count; ++r) score_chunk<1>(p, q, r, b0, b1, scores);
 }
 
-float softmax_avx2(float* e, int64_t n) {
+float softmax_avx2(float* e, int64_t n, int64_t skip0, int64_t skip1) {
   const int64_t blocks = (n + kSlotBlock - 1) / kSlotBlock, tail = n - (blocks - 1) * kSlotBlock;
+  const int64_t b0 = skip0 / kSlotBlock, b1 = skip1 / kSlotBlock;  // blocks the row does not see
   const __m256 last_lo = lane_mask(tail), last_hi = lane_mask(tail - 8), low = _mm256_set1_ps(-INFINITY);
   __m256 m_lo = low, m_hi = low;
   for (int64_t b = 0; b < blocks; ++b) {
+    if (b >= b0 && b < b1) b = b1;
+    if (b >= blocks) break;
     __m256 lo = _mm256_loadu_ps(e + b * kSlotBlock), hi = _mm256_loadu_ps(e + b * kSlotBlock + 8);
     if (b + 1 == blocks) {
       lo = _mm256_blendv_ps(low, lo, last_lo);
@@ -111,6 +114,8 @@ float softmax_avx2(float* e, int64_t n) {
   const __m256 m = _mm256_set1_ps(top);
   __m256 lanes_lo = _mm256_setzero_ps(), lanes_hi = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
+    if (b >= b0 && b < b1) b = b1;
+    if (b >= blocks) break;
     __m256 lo = exp8(_mm256_sub_ps(_mm256_loadu_ps(e + b * kSlotBlock), m));
     __m256 hi = exp8(_mm256_sub_ps(_mm256_loadu_ps(e + b * kSlotBlock + 8), m));
     if (b + 1 == blocks) {
@@ -132,23 +137,27 @@ void weigh_chunk(const AttentionPass& p, const Queries& q, const float* e, const
   const uint16_t* values = p.values + q.kv * p.slots * d + i;
   __m256 lo[C], hi[C];
   for (int k = 0; k < C; ++k) lo[k] = hi[k] = _mm256_setzero_ps();
-  const int64_t all = q.limit[r0], most = q.limit[r0 + C - 1];  // limits never fall from one query to the next
-  int64_t j = 0;
-  for (; j < all; ++j) {
-    const __m256 v0 = load_half8(values + j * d), v1 = load_half8(values + j * d + 8);
-    for (int k = 0; k < C; ++k) {
-      const __m256 w = _mm256_set1_ps(e[(r0 + k) * p.stride + j]);
-      lo[k] = _mm256_fmadd_ps(w, v0, lo[k]);
-      hi[k] = _mm256_fmadd_ps(w, v1, hi[k]);
+  const int64_t first = q.limit[r0], most = q.limit[r0 + C - 1];  // limits never fall from one query to the next
+  const int64_t spans[2][2] = {{0, std::min(most, q.gap0)}, {q.gap1, most}};  // around the slots none sees
+  for (const auto& span : spans) {
+    const int64_t all = std::min(first, span[1]);
+    int64_t j = span[0];
+    for (; j < all; ++j) {
+      const __m256 v0 = load_half8(values + j * d), v1 = load_half8(values + j * d + 8);
+      for (int k = 0; k < C; ++k) {
+        const __m256 w = _mm256_set1_ps(e[(r0 + k) * p.stride + j]);
+        lo[k] = _mm256_fmadd_ps(w, v0, lo[k]);
+        hi[k] = _mm256_fmadd_ps(w, v1, hi[k]);
+      }
     }
-  }
-  for (; j < most; ++j) {  // slots past the first queries' positions: the later rows' only
-    const __m256 v0 = load_half8(values + j * d), v1 = load_half8(values + j * d + 8);
-    for (int k = 0; k < C; ++k) {
-      if (q.limit[r0 + k] <= j) continue;
-      const __m256 w = _mm256_set1_ps(e[(r0 + k) * p.stride + j]);
-      lo[k] = _mm256_fmadd_ps(w, v0, lo[k]);
-      hi[k] = _mm256_fmadd_ps(w, v1, hi[k]);
+    for (; j < span[1]; ++j) {  // slots past the first queries' positions: the later rows' only
+      const __m256 v0 = load_half8(values + j * d), v1 = load_half8(values + j * d + 8);
+      for (int k = 0; k < C; ++k) {
+        if (q.limit[r0 + k] <= j) continue;
+        const __m256 w = _mm256_set1_ps(e[(r0 + k) * p.stride + j]);
+        lo[k] = _mm256_fmadd_ps(w, v0, lo[k]);
+        hi[k] = _mm256_fmadd_ps(w, v1, hi[k]);
+      }
     }
   }
   for (int k = 0; k < C; ++k) {

@@ -117,17 +117,21 @@ void scores_avx512(const AttentionPass& p, const Queries& q, int64_t b0, int64_t
   if (r < q.count) kScoreChunks[q.count - r](p, q, r, b0, b1, scores);
 }
 
-float softmax_avx512(float* e, int64_t n) {
-  const int64_t blocks = (n + kSlotBlock - 1) / kSlotBlock;
+float softmax_avx512(float* e, int64_t n, int64_t skip0, int64_t skip1) {
+  const int64_t blocks = (n + kSlotBlock - 1) / kSlotBlock, b0 = skip0 / kSlotBlock, b1 = skip1 / kSlotBlock;
   const __mmask16 last = static_cast<__mmask16>((1u << (n - (blocks - 1) * kSlotBlock)) - 1u);
   __m512 mv = _mm512_set1_ps(-INFINITY);
   for (int64_t b = 0; b < blocks; ++b) {
+    if (b >= b0 && b < b1) b = b1;  // blocks the row does not see
+    if (b >= blocks) break;
     const __mmask16 keep = b + 1 < blocks ? static_cast<__mmask16>(0xFFFF) : last;
     mv = _mm512_mask_max_ps(mv, keep, mv, _mm512_loadu_ps(e + b * kSlotBlock));
   }
   const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
   __m512 lanes = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
+    if (b >= b0 && b < b1) b = b1;
+    if (b >= blocks) break;
     const __mmask16 keep = b + 1 < blocks ? static_cast<__mmask16>(0xFFFF) : last;
     const __m512 x = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_loadu_ps(e + b * kSlotBlock), m)));
     _mm512_storeu_ps(e + b * kSlotBlock, x);
@@ -199,11 +203,14 @@ void weigh_chunk(const AttentionPass& p, const Queries& q, const float* e, const
   const int64_t d = p.head_dim, most = q.limit[r0 + C - 1];
   alignas(64) float acc[C * kMostHeadDim];
   for (int64_t k = 0; k < C; ++k) std::fill(acc + k * d + i0, acc + k * d + i1, 0.0f);
-  for (int64_t j0 = 0; j0 < most; j0 += kRowsAtOnce) {
-    const int64_t j1 = std::min(most, j0 + kRowsAtOnce);
-    int64_t i = i0;
-    for (; i + 32 <= i1; i += 32) weigh_rows<C, 2>(p, q, e, r0, i, j0, j1, acc, i == i0);
-    for (; i < i1; i += 16) weigh_rows<C, 1>(p, q, e, r0, i, j0, j1, acc, i == i0);
+  const int64_t spans[2][2] = {{0, std::min(most, q.gap0)}, {q.gap1, most}};
+  for (const auto& span : spans) {  // the slots before and after those no query sees
+    for (int64_t j0 = span[0]; j0 < span[1]; j0 += kRowsAtOnce) {
+      const int64_t j1 = std::min(span[1], j0 + kRowsAtOnce);
+      int64_t i = i0;
+      for (; i + 32 <= i1; i += 32) weigh_rows<C, 2>(p, q, e, r0, i, j0, j1, acc, i == i0);
+      for (; i < i1; i += 16) weigh_rows<C, 1>(p, q, e, r0, i, j0, j1, acc, i == i0);
+    }
   }
   for (int64_t k = 0; k < C; ++k) {
     float* out = query_out(p, q.kv, r0 + k);

@@ -121,6 +121,7 @@ bool run_case(const Case& c, std::mt19937& rng, const Isa* isas, int count) {
 
 struct AttentionCase {
   int64_t heads, kv_heads, d, slots, cached, rows;
+  int64_t sink = 0, window = 0;  // a window (attention.h): 0 sees every slot
 };
 
 // Runs a pass of rows [r0, r1) of the case over the caches: with `isa`'s three steps (scores in
@@ -136,7 +137,7 @@ std::vector<float> attention_pass(const AttentionCase& c, const std::vector<floa
   std::vector<float> out((r1 - r0) * c.heads * c.d, NAN);
   const int64_t stride = (pos.back() + kSlotBlock) / kSlotBlock * kSlotBlock;  // the slots read, whole blocks
   const AttentionPass p{qkv.data() + r0 * width, pos.data(), cos.data(), sin.data(), keys.data(), values.data(),
-                        out.data(), r1 - r0, c.heads, c.kv_heads, c.d, c.slots, 0.125f, stride};
+                        out.data(), r1 - r0, c.heads, c.kv_heads, c.d, c.slots, 0.125f, stride, c.sink, c.window};
   attention_write(p);
   if (isa == nullptr) {
     std::vector<float> scratch(c.slots);
@@ -148,13 +149,17 @@ std::vector<float> attention_pass(const AttentionCase& c, const std::vector<floa
   const int64_t queries = p.rows * (c.heads / c.kv_heads), blocks = (pos.back() + kSlotBlock) / kSlotBlock;
   for (int64_t g = 0; g < c.kv_heads; ++g) {
     std::vector<float> q(queries * c.d), scores(queries * stride, NAN), sums(queries);
-    std::vector<int64_t> limit(queries);
-    prepare_queries(p, g, q.data(), limit.data());
-    const Queries qs{g, q.data(), limit.data(), queries};
-    for (int64_t b = 0; b < blocks; b += blocks_per_task) {
-      isa->scores(p, qs, b, std::min(blocks, b + blocks_per_task), scores.data());
+    std::vector<int64_t> limit(queries), start(queries);
+    prepare_queries(p, g, q.data(), limit.data(), start.data());
+    Queries qs{g, q.data(), limit.data(), queries, start.data()};
+    common_gap(p, start.data(), queries, &qs.gap0, &qs.gap1);
+    const int64_t spans[2][2] = {{0, std::min(blocks, qs.gap0 / kSlotBlock)}, {qs.gap1 / kSlotBlock, blocks}};
+    for (const auto& span : spans) {  // the blocks no query sees are left NaN: never read
+      for (int64_t b = span[0]; b < span[1]; b += blocks_per_task) {
+        isa->scores(p, qs, b, std::min(span[1], b + blocks_per_task), scores.data());
+      }
     }
-    for (int64_t r = 0; r < queries; ++r) sums[r] = isa->softmax(scores.data() + r * stride, limit[r]);
+    for (int64_t r = 0; r < queries; ++r) sums[r] = query_softmax(*isa, p, qs, r, scores.data() + r * stride);
     const int64_t dims = task_span(isa->dims, c.d), span = task_span(isa->queries, queries);
     for (int64_t r = 0; r < queries; r += span) {
       for (int64_t i = 0; i < c.d; i += dims) {
@@ -229,7 +234,11 @@ int main() {
   std::printf("\n");
   for (const AttentionCase& c : {AttentionCase{4, 1, 16, 16, 0, 3}, AttentionCase{12, 2, 128, 64, 40, 9},
                                  AttentionCase{14, 2, 64, 96, 79, 17}, AttentionCase{3, 3, 256, 32, 5, 2},
-                                 AttentionCase{12, 2, 128, 272, 200, 5}, AttentionCase{7, 1, 48, 144, 100, 3}}) {
+                                 AttentionCase{12, 2, 128, 272, 200, 5}, AttentionCase{7, 1, 48, 144, 100, 3},
+                                 // windows: a sink and a gap, none of a pass's rows seeing the middle; a gap
+                                 // some rows see into; a window with no sink; a window wider than the rows
+                                 AttentionCase{12, 2, 128, 272, 200, 5, 32, 64}, AttentionCase{14, 2, 64, 304, 230, 17, 16, 32},
+                                 AttentionCase{4, 1, 16, 160, 120, 9, 0, 48}, AttentionCase{6, 2, 32, 64, 20, 4, 16, 512}}) {
     (run_attention_case(c, rng, attention_isas, attention_count) ? passed : failed)++;
   }
   std::printf("%d passed, %d failed\n", passed, failed);

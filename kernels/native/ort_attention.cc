@@ -35,6 +35,12 @@ struct Kernel {
   int64_t heads, kv_heads, head_dim;
   float scale;
   const AttentionIsa* isa;
+  int64_t sink, window;  // the session's window (attention.h; window 0: every slot)
+};
+
+// The op as one registration made it: the window its session's options ask for.
+struct WindowedOp : OrtCustomOp {
+  int64_t sink = 0, window = 0;
 };
 
 OrtStatus* int_attribute(const OrtKernelInfo* info, const char* name, int64_t* out) {
@@ -45,8 +51,10 @@ OrtStatus* int_attribute(const OrtKernelInfo* info, const char* name, int64_t* o
   return nullptr;
 }
 
-OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp*, const OrtApi*, const OrtKernelInfo* info, void** out) {
+OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** out) {
   Kernel kn{};
+  kn.sink = static_cast<const WindowedOp*>(op)->sink;
+  kn.window = static_cast<const WindowedOp*>(op)->window;
   RETURN_IF(int_attribute(info, "num_heads", &kn.heads));
   RETURN_IF(int_attribute(info, "kv_heads", &kn.kv_heads));
   RETURN_IF(int_attribute(info, "head_dim", &kn.head_dim));
@@ -82,25 +90,31 @@ struct Job {
   int64_t* limits;      // [KV][R]
   float* scores;        // [KV][R][T]
   float* sums;          // [KV][R]
+  int64_t* starts;      // [KV][R]: where each query's window starts
+  int64_t gap0, gap1;   // the slots no query sees (every KV head's queries are of the same rows)
+  int64_t seen;         // the slot blocks before the gap (then the gap's are skipped)
 
   Queries of(int64_t kv) const {
-    return {kv, q + kv * queries * pass.head_dim, limits + kv * queries, queries};
+    return {kv, q + kv * queries * pass.head_dim, limits + kv * queries, queries, starts + kv * queries, gap0, gap1};
   }
   float* scores_of(int64_t kv) const { return scores + kv * queries * pass.stride; }
 };
 
 constexpr int64_t kBlocksPerTask = 8;  // 128 slots of scores a task
 
+// Score tasks of kBlocksPerTask blocks over the blocks before the gap, then over those after it.
+int64_t score_chunks(int64_t blocks) { return (blocks + kBlocksPerTask - 1) / kBlocksPerTask; }
+
 void score_task(const Job& job, int64_t task) {
-  const int64_t kv = task / job.chunks, c = task % job.chunks;
-  const int64_t b0 = c * kBlocksPerTask, b1 = std::min(job.blocks, b0 + kBlocksPerTask);
+  const int64_t kv = task / job.chunks, c = task % job.chunks, before = score_chunks(job.seen);
+  const int64_t first = c < before ? 0 : job.gap1 / kSlotBlock, end = c < before ? job.seen : job.blocks;
+  const int64_t b0 = first + (c < before ? c : c - before) * kBlocksPerTask, b1 = std::min(end, b0 + kBlocksPerTask);
   job.isa->scores(job.pass, job.of(kv), b0, b1, job.scores_of(kv));
 }
 
 void softmax_task(const Job& job, int64_t task) {
   const int64_t kv = task / job.queries, r = task % job.queries;
-  job.sums[kv * job.queries + r] = job.isa->softmax(job.scores_of(kv) + r * job.pass.stride,
-                                                    job.limits[kv * job.queries + r]);
+  job.sums[kv * job.queries + r] = query_softmax(*job.isa, job.pass, job.of(kv), r, job.scores_of(kv) + r * job.pass.stride);
 }
 
 void weigh_task(const Job& job, int64_t task) {
@@ -135,7 +149,7 @@ void step_task(void* data, size_t task) {
 // Buffers kept by the thread that runs a session's passes, grown as needed.
 struct Scratch {
   std::vector<float> q, scores, sums;
-  std::vector<int64_t> limits;
+  std::vector<int64_t> limits, starts;
 };
 
 // The scratch of a pass: one for the process, sized by the pass's rows and the slots they read (not the
@@ -240,19 +254,25 @@ OrtStatus* run_passes(OrtKernelContext* ctx, const Kernel& kn, const std::vector
   float *q = fit(&scratch.q, q_size), *scores = fit(&scratch.scores, score_size);
   float* sums = fit(&scratch.sums, query_count);
   int64_t* limits = fit(&scratch.limits, query_count);
+  int64_t* starts = fit(&scratch.starts, query_count);
   std::vector<Job> jobs;
   for (const AttentionPass& pass : passes) {
     const int64_t queries = pass.rows * group;
-    for (int64_t g = 0; g < kv; ++g) prepare_queries(pass, g, q + g * queries * d, limits + g * queries);
+    for (int64_t g = 0; g < kv; ++g) {
+      prepare_queries(pass, g, q + g * queries * d, limits + g * queries, starts + g * queries);
+    }
     const int64_t last = *std::max_element(pass.pos, pass.pos + pass.rows) + 1;
     const int64_t dims = task_span(kn.isa->dims, d), span = task_span(kn.isa->queries, queries);
     const int64_t dim_tasks = (d + dims - 1) / dims, weigh_tasks = dim_tasks * ((queries + span - 1) / span);
     Job job{pass, kn.isa, queries, (last + kSlotBlock - 1) / kSlotBlock, 0, dims, span, dim_tasks, weigh_tasks,
-            q, limits, scores, sums};
-    job.chunks = (job.blocks + kBlocksPerTask - 1) / kBlocksPerTask;
+            q, limits, scores, sums, starts, 0, 0, 0};
+    common_gap(pass, starts, queries, &job.gap0, &job.gap1);
+    job.seen = std::min(job.blocks, job.gap0 / kSlotBlock);
+    job.chunks = score_chunks(job.seen) + score_chunks(job.blocks - job.gap1 / kSlotBlock);
     jobs.push_back(job);
     q += kv * queries * d;
     limits += kv * queries;
+    starts += kv * queries;
     scores += kv * queries * pass.stride;
     sums += kv * queries;
   }
@@ -312,7 +332,7 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
                       static_cast<uint16_t*>(out[1]) + run.stream * cache_size,
                       static_cast<uint16_t*>(out[2]) + run.stream * cache_size,
                       static_cast<float*>(out[0]) + run.first * kn.heads * d, run.count, kn.heads, kn.kv_heads, d,
-                      slots, kn.scale, (last + kSlotBlock - 1) / kSlotBlock * kSlotBlock});
+                      slots, kn.scale, (last + kSlotBlock - 1) / kSlotBlock * kSlotBlock, kn.sink, kn.window});
   }
   return run_passes(ctx, kn, passes);
 }
@@ -396,9 +416,20 @@ OrtCustomOp make_op() {
 
 }  // namespace
 
-OrtCustomOp* specedge::attention_op() {
-  static OrtCustomOp op = make_op();
-  return &op;
+OrtCustomOp* specedge::attention_op(int64_t sink, int64_t window) {
+  // One op per window asked for, kept for the process (as ONNX Runtime keeps the domains holding them).
+  static std::mutex lock;
+  static std::vector<WindowedOp*> ops;
+  std::lock_guard<std::mutex> hold(lock);
+  for (WindowedOp* op : ops) {
+    if (op->sink == sink && op->window == window) return op;
+  }
+  WindowedOp* op = new WindowedOp();
+  static_cast<OrtCustomOp&>(*op) = make_op();
+  op->sink = sink;
+  op->window = window;
+  ops.push_back(op);
+  return op;
 }
 
 extern "C" {

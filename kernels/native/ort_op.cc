@@ -228,6 +228,31 @@ OrtCustomOp* specedge::matmul_op() {
   return &op;
 }
 
+namespace {
+
+// The attention window a session asks for, in its options' config entries (set before the library
+// is registered with them): slots, a multiple of 16; 0 where the entry is absent.
+constexpr const char* kWindowEntry = "specedge.attention_window";
+constexpr const char* kSinkEntry = "specedge.attention_sink";
+
+OrtStatus* window_entry(const OrtSessionOptions* options, const char* key, int64_t* out) {
+  int has = 0;
+  RETURN_IF(g_api->HasSessionConfigEntry(options, key, &has));
+  if (!has) return nullptr;
+  char text[32] = {};
+  size_t size = sizeof text;
+  RETURN_IF(g_api->GetSessionConfigEntry(options, key, text, &size));
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || value < 0 || value % kSlotBlock != 0) {
+    return fail(std::string(key) + "=" + text + ": give a number of slots, a multiple of 16 (0: every slot)");
+  }
+  *out = value;
+  return nullptr;
+}
+
+}  // namespace
+
 extern "C" {
 
 __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
@@ -235,10 +260,13 @@ __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps
   // C API 21 (onnxruntime 1.21): every later release serves it, its function table only grows
   g_api = base->GetApi(ORT_API_VERSION);
   if (g_api == nullptr) return nullptr;  // older than 1.21: nothing registered; the session then names the op
+  int64_t window = 0, sink = 0;
+  RETURN_IF(window_entry(options, kWindowEntry, &window));
+  RETURN_IF(window_entry(options, kSinkEntry, &sink));
   OrtCustomOpDomain* domain = nullptr;  // one per registration, kept for the process (ONNX Runtime's rule)
   RETURN_IF(g_api->CreateCustomOpDomain(kDomain, &domain));
   RETURN_IF(g_api->CustomOpDomain_Add(domain, matmul_op()));
-  RETURN_IF(g_api->CustomOpDomain_Add(domain, attention_op()));
+  RETURN_IF(g_api->CustomOpDomain_Add(domain, attention_op(sink, window)));
   return g_api->AddCustomOpDomain(options, domain);
 }
 

@@ -68,8 +68,9 @@ inline OrtCustomOp cpu_op() {
   return op;
 }
 
-// The custom ops of the library (ort_op.cc: MatMulInt4Rows; ort_attention.cc: AttentionRows).
+// The custom ops of the library (ort_op.cc: MatMulInt4Rows; ort_attention.cc: AttentionRows, with
+// the window a session asks for: attention.h).
 OrtCustomOp* matmul_op();
-OrtCustomOp* attention_op();
+OrtCustomOp* attention_op(int64_t sink, int64_t window);
 
 }  // namespace specedge

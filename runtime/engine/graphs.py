@@ -3,6 +3,7 @@ per exported width (QNN, DirectML), each opened on first use."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from specedge.core.contract import logits_rows
@@ -69,10 +70,14 @@ class StaticGraphs:
 
 
 def open_graphs(folder: Path, manifest: Manifest, provider: str, threads: int | None,
-                spin: bool, profile_prefix: str | None = None) -> DynamicGraph | StaticGraphs:
+                spin: bool, profile_prefix: str | None = None,
+                entries: Mapping[str, str] | None = None) -> DynamicGraph | StaticGraphs:
+    """entries: the CPU session's own config entries (a draft's attention window); static graphs
+    (QNN, DirectML) run the providers' attention, which has none."""
     if manifest.static:
         return StaticGraphs(folder, manifest, provider, threads, spin)
     # specedge's kernel reads its weights as stored: in memory on huge pages, where this OS gives them
     weights = resident_weights(folder / manifest.graph) if provider == "cpu" and manifest.native_kernel else None
     return DynamicGraph(create_session(folder / manifest.graph, provider, threads, spin=spin,
-                                       profile_prefix=profile_prefix, weights=weights), manifest.prefill_width)
+                                       profile_prefix=profile_prefix, weights=weights, entries=entries),
+                        manifest.prefill_width)

@@ -14,6 +14,7 @@ from specedge.core.contract import MAX_VERIFY_WIDTH
 from specedge.core.errors import DecodingStopped, SpecEdgeError
 from specedge.core.manifest import Manifest, load_manifest
 from specedge.kernels.sampling import argmax
+from specedge.runtime.engine.attention_window import AttentionWindow
 from specedge.runtime.engine.feeds import FEEDS, attention_bias, one_stream
 from specedge.runtime.engine.graph_facts import check_graphs
 from specedge.runtime.engine.graphs import open_graphs
@@ -70,10 +71,13 @@ class OnnxModel:
     runtime/engine/runners.py)."""
 
     def __init__(self, folder: str | Path, provider: str = "cpu", threads: int | None = None,
-                 verify: bool = True, spin: bool = False, profile_prefix: str | None = None) -> None:
+                 verify: bool = True, spin: bool = False, profile_prefix: str | None = None,
+                 window: AttentionWindow | None = None) -> None:
         """spin: the only model decoding in this process (plain decoding), so its threads may
         spin between passes; never for a target and a draft that take turns on the cores.
-        profile_prefix: the CPU session records ONNX Runtime's profile there (the step profiler)."""
+        profile_prefix: the CPU session records ONNX Runtime's profile there (the step profiler).
+        window: what its attention sees of a long context (a draft's only: runtime/engine/attention_window.py);
+        kept where the graph runs specedge's attention on the CPU, else None."""
         self.folder = Path(folder)
         self.manifest: Manifest = load_manifest(self.folder, verify=verify)
         check_graphs(self.folder, self.manifest)  # its vocabulary and context: before a pass trips on them
@@ -82,7 +86,9 @@ class OnnxModel:
         self.spin = spin
         m = self.manifest
         check_integer_kernel(m, self.folder, provider)
-        self.graphs = open_graphs(self.folder, m, provider, threads, spin, profile_prefix)
+        self.window = window if window is not None and m.attention == "rows" and provider == "cpu" else None
+        self.graphs = open_graphs(self.folder, m, provider, threads, spin, profile_prefix,
+                                  self.window.entries() if self.window else None)
         self.session = self.graphs.session  # None for static graphs: a session per width
         # CPU: the pass writes its cache entries into the buffers bound as past_* and present_*
         self.in_place = m.in_place and provider == "cpu" and not m.static
@@ -100,6 +106,7 @@ class OnnxModel:
         model = cls.__new__(cls)
         model.folder, model.manifest, model.provider = base.folder, base.manifest, base.provider
         model.threads, model.spin, model.graphs, model.session = base.threads, base.spin, base.graphs, base.session
+        model.window = base.window
         model.in_place, model._feeds = base.in_place, base._feeds
         model.runner, model.slot_cache = runner, cache
         return model

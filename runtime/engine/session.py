@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,8 +134,10 @@ def resolve_provider(provider: str, fallback: str | None = None) -> str:
         return fallback
 
 
-def session_options(setup: ProviderSetup, threads: int | None, spin: bool = False) -> ort.SessionOptions:
-    """The options a session of `setup` is made with (also the export's, compiling QNN contexts)."""
+def session_options(setup: ProviderSetup, threads: int | None, spin: bool = False,
+                    entries: Mapping[str, str] | None = None) -> ort.SessionOptions:
+    """The options a session of `setup` is made with (also the export's, compiling QNN contexts);
+    entries: config entries of this session's own (a draft's attention window: kernels/native.py)."""
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -148,7 +151,7 @@ def session_options(setup: ProviderSetup, threads: int | None, spin: bool = Fals
     # choices in the code": both, and denormals as zero).
     opts.add_session_config_entry("session.force_spinning_stop", "0" if spin else "1")
     opts.add_session_config_entry("session.set_denormal_as_zero", "1")
-    for key, value in setup.session_entries.items():
+    for key, value in {**setup.session_entries, **(entries or {})}.items():
         opts.add_session_config_entry(key, value)
     for dim, value in setup.free_dims.items():
         opts.add_free_dimension_override_by_name(dim, value)
@@ -159,16 +162,18 @@ def session_options(setup: ProviderSetup, threads: int | None, spin: bool = Fals
 
 def create_session(graph: Path, provider: str = "cpu", threads: int | None = None, width: int | None = None,
                    context: int | None = None, spin: bool = False, profile_prefix: str | None = None,
-                   weights: ResidentWeights | None = None) -> ort.InferenceSession:
+                   weights: ResidentWeights | None = None,
+                   entries: Mapping[str, str] | None = None) -> ort.InferenceSession:
     """spin: keep the threads spinning between passes; only for a session that runs alone.
     profile_prefix: record ONNX Runtime's profile of every node (the step profiler's, never decoding's).
-    weights: the graph's weights already in memory (runtime/engine/weight_pages.py), used instead of its data file."""
+    weights: the graph's weights already in memory (runtime/engine/weight_pages.py), used instead of its data file.
+    entries: the session's own config entries (session_options)."""
     check_provider(provider)
     if provider == "qnn":
         check_built_for_qnn(Path(graph))
         return _qnn_width_session(Path(graph), width, context, threads)
     setup = provider_setup(provider, Path(graph), width, context)
-    opts = session_options(setup, threads, spin)
+    opts = session_options(setup, threads, spin, entries)
     if profile_prefix is not None:
         opts.enable_profiling = True
         opts.profile_file_prefix = profile_prefix

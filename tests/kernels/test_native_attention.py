@@ -27,10 +27,10 @@ def isas() -> list[str]:
     return native.attention_isas() if native.available() else []
 
 
-def session(model: bytes, isa: str, threads: int = 1) -> ort.InferenceSession:
+def session(model: bytes, isa: str, threads: int = 1, entries: dict[str, str] | None = None) -> ort.InferenceSession:
     os.environ[ISA_ENV] = isa
     try:
-        return op_session(model, threads)
+        return op_session(model, threads, entries)
     finally:
         del os.environ[ISA_ENV]
 
@@ -72,6 +72,45 @@ def test_every_isa_is_the_numpy_model_bit_for_bit(case: tuple[int, ...]) -> None
         for name, a, b in zip(("attn", "keys", "values"), got, want, strict=True):
             assert np.array_equal(a.view(np.uint32 if a.dtype == np.float32 else np.uint16),
                                   b.view(np.uint32 if b.dtype == np.float32 else np.uint16)), (isa, name)
+
+
+WINDOWS = [  # heads, kv heads, head dim, slots, cached, rows, sink, window
+    (12, 2, 128, 272, 200, 5, 32, 64),  # a gap no row of the pass sees
+    (14, 2, 64, 304, 230, 17, 16, 32),  # rows whose windows start in different blocks
+    (4, 1, 16, 160, 120, 9, 0, 48),     # no sink
+    (6, 2, 32, 64, 20, 4, 16, 512),     # a window wider than the rows: every slot
+    (7, 1, 64, 400, 380, 3, 64, 128)]   # a sink of several blocks, rows after a long gap
+
+
+@pytest.mark.parametrize("case", WINDOWS, ids=[f"S{c[5]}-sink{c[6]}-window{c[7]}" for c in WINDOWS])
+def test_a_window_is_the_numpy_model_bit_for_bit_and_leaves_the_middle_unread(case: tuple[int, ...]) -> None:
+    heads, kv_heads, d, slots, cached, rows, sink, window = case
+    rng = np.random.default_rng(sum(case))
+    keys, values = random_cache(rng, kv_heads, slots, d)
+    qkv = rng.normal(0, 1, (rows, (heads + 2 * kv_heads) * d)).astype(np.float32)
+    qkv[:, :heads * d] *= 3
+    pos = np.arange(cached, cached + rows, dtype=np.int64)
+    tables, scale = rope_tables(slots, d), 1 / np.sqrt(d)
+    want = am.attention(qkv, pos, *tables, keys, values, heads, kv_heads, scale, sink=sink, window=window)
+    full = am.attention(qkv, pos, *tables, keys, values, heads, kv_heads, scale)
+    gap = slice(sink, am.window_start(cached, sink, window))
+    poisoned_k, poisoned_v = am.unpack_keys(keys).copy(), values.copy()
+    poisoned_k[:, gap], poisoned_v[:, gap] = np.inf, np.nan  # slots no row sees: never read
+    model = op_model(heads, kv_heads, d, scale)
+    entries = native.window_entries(window, sink)
+    for isa in isas():
+        got = run(session(model, isa, entries=entries), qkv, pos, tables, keys, values)
+        assert np.array_equal(got[0].view(np.uint32), want[0].view(np.uint32)), isa
+        poisoned = run(session(model, isa, entries=entries), qkv, pos, tables, am.pack_keys(poisoned_k), poisoned_v)
+        assert np.array_equal(poisoned[0].view(np.uint32), want[0].view(np.uint32)), isa
+    assert window >= cached + rows or not np.array_equal(want[0], full[0])  # the window changed the output
+
+
+def test_a_window_that_is_not_whole_blocks_is_one_line() -> None:
+    with pytest.raises(ValueError, match="multiples of 16"):
+        native.window_entries(100, 0)
+    with pytest.raises(Exception, match=r"specedge\.attention_window=100: give a number of slots, a multiple of 16"):
+        session(op_model(2, 1, 16, 1.0), "portable", entries={native.WINDOW_ENTRY: "100"})
 
 
 def test_a_row_alone_equals_that_row_among_others_at_any_thread_count() -> None:
