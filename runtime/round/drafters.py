@@ -33,6 +33,7 @@ from specedge.kernels.sampling import Draws, SamplingParams, argmax, top_probabi
 from specedge.runtime.constraints.guide import Guide, mask_rows
 from specedge.runtime.engine.model import OnnxModel
 from specedge.runtime.engine.traffic import Traffic
+from specedge.runtime.round.token_array import TokenArray
 
 Stop = Callable[[], str]  # asked before a pass: a reason to stop ("": go on)
 
@@ -143,14 +144,25 @@ def takes(method: Callable[..., object], name: str) -> bool:
     return name in inspect.signature(method).parameters
 
 
-def continuations(seq: np.ndarray, needle: np.ndarray) -> np.ndarray:
-    """Where each occurrence of `needle` in `seq` that has a token after it ends (ascending): the
-    suffix search of the n-gram lookup and of a prediction's place."""
-    n = len(needle)
-    if n == 0 or len(seq) <= n:
-        return np.empty(0, dtype=np.int64)
-    windows = np.lib.stride_tricks.sliding_window_view(seq[:-1], n)  # [L-n, n]
-    return np.flatnonzero((windows == needle).all(axis=1)) + n
+def suffix_ends(seq: np.ndarray, tail: np.ndarray, longest: int) -> list[np.ndarray]:
+    """Where the occurrences in `seq` of the last n tokens of `tail` that have a token after them end
+    (ascending), for n = 1, 2, ... up to `longest`, while any occur: one comparison over `seq` for the
+    last token, then each longer suffix narrows the previous one's places (the suffix search of the
+    n-gram lookup and of a prediction's place; the latest places of the longest suffix are the last
+    entry's)."""
+    found: list[np.ndarray] = []
+    if len(tail) == 0 or len(seq) < 2:
+        return found
+    ends = np.flatnonzero(seq[:-1] == tail[-1]) + 1
+    longest = min(longest, len(tail))
+    for n in range(1, longest + 1):
+        if n > 1:
+            ends = ends[ends >= n]
+            ends = ends[seq[ends - n] == tail[-n]]
+        if not ends.size:
+            break
+        found.append(ends)
+    return found
 
 
 class NgramDrafter:
@@ -159,6 +171,7 @@ class NgramDrafter:
     def __init__(self, *, max_ngram: int = 8, min_ngram: int = 1) -> None:
         self.max_ngram = max_ngram  # a long suffix finds the right place to copy from in code
         self.min_ngram = min_ngram
+        self.tokens = TokenArray()  # the context as an array, converted as it grows
 
     def begin(self, context: Sequence[int], stop: Stop | None = None) -> None:
         pass
@@ -169,13 +182,13 @@ class NgramDrafter:
     def match(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
         """Up to k tokens following the latest earlier occurrence of the longest suffix n-gram,
         and that n (0: no match)."""
-        arr = np.asarray(context, dtype=np.int64)
-        for n in range(min(self.max_ngram, len(arr) - 1), self.min_ngram - 1, -1):
-            ends = continuations(arr, arr[-n:])
-            if ends.size:
-                start = int(ends[-1])
-                return arr[start:start + k].tolist(), n
-        return [], 0
+        with self.tokens.lock:
+            arr = self.tokens.of(context)
+            found = suffix_ends(arr, arr, min(self.max_ngram, len(arr) - 1))
+            if len(found) < max(self.min_ngram, 1):
+                return [], 0
+            start = int(found[-1][-1])
+            return arr[start:start + k].tolist(), len(found)
 
     def lookup(self, context: Sequence[int], k: int) -> list[int]:
         """Continuation of the latest earlier match of the longest suffix n-gram."""
@@ -312,12 +325,12 @@ class PredictionDrafter:
     def place(self, context: Sequence[int]) -> int:
         """Where in the prediction the context continues (-1: nowhere)."""
         tail = np.asarray(context[-self.max_ngram:], dtype=np.int64)
-        for n in range(min(len(tail), len(self.tokens) - 1), self.min_match - 1, -1):
-            ends = continuations(self.tokens, tail[-n:])
-            if ends.size:
-                ahead = ends[ends >= self.cursor]
-                return int(ahead[0] if ahead.size else ends[-1])
-        return -1
+        found = suffix_ends(self.tokens, tail, len(tail))
+        if len(found) < max(self.min_match, 1):
+            return -1
+        ends = found[-1]
+        ahead = ends[ends >= self.cursor]
+        return int(ahead[0] if ahead.size else ends[-1])
 
     def sources(self, context: Sequence[int]) -> tuple[str, ...]:
         return ("prediction",) if self.place(context) >= 0 else ()

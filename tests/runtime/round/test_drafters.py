@@ -33,6 +33,27 @@ def test_lookup_copies_from_the_longest_match_not_the_latest() -> None:
     assert NgramDrafter(max_ngram=2).match(context, 2) == ([60, 1], 2)
 
 
+def brute_match(context: list[int], k: int, max_ngram: int = 8) -> tuple[list[int], int]:
+    """The lookup by its definition: the longest suffix (up to max_ngram) seen before with a token
+    after it, its latest such place, the tokens from there."""
+    for n in range(min(max_ngram, len(context) - 1), 0, -1):
+        ends = [i + n for i in range(len(context) - n) if context[i:i + n] == context[-n:]]
+        if ends:
+            return context[ends[-1]:ends[-1] + k], n
+    return [], 0
+
+
+def test_lookup_is_its_definition_on_random_contexts() -> None:
+    """The narrowing search (suffix_ends) against a brute-force search of every suffix."""
+    rng = np.random.default_rng(5)
+    for trial in range(400):
+        alphabet = int(rng.integers(2, 12))
+        context = rng.integers(0, alphabet, int(rng.integers(1, 60))).tolist()
+        k = int(rng.integers(1, 6))
+        assert NgramDrafter().match(context, k) == brute_match(context, k), context
+        assert NgramDrafter(max_ngram=3).match(context, k) == brute_match(context, k, 3), context
+
+
 def test_hybrid_takes_drafts_from_the_source_asked_for(tiny_llama: tuple[Path, Path, Path]) -> None:
     ngram = NgramDrafter()
     model = DraftModelDrafter(OnnxModel(tiny_llama[2]))
