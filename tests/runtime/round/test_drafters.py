@@ -46,7 +46,7 @@ def brute_match(context: list[int], k: int, max_ngram: int = 8) -> tuple[list[in
 def test_lookup_is_its_definition_on_random_contexts() -> None:
     """The narrowing search (suffix_ends) against a brute-force search of every suffix."""
     rng = np.random.default_rng(5)
-    for trial in range(400):
+    for _ in range(400):
         alphabet = int(rng.integers(2, 12))
         context = rng.integers(0, alphabet, int(rng.integers(1, 60))).tolist()
         k = int(rng.integers(1, 6))
