@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,23 +76,48 @@ class Penalties:
         """The row [V] (float32) under the bias and penalties, given the tokens before it: `context`,
         of which those from index `answer_from` on are the answer so far. A copy where anything
         applies (the row itself otherwise: the pass's buffer is left as the model wrote it)."""
+        return self.bind(context, answer_from)(logits, ())
+
+    def bind(self, context: Sequence[int], answer_from: int) -> Shape:
+        """`apply` for rows that follow `context` and then a few more tokens each: shape(row, extra) is
+        apply(row, [*context, *extra], answer_from), the context read once (a verification pass's rows,
+        a round's drafts: the context may be 10K tokens, the extras a few)."""
         if not self.active:
-            return logits
+            return lambda logits, extra=(): logits
+        arr = np.asarray(context, dtype=np.int64)
+        whole = self.repetition != 1 and not self.last_n
+        seen = np.unique(arr) if whole else arr[-self.last_n:] if self.repetition != 1 else arr[:0]
+        answer = arr[answer_from:]
+
+        def shape(logits: np.ndarray, extra: Sequence[int] = ()) -> np.ndarray:
+            more = np.asarray(extra, dtype=np.int64)
+            if not more.size:
+                return self._shaped(logits, seen, answer)
+            ids = np.union1d(seen, more) if whole else np.concatenate([seen, more])[-self.last_n:]
+            later = more[max(answer_from - len(arr), 0):]  # the extras that are part of the answer
+            return self._shaped(logits, ids, np.concatenate([answer, later]))
+
+        return shape
+
+    def _shaped(self, logits: np.ndarray, seen: np.ndarray, answer: np.ndarray) -> np.ndarray:
+        """The row under the bias, the repetition penalty over the ids in `seen` and the presence and
+        frequency penalties over the tokens of `answer`."""
         out = np.array(logits, dtype=np.float32)
         vocab = out.shape[-1]
         for token, value in self.bias:
             if token < vocab:
                 out[token] += np.float32(value)
         if self.repetition != 1:
-            seen = np.asarray(context[-self.last_n:] if self.last_n else context, dtype=np.int64)
             ids = np.unique(seen[seen < vocab])
             row = out[ids]
             out[ids] = np.where(row > 0, row / np.float32(self.repetition), row * np.float32(self.repetition))
         if self.presence != 0 or self.frequency != 0:
-            answer = np.asarray(context[answer_from:], dtype=np.int64)
             ids, counts = np.unique(answer[answer < vocab], return_counts=True)
             out[ids] -= np.float32(self.presence) + np.float32(self.frequency) * counts.astype(np.float32)
         return out
+
+
+Shape = Callable[..., np.ndarray]  # shape(logits, extra=()): a row under the penalties of what it follows
 
 
 NONE = Penalties()

@@ -388,7 +388,8 @@ def as_read(run: Run, out: ForwardOutput, tokens: Sequence[int]) -> ForwardOutpu
     penalties, logits = run.config.sampling.penalties, out.logits
     if penalties.active:
         before = len(tokens) - len(logits) + 1  # the tokens before row 0: the context up to the pending token
-        logits = np.stack([penalties.apply(row, tokens[:before + i], run.answer_from) for i, row in enumerate(logits)])
+        shape = penalties.bind(tokens[:before], run.answer_from)  # the context read once for all the rows
+        logits = np.stack([shape(row, tokens[before:before + i]) for i, row in enumerate(logits)])
     if run.guide is not None:
         logits = mask_rows(logits, run.guide.row_masks())
     if logits is out.logits:

@@ -29,6 +29,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from specedge.kernels.laws import Law, law
+from specedge.kernels.penalties import Shape
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, top_probability
 from specedge.runtime.constraints.guide import Guide, mask_rows
 from specedge.runtime.engine.model import OnnxModel
@@ -76,9 +77,10 @@ class Ask:
     go_on: GoOn | None = None
     answer_from: int = 0  # where the answer begins in the context: params.penalties count its tokens
 
-    def shape(self, logits: np.ndarray, before: Sequence[int]) -> np.ndarray:
-        """A row under the bias and penalties of the tokens before it (the law the target's row gets)."""
-        return self.params.penalties.apply(logits, before, self.answer_from)
+    def shaper(self, context: Sequence[int]) -> Shape:
+        """shape(row, drafts): a draft's row under the bias and penalties of the tokens before it, the
+        context and the drafts before it (the law the target's row gets); the context read once."""
+        return self.params.penalties.bind(context, self.answer_from)
 
 
 class Drafter(Protocol):
@@ -232,13 +234,14 @@ class DraftModelDrafter:
         traffic = Traffic()
         calls = 0
         confidence = 1.0  # the product of its distribution's largest probability at each draft, for go_on
+        shape = ask.shaper(context)
         while len(tokens) < k:
             out = self.model.forward(feed, self.cache, all_logits=False)
             traffic.add(out.traffic)
             calls += 1
             self.cache.commit(out.new_keys, out.new_values, feed)
             row = out.logits[-1]
-            shaped = ask.shape(row, [*context, *tokens])
+            shaped = shape(row, tokens)
             logits = shaped if guide is None else mask_rows(shaped[None], [guide.allowed()])[0]
             if guide is not None and not np.isfinite(logits).any():
                 break  # its head scores none of the tokens the grammar allows here (a truncated head)

@@ -59,3 +59,40 @@ def test_a_bias_outside_the_vocabulary_is_refused() -> None:
     Penalties(bias=((5, 1.0),)).check_vocabulary(6)
     with pytest.raises(SpecEdgeError, match="outside the model's vocabulary of 6"):
         Penalties(bias=((6, 1.0),)).check_vocabulary(6)
+
+
+def by_definition(p: Penalties, logits: np.ndarray, context: list[int], answer_from: int) -> np.ndarray:
+    """The transforms as the module's docstring defines them, one token list read whole."""
+    out = np.array(logits, dtype=np.float32)
+    vocab = len(out)
+    for token, value in p.bias:
+        out[token] += np.float32(value)
+    if p.repetition != 1:
+        ids = sorted({t for t in (context[-p.last_n:] if p.last_n else context) if t < vocab})
+        row = out[ids]
+        out[ids] = np.where(row > 0, row / np.float32(p.repetition), row * np.float32(p.repetition))
+    for token in sorted({t for t in context[answer_from:] if t < vocab}):
+        count = context[answer_from:].count(token)
+        out[token] -= np.float32(p.presence) + np.float32(p.frequency) * np.float32(count)
+    return out
+
+
+def test_bind_is_the_definition_over_the_context_and_the_extras_bit_for_bit() -> None:
+    """shape(row, extra) of a context read once equals the definition over [*context, *extra]: for the rows of
+    a pass (the drafts before each) and a round's drafts, with every penalty, a window, and an answer
+    that begins before, at or after the context's end."""
+    rng = np.random.default_rng(11)
+    settings = [Penalties(repetition=1.3), Penalties(presence=0.5, frequency=0.25), Penalties(repetition=0.8, last_n=7),
+                Penalties(bias=((3, 5.0),), repetition=1.1, presence=-0.4, frequency=1.5)]
+    for trial in range(200):
+        penalties = settings[trial % len(settings)]
+        vocab = int(rng.integers(8, 40))
+        context = rng.integers(0, vocab + 3, int(rng.integers(0, 30))).tolist()  # ids past the head too
+        answer_from = int(rng.integers(0, len(context) + 4))
+        shape = penalties.bind(context, answer_from)
+        for _ in range(4):
+            row = rng.normal(0, 3, vocab).astype(np.float32)
+            extra = rng.integers(0, vocab, int(rng.integers(0, 6))).tolist()
+            want = by_definition(penalties, row, [*context, *extra], answer_from)
+            assert np.array_equal(shape(row, extra).view(np.uint32), want.view(np.uint32)), (penalties, trial)
+            assert np.array_equal(penalties.apply(row, [*context, *extra], answer_from), want)
