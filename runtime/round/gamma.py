@@ -50,6 +50,12 @@ EMA = 0.3
 # one draft would carry every token decoded since the last).
 STEADY_CATCH_UP = 1
 RECALLED_ROUNDS = 4.0  # what a generation's measured acceptance weighs in the next one's, in rounds
+# A probe's draft first catches up on every token decoded since the last: over a long context that
+# multi-row pass is dear (its attention reads the whole context a row: ~9 ms a token for the 0.5B at
+# 11K tokens on a Zen 4 core pair, 22% of a plain step). What probing costs is then that share of
+# every plain step, however rarely it probes; above CATCH_UP_SHARE γ auto stops probing (drafting
+# resumes only where the measured rates say it pays outright).
+CATCH_UP_SHARE = 0.15
 
 
 class RoundCosts(Protocol):
@@ -92,6 +98,7 @@ class SourceStats:
     accepted: float = 0.0
     rejected: float = 0.0  # rounds that ended in a rejection
     t_draft: float | None = None  # seconds per drafted token
+    t_catch_up: float | None = None  # seconds per context token a draft's first pass after plain steps fed
 
     @property
     def alpha(self) -> float:
@@ -217,6 +224,8 @@ class GammaController:
         pass, a probe's drafts (and the draft's catch-up on every token since its last) hold up
         every stream."""
         s = self.stats(source)
+        if s.t_catch_up is not None and s.t_catch_up > CATCH_UP_SHARE * self.verify_seconds(1):
+            return False  # the catch-up alone would cost more than probing could be worth
         alpha = max(PROBE_ALPHA, s.alpha)
         t_draft = s.t_draft if s.t_draft is not None else 0.0
         best = max(round_rate(alpha, g, t_draft, self.verify_seconds(g + 1)) for g in self.choices)
@@ -236,6 +245,9 @@ class GammaController:
                 s.t_draft = per_token
             elif o.caught_up <= STEADY_CATCH_UP:
                 s.t_draft = (1 - EMA) * s.t_draft + EMA * per_token
+            else:  # what the drafts' own steps did not take went to the catch-up
+                catch_up = max(o.draft_seconds - o.proposed * s.t_draft, 0.0) / o.caught_up
+                s.t_catch_up = catch_up if s.t_catch_up is None else (1 - EMA) * s.t_catch_up + EMA * catch_up
         old = self.t_verify.get(o.width)
         self.t_verify[o.width] = o.verify_seconds if old is None else (1 - EMA) * old + EMA * o.verify_seconds
 

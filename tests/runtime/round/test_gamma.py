@@ -235,3 +235,17 @@ def test_no_probe_where_drafts_would_not_pay_even_if_nearly_all_were_accepted() 
         feed(ctrl, 0.3, t_draft=0.4, t_verify={1: 1.0, 3: 1.0, 5: 1.0}, rounds=10)  # low acceptance: plain
         probes[k] = sum(choose(ctrl) > 0 for _ in range(64))
     assert probes[1] == 64 // 8 and probes[4] == 0, probes
+
+
+def test_no_probe_where_the_drafts_catch_up_costs_more_than_its_share_of_a_plain_step() -> None:
+    """A probe's draft first feeds every token since the last probe: measured as the draft time its
+    drafts' own steps did not take. Over a short context that is cheap and probes go on; over a long
+    one (22% of a plain step a token, as the 0.5B draft at 11K tokens) they stop."""
+    probes = {}
+    for catch_up in (0.02, 0.22):  # seconds a caught-up token, against a plain step of 1 s
+        ctrl = GammaController.for_widths(DEFAULT_WIDTHS)
+        feed(ctrl, 0.3, t_draft=0.3, t_verify={1: 1.0, 3: 1.5, 5: 1.9}, rounds=10)  # low acceptance: plain
+        observe(ctrl, 1, 0, draft_seconds=0.3 + 8 * catch_up, verify_seconds=1.3, caught_up=8)
+        assert abs(ctrl.stats("model").t_catch_up - catch_up) < 1e-9 and abs(ctrl.stats("model").t_draft - 0.3) < 1e-9
+        probes[catch_up] = sum(choose(ctrl) > 0 for _ in range(64))
+    assert probes == {0.02: 64 // 8, 0.22: 0}, probes
