@@ -238,7 +238,8 @@ int main() {
                                  // windows: a sink and a gap, none of a pass's rows seeing the middle; a gap
                                  // some rows see into; a window with no sink; a window wider than the rows
                                  AttentionCase{12, 2, 128, 272, 200, 5, 32, 64}, AttentionCase{14, 2, 64, 304, 230, 17, 16, 32},
-                                 AttentionCase{4, 1, 16, 160, 120, 9, 0, 48}, AttentionCase{6, 2, 32, 64, 20, 4, 16, 512}}) {
+                                 AttentionCase{4, 1, 16, 160, 120, 9, 0, 48}, AttentionCase{6, 2, 32, 64, 20, 4, 16, 512},
+                                 AttentionCase{4, 1, 32, 64, 20, 4, 512, 16}}) {
     (run_attention_case(c, rng, attention_isas, attention_count) ? passed : failed)++;
   }
   std::printf("%d passed, %d failed\n", passed, failed);

@@ -268,7 +268,7 @@ OrtStatus* run_passes(OrtKernelContext* ctx, const Kernel& kn, const std::vector
             q, limits, scores, sums, starts, 0, 0, 0};
     common_gap(pass, starts, queries, &job.gap0, &job.gap1);
     job.seen = std::min(job.blocks, job.gap0 / kSlotBlock);
-    job.chunks = score_chunks(job.seen) + score_chunks(job.blocks - job.gap1 / kSlotBlock);
+    job.chunks = score_chunks(job.seen) + score_chunks(std::max<int64_t>(job.blocks - job.gap1 / kSlotBlock, 0));
     jobs.push_back(job);
     q += kv * queries * d;
     limits += kv * queries;
