@@ -20,19 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from long_context_bench import DRAFT, QUESTIONS, TARGET, code_prefix
+
 from specedge.device_profiles.cpu import cpu_info
 from specedge.resolve import resolve_model
 from specedge.runtime import Generator, SpecConfig
 from specedge.runtime.engine.attention_window import parse_window
 from specedge.runtime.engine.model import OnnxModel
 from specedge.runtime.round.drafters import DraftModelDrafter
-
-TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
-
-
-def source_text() -> str:
-    root = Path(__file__).resolve().parents[1]
-    return "\n\n".join(p.read_text() for p in sorted((root / "specedge").rglob("*.py")))
 
 
 def first_function(code: str) -> str:
@@ -44,13 +39,11 @@ def first_function(code: str) -> str:
 
 
 def chats(gen: Generator, length: int) -> dict[str, list[dict[str, str]]]:
-    ids = gen.codec.encode(source_text())
-    code = gen.codec.decode(ids[:length - 60])
-    name = first_function(code)
+    code = code_prefix(gen, length)
     questions = {
-        "summary": "Summarize what the code above does, one sentence per function, in order.",
-        "edit": "Rewrite the last function above with full type hints and a docstring. Reply with the code only.",
-        "recall": f"Explain step by step what `{name}` above does, quoting its code line by line.",
+        "summary": QUESTIONS["chat"],
+        "edit": QUESTIONS["edit"],
+        "recall": f"Explain step by step what `{first_function(code)}` above does, quoting its code line by line.",
     }
     return {kind: [{"role": "user", "content": f"```python\n{code}\n```\n\n{q}"}] for kind, q in questions.items()}
 

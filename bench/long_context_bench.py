@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from context_bench import DRAFT, TARGET, source_text
 
 from specedge.device_profiles.cpu import cpu_info
 from specedge.resolve import resolve_model
@@ -35,26 +38,30 @@ from specedge.runtime.engine.attention_window import AttentionWindow, parse_wind
 from specedge.runtime.engine.model import OnnxModel
 from specedge.runtime.round.drafters import build_drafter
 
-TARGET, DRAFT = "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"
 QUESTIONS = {
     "chat": "Summarize what the code above does, one sentence per function, in order.",
     "edit": "Rewrite the last function above with full type hints and a docstring. Reply with the code only.",
 }
 
 
-def source_text() -> str:
-    root = Path(__file__).resolve().parents[1]
-    return "\n\n".join(p.read_text() for p in sorted((root / "specedge").rglob("*.py")))
+@functools.cache
+def source_ids(codec: object) -> list[int]:
+    return codec.encode(source_text())  # type: ignore[attr-defined]
+
+
+def code_prefix(gen: Generator, length: int) -> str:
+    """The first `length` - 60 tokens of the repository's Python source, as text."""
+    ids = source_ids(gen.codec)
+    if len(ids) < length:
+        raise SystemExit(f"the source text has {len(ids)} tokens, fewer than {length}")
+    return gen.codec.decode(ids[:max(length - 60, 16)])
 
 
 def prompts(gen: Generator, lengths: list[int], kinds: list[str]) -> list[dict[str, object]]:
-    """A chat per (length, kind): the first `length` - 60 tokens of source, then the kind's question."""
-    ids = gen.codec.encode(source_text())
+    """A chat per (length, kind): the code prefix of that length, then the kind's question."""
     out = []
     for length in sorted(lengths):
-        if len(ids) < length:
-            raise SystemExit(f"the source text has {len(ids)} tokens, fewer than {length}")
-        code = gen.codec.decode(ids[:max(length - 60, 16)])
+        code = code_prefix(gen, length)
         for kind in kinds:
             chat = [{"role": "user", "content": f"```python\n{code}\n```\n\n{QUESTIONS[kind]}"}]
             out.append({"length": length, "kind": kind, "chat": chat,

@@ -114,7 +114,7 @@ void common_gap(const AttentionPass& p, const int64_t* start, int64_t count, int
   int64_t least = count > 0 ? start[0] : p.sink;
   for (int64_t r = 1; r < count; ++r) least = std::min(least, start[r]);
   *gap0 = p.sink;
-  *gap1 = std::max(least, p.sink);
+  *gap1 = least;  // window_start is never below the sink
 }
 
 float query_softmax(const AttentionIsa& isa, const AttentionPass& p, const Queries& q, int64_t r, float* e) {

@@ -40,6 +40,9 @@ class TokenArray:
         but its last REWIND tokens, or none)."""
         n = len(self._tokens)
         for kept in (n, max(n - REWIND, 0)):
-            if kept <= len(context) and list(context[:kept]) == self._tokens[:kept]:
+            if kept > len(context):
+                continue
+            head = context[:kept]  # a list's slice is a list already: compared without another copy
+            if (head if isinstance(head, list) else list(head)) == (self._tokens if kept == n else self._tokens[:kept]):
                 return kept
         return 0
