@@ -17,8 +17,11 @@ tokens those guesses add per plain step are averaged too, and count in plain dec
 A draft's first pass after plain steps (or another source's drafts) also feeds the tokens it missed:
 that catch-up is not counted in the drafting time per token (`STEADY_CATCH_UP`). A generation starts
 from what the last one over the same Generator measured (`Recall`: pass times, drafting times, each
-source's acceptance as a prior of RECALLED_ROUNDS rounds), as a chat's next turn or a server slot's
-next request does; a fresh Generator starts from the prior and the start γ.
+source's acceptance as a prior of RECALLED_ROUNDS rounds, and the count of plain rounds since the last
+probe), as a chat's next turn or a server slot's next request does; a fresh Generator starts from the
+prior and the start γ. The probe count carries over because an editor's requests are short: a
+completion of a few tokens never reaches `probe_every` plain rounds on its own, so a low acceptance
+recalled from one request would keep every later one plain for good.
 
 How far the draft model drafts within a round is decided draft by draft (`drafting_rule`), once the
 source's costs are measured: another draft is worth its cost while the chance that it and the drafts
@@ -116,6 +119,7 @@ class Recall:
     t_verify: dict[int, float]
     t_draft: dict[str, float]
     alpha: dict[str, float]
+    plain_rounds: int = 0  # plain rounds since the last probe: probes come every probe_every across generations
 
 
 @dataclass
@@ -137,6 +141,7 @@ class GammaController:
         ctrl = cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0, costs=costs)
         if recall is not None:
             ctrl.t_verify = dict(recall.t_verify)
+            ctrl.plain_rounds = recall.plain_rounds
             for source, t_draft in recall.t_draft.items():
                 alpha = recall.alpha.get(source, PRIOR_ALPHA)
                 ctrl.sources[source] = SourceStats(alpha * RECALLED_ROUNDS, (1 - alpha) * RECALLED_ROUNDS, t_draft)
@@ -145,7 +150,8 @@ class GammaController:
     def recall(self) -> Recall:
         """What this controller measured, for the next generation (`for_widths(..., recall=)`)."""
         t_draft = {name: s.t_draft for name, s in self.sources.items() if s.t_draft is not None}
-        return Recall(dict(self.t_verify), t_draft, {name: self.sources[name].alpha for name in t_draft})
+        alpha = {name: self.sources[name].alpha for name in t_draft}
+        return Recall(dict(self.t_verify), t_draft, alpha, self.plain_rounds)
 
     def stats(self, source: str) -> SourceStats:
         return self.sources.setdefault(source, SourceStats())

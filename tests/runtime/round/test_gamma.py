@@ -218,6 +218,23 @@ def test_the_next_generation_starts_from_what_the_last_one_measured() -> None:
     assert warm.stats("model").alpha < 0.5
 
 
+def test_short_generations_gone_plain_still_probe_across_generations() -> None:
+    """An editor's completions of a few tokens each, after one with a low acceptance: each starts
+    plain from what the last one measured and ends before probe_every plain rounds; the count
+    carries over, so a probe still comes every probe_every plain rounds (never: plain for good)."""
+    ctrl = GammaController.for_widths(DEFAULT_WIDTHS)
+    feed(ctrl, 0.1, t_draft=0.025, t_verify={1: 0.05, 3: 0.08, 5: 0.1}, rounds=10)  # would pay at a high acceptance
+    plans = []
+    for _ in range(8):  # 8 generations of 3 rounds, drafts rejected
+        ctrl = GammaController.for_widths(DEFAULT_WIDTHS, recall=ctrl.recall())
+        for _ in range(3):
+            plans.append(gamma := choose(ctrl))
+            observe(ctrl, gamma, 0, draft_seconds=0.025 * gamma, verify_seconds=0.05)
+    every = ctrl.probe_every
+    assert plans[:every - 1] == [0] * (every - 1)  # plain from the recalled low acceptance
+    assert all(any(plans[i:i + every]) for i in range(len(plans) - every + 1)), plans  # a probe every 8 rounds
+
+
 def test_no_probe_where_drafts_would_not_pay_even_if_nearly_all_were_accepted() -> None:
     """Alone, a run gone plain still probes; among streams whose shared plain pass is cheap per
     stream, where a round of drafts would lose even at acceptance 0.9, it does not."""
