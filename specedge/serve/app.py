@@ -257,7 +257,7 @@ class EventStream:
     async def chunks(self, event: Piece | Finished | Failed) -> AsyncIterator[bytes]:
         shaper, first, sent = self.shaper, True, 0  # sent: log-probabilities sent with the pieces
         held: tuple = ()  # log-probabilities of text held back (a tool call being written)
-        if not isinstance(event, Failed) and (opening := shaper.opening()):
+        if not isinstance(event, Failed) and (opening := shaper.opening(self.job.prompt_tokens, self.job.reused)):
             yield opening
         while True:
             if isinstance(event, Piece | Finished):

@@ -115,8 +115,9 @@ class Writer:
         return [(b"content-type", f"{self.media_type}; charset=utf-8".encode()), (b"cache-control", b"no-cache"),
                 (b"x-accel-buffering", b"no")]
 
-    def opening(self) -> bytes:
-        """What a stream sends before its first piece of text."""
+    def opening(self, prompt_tokens: int = 0, reused: int = 0) -> bytes:
+        """What a stream sends before its first piece of text (the prompt's tokens known by then, and
+        how many of them its slot's cache kept)."""
         return b""
 
     def chunk(self, text: str, first: bool = False, logprobs: Sequence[TokenLogprob] = (),

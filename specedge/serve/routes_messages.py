@@ -249,8 +249,10 @@ class MessagesWriter(Writer):
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": content,
                 "stop_reason": stop[0], "stop_sequence": stop[1], "usage": use}
 
-    def opening(self) -> bytes:
-        start = self.message([], (None, None), {"input_tokens": 0, "output_tokens": 0})
+    def opening(self, prompt_tokens: int = 0, reused: int = 0) -> bytes:
+        use = {"input_tokens": prompt_tokens - reused, "output_tokens": 0, "cache_read_input_tokens": reused,
+               "cache_creation_input_tokens": 0}  # as usage_of counts them at the end
+        start = self.message([], (None, None), use)
         return sse_event("message_start", {"message": start}) + sse_event("ping", {})
 
     def start(self, block: dict[str, Any]) -> bytes:

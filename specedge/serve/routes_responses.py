@@ -225,7 +225,7 @@ class ResponsesWriter(Writer):
         self.number += 1
         return event(kind, self.number - 1, **fields)
 
-    def opening(self) -> bytes:
+    def opening(self, prompt_tokens: int = 0, reused: int = 0) -> bytes:
         skeleton = self.response("in_progress", [])
         return self.next("response.created", response=skeleton) + self.next("response.in_progress", response=skeleton)
 

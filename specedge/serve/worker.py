@@ -119,6 +119,8 @@ class Job:
     admission: Admission | None = None  # its place in the queue
     worker: GenerationWorker | None = None  # the worker it waits in, once submitted
     owner: object = None  # whose request (the API key, where several are asked): its cache is not another's
+    prompt_tokens: int = 0  # its prompt's length, once its slot encoded it (before its first event)
+    reused: int = 0  # of those, the tokens its slot's cache kept
 
     def cancel(self) -> None:
         self.cancelled.set()
@@ -357,6 +359,7 @@ class GenerationWorker:
 
     def _decode(self, job: Job, prompt: list[int], gen: Generator, queued: float) -> Finished | None:
         reused = cached_prefix(gen.cache.tokens, prompt)
+        job.prompt_tokens, job.reused = len(prompt), reused
         first: float | None = None
         sent = counted = 0  # log-probabilities sent with the pieces, tokens counted in them
         job.deadline = time.monotonic() + job.timeout if job.timeout else None

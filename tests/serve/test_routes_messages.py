@@ -49,6 +49,8 @@ def test_text_whole_and_streamed_is_the_chats(client, http: TestClient) -> None:
     assert kinds[0] == "message_start" and kinds[1] == "content_block_start" and kinds[-2:] == ["message_delta",
                                                                                                 "message_stop"]
     assert "".join(e.delta.text for e in events if e.type == "content_block_delta") == text
+    opened = events[0].message.usage  # the prompt's count from the start, as a client shows its context
+    assert opened.input_tokens + opened.cache_read_input_tokens == chat.usage.prompt_tokens and opened.input_tokens > 0
     assert events[-2].delta.stop_reason == whole.stop_reason and events[-2].usage.output_tokens == use.output_tokens
     with client.messages.stream(system="Be brief.", messages=ASK, **GREEDY) as stream:  # the SDK's accumulator
         final = stream.get_final_message()
