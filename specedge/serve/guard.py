@@ -25,6 +25,7 @@ from __future__ import annotations
 import fnmatch
 import hmac
 import ipaddress
+import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,6 +151,7 @@ def refusal(origins: Origins, method: str, headers: Headers) -> APIError | None:
 
 CORS_METHODS = "GET, POST, OPTIONS"
 CORS_HEADERS = "Authorization, Content-Type, x-api-key, anthropic-version"
+HEADER_NAME = re.compile(r"[A-Za-z0-9-]+")
 
 
 def as_keys(api_key: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -188,6 +190,13 @@ def key_refusal(keys: Sequence[str], path: str, headers: Headers) -> APIError | 
                     param="Authorization", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
+def allowed_headers(requested: str | None) -> str:
+    """A preflight's allowed headers: the usual ones and whatever names an allowed origin's client asks
+    for (the SDKs' own: anthropic-beta, x-stainless-os, ...; a name, never other text)."""
+    names = [n.strip() for n in (requested or "").split(",")]
+    return ", ".join([CORS_HEADERS, *(n for n in names if HEADER_NAME.fullmatch(n))])
+
+
 def cors_headers(origin: str) -> dict[str, str]:
     return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
 
@@ -209,8 +218,8 @@ class RequestGuard:
         origin = headers.get("origin")
         cors = cors_headers(origin) if origin is not None and self.origins.allows_foreign(origin) else {}
         if cors and scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
-            preflight = {**cors, "Access-Control-Allow-Methods": CORS_METHODS,
-                         "Access-Control-Allow-Headers": CORS_HEADERS, "Access-Control-Max-Age": "600"}
+            preflight = {**cors, "Access-Control-Allow-Methods": CORS_METHODS, "Access-Control-Max-Age": "600",
+                         "Access-Control-Allow-Headers": allowed_headers(headers.get("access-control-request-headers"))}
             await Response(status_code=204, headers=preflight)(scope, receive, send)
             return
         err = (refusal(self.origins, scope["method"], headers)

@@ -47,6 +47,12 @@ def test_an_allowed_origin_gets_cors_headers_and_its_preflight(client: TestClien
     assert preflight.status_code == 204 and preflight.headers["access-control-allow-origin"] == origin
     assert "POST" in preflight.headers["access-control-allow-methods"]
     assert "Authorization" in preflight.headers["access-control-allow-headers"]
+    sdk = client.options("/v1/messages", headers={  # the anthropic and openai SDKs' own headers, in a browser
+        "Origin": origin, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "anthropic-beta,x-stainless-os, x-stainless-retry-count,bad name"})
+    allowed = [h.strip() for h in sdk.headers["access-control-allow-headers"].split(",")]
+    assert {"anthropic-beta", "x-stainless-os", "x-stainless-retry-count", "x-api-key"} <= set(allowed)
+    assert "bad name" not in allowed
     r = client.post("/v1/completions", json=BODY, headers={"Origin": origin, "Authorization": f"Bearer {KEY}"})
     assert r.status_code == 200 and r.headers.get_list("access-control-allow-origin") == [origin]
     refused = client.post("/v1/completions", json=BODY, headers={"Origin": origin})  # no key: readable refusal
