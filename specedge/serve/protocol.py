@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -70,6 +71,22 @@ def unsupported(param: str, what: str) -> APIError:
 
 def invalid(param: str, what: str) -> APIError:
     return APIError(400, f"'{param}' {what}", param=param, code="invalid_value")
+
+
+@contextmanager
+def fields_named(names: Mapping[str, str]) -> Iterator[None]:
+    """Errors of the chat parser raised inside, naming the field as the caller's protocol does: `names`
+    maps a chat field (or a dotted path's start) to the caller's (max_tokens -> max_output_tokens)."""
+    try:
+        yield
+    except APIError as err:
+        param = err.param or ""
+        chat = max((n for n in names if param == n or param.startswith(n + ".")), key=len, default=None)
+        if chat is None:
+            raise
+        theirs = names[chat] + param[len(chat):]
+        message = err.message.replace(f"'{param}'", f"'{theirs}'", 1)
+        raise APIError(err.status, message, param=theirs, code=err.code, kind=err.kind, headers=err.headers) from None
 
 
 def tool_list(value: object) -> list[Any]:

@@ -28,6 +28,7 @@ from starlette.routing import Route
 from specedge.serve.protocol import (
     APIError,
     GenerationRequest,
+    fields_named,
     invalid,
     parse_chat,
     parse_common,
@@ -41,6 +42,10 @@ VERSION = "0.12.0"  # the ollama API whose shapes these routes answer in (/api/v
 OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "stop": "stop",
            "seed": "seed", "repeat_penalty": "repeat_penalty", "presence_penalty": "presence_penalty",
            "frequency_penalty": "frequency_penalty", "repeat_last_n": "repeat_last_n"}
+# the chat fields whose errors name them as ollama's request does
+CHAT_NAMES = {**{chat: f"options.{name}" for name, chat in OPTIONS.items()}, "max_tokens": "options.num_predict",
+              "response_format": "format", "response_format.json_schema": "format",
+              "response_format.json_schema.schema": "format"}
 NEUTRAL = {"mirostat": 0, "tfs_z": 1, "typical_p": 1}  # samplers this server cannot run, but at these values
 DONE_REASONS = {"stop": "stop", "tool_calls": "stop", "length": "length"}
 NO_EMBEDDINGS = APIError(422, "this server serves a text generation model and no embedding model; use another "
@@ -139,7 +144,8 @@ def chat_request(body: dict[str, Any], context: int, messages: list[dict[str, An
                             "response_format": format_of(body.get("format")), "stream": body.get("stream", True),
                             **options_of(body.get("options"), context)}
     chat = {k: v for k, v in chat.items() if v is not None}
-    return dataclasses.replace(parse_chat(chat), **parse_output(chat), **think_of(body.get("think")))
+    with fields_named(CHAT_NAMES):
+        return dataclasses.replace(parse_chat(chat), **parse_output(chat), **think_of(body.get("think")))
 
 
 def generate_request(body: dict[str, Any], context: int) -> GenerationRequest:
@@ -161,9 +167,11 @@ def generate_request(body: dict[str, Any], context: int) -> GenerationRequest:
         return chat_request(body, context, messages)
     fields = {"model": body.get("model"), "stream": body.get("stream", True),
               **options_of(body.get("options"), context)}
-    output = parse_output({"response_format": format_of(body.get("format"))})
+    with fields_named(CHAT_NAMES):
+        output = parse_output({"response_format": format_of(body.get("format"))})
+        common = parse_common(fields)
     return GenerationRequest(kind="completion", prompt=parse_prompt(prompt), suffix=suffix or None,
-                             grammar=output["grammar"], grammar_param=output["grammar_param"], **parse_common(fields))
+                             grammar=output["grammar"], grammar_param=output["grammar_param"], **common)
 
 
 class OllamaWriter(Writer):

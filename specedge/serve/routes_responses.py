@@ -26,6 +26,7 @@ from starlette.routing import Route
 from specedge.serve.protocol import (
     APIError,
     GenerationRequest,
+    fields_named,
     invalid,
     parse_chat,
     parse_effort,
@@ -128,6 +129,11 @@ def chat_tool_choice(value: object) -> object:
     return value
 
 
+# the chat fields whose errors name them as the Responses API does
+CHAT_NAMES = {"max_tokens": "max_output_tokens", "response_format": "text.format",
+              "response_format.json_schema": "text.format"}
+
+
 def chat_format(text: object) -> dict[str, Any] | None:
     """`text.format` as chat's response_format."""
     if text is None:
@@ -169,9 +175,10 @@ def parse_responses(body: dict[str, Any], context: int) -> GenerationRequest:
     reasoning = body.get("reasoning")
     if reasoning is not None and not isinstance(reasoning, dict):
         raise invalid("reasoning", 'must be an object such as {"effort": "low"}')
-    req = parse_chat({k: v for k, v in chat.items() if v is not None})
+    with fields_named(CHAT_NAMES):
+        req = parse_chat({k: v for k, v in chat.items() if v is not None})
+        output = parse_output({k: v for k, v in chat.items() if v is not None})
     effort = parse_effort((reasoning or {}).get("effort"), "reasoning.effort")
-    output = parse_output({k: v for k, v in chat.items() if v is not None})
     return dataclasses.replace(req, **output, **effort)
 
 

@@ -149,7 +149,9 @@ def test_load_requests_and_embeddings(client, http: TestClient) -> None:  # type
     ("/api/chat", {"messages": ASK, "format": "yaml"}, 400, "format"),
     ("/api/chat", {"messages": ASK, "think": "very"}, 400, "think"),
     ("/api/chat", {"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, 422, "images"),
-    ("/api/chat", {"messages": ASK, "options": {"stop": ["s"] * 65}}, 400, "stop"),
+    ("/api/chat", {"messages": ASK, "options": {"stop": ["s"] * 65}}, 400, "'options.stop'"),
+    ("/api/chat", {"messages": ASK, "options": {"temperature": -1}}, 400, "'options.temperature'"),
+    ("/api/generate", {"prompt": "x", "raw": True, "options": {"top_p": 3}}, 400, "'options.top_p'"),
     ("/api/generate", {"prompt": "x", "context": [1, 2]}, 422, "context"),
     ("/api/generate", {"prompt": "x", "template": "{{ .Prompt }}"}, 422, "template"),
 ])

@@ -95,9 +95,12 @@ def test_reasoning_effort_on_a_model_that_does_not_think_is_a_stated_no_op(clien
     ({"input": []}, 400, "input"),
     ({"input": "hi", "temperature": 3}, 400, "temperature"),
     ({"input": "hi", "reasoning": {"effort": "max"}}, 400, "reasoning.effort"),
+    ({"input": "hi", "max_output_tokens": 0}, 400, "max_output_tokens"),  # the Responses API's names, not chat's
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "schema": 5}}}, 400, "text.format"),
 ])
 def test_bad_input_is_one_4xx_line(http: TestClient, body: dict[str, Any], status: int, param: str) -> None:
     r = http.post("/v1/responses", json={"model": "m", **body})
     assert r.status_code == status, r.text
     error = r.json()["error"]
     assert error["param"] == param and error["message"] and "\n" not in error["message"]
+    assert status != 400 or f"'{param}'" in error["message"]  # the field as this API names it
