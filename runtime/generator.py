@@ -316,8 +316,7 @@ class Generator:
         stream.stats = stats
         guide = Guide(constraint) if constraint is not None else None
         run = Run(self.target, self.cache, drafter, config, self.rows, guide,
-                  gamma_auto(self.target, drafter, config, self.rows, self.costs,
-                             self.recall.at(len(prompt)) if self.recall is not None else None), self.clock,
+                  gamma_auto(self.target, drafter, config, self.rows, self.costs, self.recall), self.clock,
                   stop or never)
         watchers = [Tally(stats, config.acceptance_rule), *([LogprobWatcher(recorder)] if recorder else [])]
         rounds = decode_tokens(run, prompt, watchers)
@@ -362,7 +361,7 @@ class Generator:
         finally:
             rounds.close()
             if run.controller is not None and drafter is self.drafter:  # a request's own drafter measures apart
-                self.recall = run.controller.recall(context=len(prompt) + len(tokens))
+                self.recall = run.controller.recall()
             stats.n_tokens = len(tokens)
             stats.time_total_s = time.perf_counter() - start
             logprobs = recorder.logprobs[:len(tokens)] if recorder is not None else None

@@ -18,11 +18,12 @@ A draft's first pass after plain steps (or another source's drafts) also feeds t
 that catch-up is not counted in the drafting time per token (`STEADY_CATCH_UP`). A generation starts
 from what the last one over the same Generator measured (`Recall`: pass times, drafting times, each
 source's acceptance as a prior of RECALLED_ROUNDS rounds, and the count of plain rounds), as a chat's
-next turn or a server slot's next request does - the times only where its context is near the last
-one's (`Recall.at`); a fresh Generator starts from the prior and the start γ. The probe count carries
-over because an editor's requests are short: a completion of a few tokens never reaches
-`probe_every` plain rounds on its own, so a low acceptance recalled from one request would keep every
-later one plain for good.
+next turn or a server slot's next request does; a fresh Generator starts from the prior and the start
+γ. The probe count carries over because an editor's requests are short: a completion of a few tokens
+never reaches `probe_every` plain rounds on its own, so a low acceptance recalled from one request
+would keep every later one plain for good. The pass times carry whatever the next context's length
+(measuring them afresh where it differs lost more than stale times cost: bench/results/
+epyc-zen4-long-context/README.md, section 5).
 
 How far the draft model drafts within a round is decided draft by draft (`drafting_rule`), once the
 source's costs are measured: another draft is worth its cost while the chance that it and the drafts
@@ -37,7 +38,7 @@ gained over γ auto's round-wide γ alone).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from specedge.core.contract import DEFAULT_GAMMA, gamma_choices
@@ -54,11 +55,6 @@ EMA = 0.3
 # one draft would carry every token decoded since the last).
 STEADY_CATCH_UP = 1
 RECALLED_ROUNDS = 4.0  # what a generation's measured acceptance weighs in the next one's, in rounds
-# Pass times carry to the next generation only over a context near the one they were measured at: a
-# pass's attention grows with the context (the 1.5B's 5-row verification: 36 ms at 512 tokens, 90 ms at
-# 11K on a Zen 4 core pair), and times from a short chat made γ auto draft long rounds over a 4K one.
-NEAR_TOKENS = 1024  # contexts this close are near, whatever their length
-NEAR_SHARE = 0.25  # or this share of the longer one
 # A probe's draft first catches up on every token decoded since the last: over a long context that
 # multi-row pass is dear (its attention reads the whole context a row: ~9 ms a token for the 0.5B at
 # 11K tokens on a Zen 4 core pair, 22% of a plain step). What probing costs is then that share of
@@ -125,16 +121,7 @@ class Recall:
     t_verify: dict[int, float]
     t_draft: dict[str, float]
     alpha: dict[str, float]
-    plain_rounds: int = 0  # plain rounds so far: probes come every probe_every of them, across generations
-    context: int = 0  # the context length the generation ended at (where its pass times were measured)
-
-    def at(self, context: int) -> Recall:
-        """What carries to a generation over `context` tokens: all of it over a near context; over a
-        far one the acceptance and the probe count, not the pass and drafting times (measured anew,
-        from the start γ)."""
-        if abs(context - self.context) <= max(NEAR_TOKENS, NEAR_SHARE * max(context, self.context)):
-            return self
-        return replace(self, t_verify={}, t_draft={})
+    plain_rounds: int = 0  # plain rounds so far: a probe every probe_every of them, across generations
 
 
 @dataclass
@@ -157,17 +144,16 @@ class GammaController:
         if recall is not None:
             ctrl.t_verify = dict(recall.t_verify)
             ctrl.plain_rounds = recall.plain_rounds
-            for source, alpha in recall.alpha.items():
-                ctrl.sources[source] = SourceStats(alpha * RECALLED_ROUNDS, (1 - alpha) * RECALLED_ROUNDS,
-                                                   recall.t_draft.get(source))
+            for source, t_draft in recall.t_draft.items():
+                alpha = recall.alpha.get(source, PRIOR_ALPHA)
+                ctrl.sources[source] = SourceStats(alpha * RECALLED_ROUNDS, (1 - alpha) * RECALLED_ROUNDS, t_draft)
         return ctrl
 
-    def recall(self, context: int = 0) -> Recall:
-        """What this controller measured, for the next generation (`for_widths(..., recall=)`); context:
-        the length the generation ended at (`Recall.at`)."""
+    def recall(self) -> Recall:
+        """What this controller measured, for the next generation (`for_widths(..., recall=)`)."""
         t_draft = {name: s.t_draft for name, s in self.sources.items() if s.t_draft is not None}
         alpha = {name: self.sources[name].alpha for name in t_draft}
-        return Recall(dict(self.t_verify), t_draft, alpha, self.plain_rounds, context)
+        return Recall(dict(self.t_verify), t_draft, alpha, self.plain_rounds)
 
     def stats(self, source: str) -> SourceStats:
         return self.sources.setdefault(source, SourceStats())
