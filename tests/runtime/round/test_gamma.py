@@ -266,19 +266,3 @@ def test_no_probe_where_the_drafts_catch_up_costs_more_than_its_share_of_a_plain
         assert abs(ctrl.stats("model").t_catch_up - catch_up) < 1e-9 and abs(ctrl.stats("model").t_draft - 0.3) < 1e-9
         probes[catch_up] = sum(choose(ctrl) > 0 for _ in range(64))
     assert probes == {0.02: 64 // 8, 0.22: 0}, probes
-
-
-def test_pass_times_carry_only_to_a_generation_over_a_near_context() -> None:
-    """A chat's next turn (a few hundred tokens on) starts from the last one's pass times; a prompt of
-    4K tokens after a 512-token one measures its own (attention's share of a pass grew), keeping the
-    recalled acceptance and probe count."""
-    first = GammaController.for_widths(DEFAULT_WIDTHS)
-    feed(first, 0.9, t_draft=0.005, t_verify={1: 0.05, 5: 0.06, 9: 0.07})
-    recall = first.recall(context=600)
-    assert recall.at(900) is recall and recall.at(1500) is recall and recall.at(11000).context == 600
-    far = GammaController.for_widths(DEFAULT_WIDTHS, recall=recall.at(4096))
-    assert not far.t_verify and far.stats("model").t_draft is None and far.plan(("model",)) == ("model", far.start)
-    assert far.stats("model").alpha == GammaController.for_widths(DEFAULT_WIDTHS, recall=recall).stats("model").alpha
-    assert far.plain_rounds == first.plain_rounds
-    late = first.recall(context=14000)
-    assert late.at(11000) is late  # 3K apart, within a quarter of 14K
