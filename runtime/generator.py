@@ -23,7 +23,6 @@ from specedge.core.errors import DecodingStopped, SpecEdgeError
 from specedge.runtime.constraints.grammar import Grammar, GrammarConstraint, Vocabulary
 from specedge.runtime.constraints.guide import Constraint, Guide
 from specedge.runtime.engine.attention_window import AttentionWindow
-from specedge.runtime.engine.context_growth import growth_per_token
 from specedge.runtime.engine.model import OnnxModel, check_token_ids
 from specedge.runtime.engine.row_groups import probe_rows
 from specedge.runtime.engine.rows import SINGLE_STEPS, RowPolicy
@@ -38,13 +37,12 @@ from specedge.runtime.round.drafters import (
     adapt,
     build_drafter,
 )
-from specedge.runtime.round.gamma import Growth, Recall, RoundCosts
+from specedge.runtime.round.gamma import Recall, RoundCosts
 from specedge.runtime.round.logprobs import LogprobRecorder, TokenLogprob
 from specedge.runtime.round.stats import GenerationStats
 from specedge.runtime.text.codec import Message, StreamDecoder, TextCodec
 
 Prompt = str | Sequence[int] | Sequence[Message]
-LONG_PROMPT = 2048  # a prompt this long first times how the pair's passes grow with the context
 
 
 @dataclass
@@ -206,7 +204,6 @@ class Generator:
         self.clock: Callable[[], float] = time.perf_counter  # what γ auto times drafts and passes by
         self.costs: RoundCosts | None = None  # what γ auto weighs a round by, where passes are shared
         self.recall: Recall | None = None  # what γ auto measured over this generator's last generation
-        self.growth: Growth | None = None  # how the pair's passes grow with the context, once a long prompt came
         self._vocabulary: Vocabulary | None = None  # the target's tokens as the grammar engine reads them
         self._reading_vocabulary = threading.Lock()
         check_lossless(target, drafter, self.rows, probed=rows is None)
@@ -230,17 +227,6 @@ class Generator:
             model = OnnxModel(draft, provider=draft_provider, threads=threads, window=draft_window)
             check_pair(target_model, model)  # before the draft's cache is made
         return cls(target_model, build_drafter(model, ngram), config, rows=SINGLE_STEPS if single_steps else None)
-
-    def measure_growth(self, prompt_tokens: int) -> None:
-        """How the pair's passes grow with the context (runtime/engine/context_growth.py), timed once,
-        when γ auto first decodes a prompt of LONG_PROMPT tokens or more (a few passes, ~0.3 s for the
-        default pair); until then rounds are priced by times as measured. Not where passes are shared:
-        there the device's measured curve prices them."""
-        if self.growth is not None or prompt_tokens < LONG_PROMPT or self.costs is not None:
-            return
-        draft = draft_model(self.drafter)
-        self.growth = Growth(growth_per_token(self.target),
-                             {"model": growth_per_token(draft)} if draft is not None else {})
 
     def encode(self, prompt: Prompt, chat: bool = False, tools: Sequence[Mapping[str, Any]] | None = None,
                limit: int | None = None, template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
@@ -314,8 +300,6 @@ class Generator:
 
     def _segments(self, prompt: list[int], config: SpecConfig, stream: TextStream, drafter: Drafter | None,
                   constraint: Constraint | None, stop: Callable[[], str] | None = None) -> Iterator[Segment]:
-        if config.auto_gamma and drafter is not None and drafter is self.drafter:
-            self.measure_growth(len(prompt))  # once, before the generation's clock starts
         stats = GenerationStats(prompt_tokens=len(prompt), gamma=config.gamma if drafter else 0,
                                 gamma_auto=config.auto_gamma and drafter is not None,
                                 drafter=drafter.name if drafter else "none", bandwidth_gb_per_s=self.bandwidth_gb_per_s)
@@ -332,7 +316,7 @@ class Generator:
         stream.stats = stats
         guide = Guide(constraint) if constraint is not None else None
         run = Run(self.target, self.cache, drafter, config, self.rows, guide,
-                  gamma_auto(self.target, drafter, config, self.rows, self.costs, self.recall, self.growth), self.clock,
+                  gamma_auto(self.target, drafter, config, self.rows, self.costs, self.recall), self.clock,
                   stop or never)
         watchers = [Tally(stats, config.acceptance_rule), *([LogprobWatcher(recorder)] if recorder else [])]
         rounds = decode_tokens(run, prompt, watchers)

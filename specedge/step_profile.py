@@ -22,8 +22,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from specedge.core.errors import SpecEdgeError
-from specedge.runtime.engine.context_growth import zero_filled
+from specedge.runtime.engine.kv_cache import KVCache
 from specedge.runtime.engine.model import OnnxModel
 
 WEIGHT_KINDS = (("qkv_proj", "q/k/v"), ("q_proj", "q/k/v"), ("k_proj", "q/k/v"), ("v_proj", "q/k/v"),
@@ -152,9 +154,20 @@ def event_role(event: dict, roles: dict[str, str], kinds_by_n: dict[int, str]) -
 
 
 # -- timing ------------------------------------------------------------------------------------
+def filled_cache(model: OnnxModel, length: int) -> KVCache:
+    """A cache holding `length` entries (zeros: what attention reads costs the same whatever they hold)."""
+    cache = model.new_cache()
+    if length:
+        cache.reserve(length)
+        m = model.manifest
+        zeros = [] if cache.in_place else [np.zeros((1, m.num_kv_heads, length, m.head_dim), np.float32)] * m.num_layers
+        cache.commit(zeros, zeros, [0] * length)
+    return cache
+
+
 def timed_passes(model: OnnxModel, rows: int, context: int, repeats: int) -> tuple[float, float]:
     """(median wall ms of forward, median ms of the session's run inside it)."""
-    cache = zero_filled(model, context)
+    cache = filled_cache(model, context)
     runs: list[float] = []
     session = model.session
     original = session.run_with_iobinding if cache.in_place else session.run
@@ -184,7 +197,7 @@ def interleaved_times(folder: Path, passes: Sequence[tuple[int, int]], rounds: i
     """Median ms of a pass of each (rows, cached tokens), the passes taking turns round by round (so a
     shared machine's drift falls on all alike: their ratios are what to read)."""
     model = OnnxModel(folder, threads=threads)
-    caches = {key: zero_filled(model, key[1]) for key in passes}
+    caches = {key: filled_cache(model, key[1]) for key in passes}
     times: dict[tuple[int, int], list[float]] = defaultdict(list)
     for round_ in range(rounds + 1):
         for key, cache in caches.items():
@@ -199,7 +212,7 @@ def node_shares(folder: Path, rows: int, context: int, repeats: int, threads: in
     """Each role's share of the profiled node time of a pass (ONNX Runtime's profiler)."""
     with tempfile.TemporaryDirectory(prefix="specedge-profile-") as tmp:
         model = OnnxModel(folder, threads=threads, profile_prefix=str(Path(tmp) / "ort"))
-        cache = zero_filled(model, context)
+        cache = filled_cache(model, context)
         for _ in range(repeats + 1):
             model.forward([1] * rows, cache)
         events = json.loads(Path(model.session.end_profiling()).read_text())

@@ -44,7 +44,7 @@ from specedge.runtime.engine.kv_cache import KVCache
 from specedge.runtime.engine.model import ForwardOutput, OnnxModel
 from specedge.runtime.engine.rows import ONE_ROW, RowPolicy, group_pad
 from specedge.runtime.round.drafters import Ask, Draft, Drafter, GoOn, NgramDrafter, adapt
-from specedge.runtime.round.gamma import GammaController, Growth, Outcome, Recall, RoundCosts
+from specedge.runtime.round.gamma import GammaController, Outcome, Recall, RoundCosts
 from specedge.runtime.round.logprobs import MAX_TOP_LOGPROBS
 from specedge.runtime.round.stats import GenerationStats, RoundCounts
 
@@ -189,16 +189,14 @@ class Run:
 
 
 def gamma_auto(target: OnnxModel, drafter: Drafter | None, config: SpecConfig, rows: RowPolicy,
-               costs: RoundCosts | None = None, recall: Recall | None = None,
-               growth: Growth | None = None) -> GammaController | None:
+               costs: RoundCosts | None = None, recall: Recall | None = None) -> GammaController | None:
     """γ auto for a run (None: the config asks for a fixed γ, or there is no drafter); costs: what it
     weighs a verification by where passes are shared; recall: what it measured over the last
-    generation of the same target and drafter; growth: how the pair's passes grow with the context
-    (runtime/round/gamma.py)."""
+    generation of the same target and drafter (runtime/round/gamma.py)."""
     if not config.auto_gamma or drafter is None:
         return None
     return GammaController.for_widths(rows.verify_widths(target.manifest.widths), start=config.gamma, costs=costs,
-                                      recall=recall, growth=growth)
+                                      recall=recall)
 
 
 @dataclass(frozen=True)
@@ -212,7 +210,6 @@ class Plan:
     reach: int
     room: int
     go_on: GoOn | None = None
-    context: int = 0  # the tokens before the round (what its passes attend to)
 
 
 @dataclass(frozen=True)
@@ -278,8 +275,7 @@ class Round:
         c = self.counts
         return Outcome(source=self.plan.source or "model", proposed=c.proposed, accepted=c.accepted,
                        draft_seconds=self.drafting.share, verify_seconds=self.verifying.share,
-                       width=self.drafted + 1, guessed_accepted=c.guessed_accepted, caught_up=self.draft.caught_up,
-                       context=self.plan.context)
+                       width=self.drafted + 1, guessed_accepted=c.guessed_accepted, caught_up=self.draft.caught_up)
 
 
 def decode_tokens(run: Run, prompt: Sequence[int], watchers: Sequence[Watcher] = ()) -> Iterator[list[int]]:
@@ -348,12 +344,12 @@ def plan_round(run: Run, context: Sequence[int], produced: int) -> Plan:
     config, controller = run.config, run.controller
     room = min(run.target.manifest.context - len(context), max(config.max_new_tokens - produced - 1, 0))
     if run.drafter is None:
-        return Plan(None, 0, 0, room, context=len(context))
+        return Plan(None, 0, 0, room)
     if controller is None:
-        return Plan(None, config.gamma, config.gamma, room, context=len(context))
-    source, gamma = controller.plan(run.drafter.sources(context), len(context))
+        return Plan(None, config.gamma, config.gamma, room)
+    source, gamma = controller.plan(run.drafter.sources(context))
     go_on = controller.drafting_rule(source) if config.per_draft and gamma > 0 and source == "model" else None
-    return Plan(source, gamma, controller.reach if go_on is not None else gamma, room, go_on, len(context))
+    return Plan(source, gamma, controller.reach if go_on is not None else gamma, room, go_on)
 
 
 def draft_tokens(run: Run, context: list[int], plan: Plan) -> Draft:

@@ -21,15 +21,9 @@ source's acceptance as a prior of RECALLED_ROUNDS rounds, and the count of plain
 next turn or a server slot's next request does; a fresh Generator starts from the prior and the start
 γ. The probe count carries over because an editor's requests are short: a completion of a few tokens
 never reaches `probe_every` plain rounds on its own, so a low acceptance recalled from one request
-would keep every later one plain for good.
-
-A pass's time grows with the context its rows attend to. Where that growth is measured (`Growth`,
-runtime/engine/context_growth.py: seconds per cached token a row adds, to a verification and to a
-draft step), the times kept are those of an empty context and every prediction adds the growth at the
-round's context: times measured over a short chat price a round over a long one from its first round
-(carried as measured, they had γ auto draft long rounds at 11K tokens, where a 5-row verification
-costs 2.5 times its cost at 512; measuring afresh at each new length from the start γ lost as much:
-bench/results/epyc-zen4-long-context/README.md, section 5). Without it the times are kept as measured.
+would keep every later one plain for good. The pass times carry whatever the next context's length
+(measuring them afresh where it differs lost more than stale times cost: bench/results/
+epyc-zen4-long-context/README.md, section 5).
 
 How far the draft model drafts within a round is decided draft by draft (`drafting_rule`), once the
 source's costs are measured: another draft is worth its cost while the chance that it and the drafts
@@ -43,7 +37,7 @@ gained over γ auto's round-wide γ alone).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -60,7 +54,6 @@ EMA = 0.3
 # not what drafting a token costs, and charging it to the drafts would keep γ auto plain (a probe's
 # one draft would carry every token decoded since the last).
 STEADY_CATCH_UP = 1
-GROWN_AT_MOST = 0.25  # a pass's time over an empty context is taken as at least this share of its time
 RECALLED_ROUNDS = 4.0  # what a generation's measured acceptance weighs in the next one's, in rounds
 # A probe's draft first catches up on every token decoded since the last: over a long context that
 # multi-row pass is dear (its attention reads the whole context a row: ~9 ms a token for the 0.5B at
@@ -96,7 +89,6 @@ class Outcome:
     width: int
     guessed_accepted: int = 0
     caught_up: int = 0  # context tokens the draft model fed before drafting (Draft.caught_up)
-    context: int = 0  # cached tokens the round's passes attended to (its context before the round)
 
 
 class Finished(Protocol):
@@ -116,15 +108,6 @@ class SourceStats:
     @property
     def alpha(self) -> float:
         return (self.accepted + PRIOR_COUNT * PRIOR_ALPHA) / (self.accepted + self.rejected + PRIOR_COUNT)
-
-
-@dataclass(frozen=True)
-class Growth:
-    """Seconds a pass grows by per cached token (runtime/engine/context_growth.py): a verification's
-    per row, a draft step's per source of drafts (none: a source that reads no context, the lookup)."""
-
-    verify: float = 0.0
-    draft: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -152,17 +135,12 @@ class GammaController:
     plain_rounds: int = 0
     plain_bonus: float = 0.0  # tokens accepted from pad-row guesses per plain step (moving average)
     costs: RoundCosts | None = None  # a stream sharing passes: its rounds' costs (else measured here)
-    growth: Growth = field(default_factory=Growth)  # t_verify and t_draft hold times at an empty context
-    context: int = 0  # the context of the round being planned (plan's)
 
     @classmethod
-    def for_widths(cls, widths: Sequence[int], start: int = DEFAULT_GAMMA, costs: RoundCosts | None = None,
-                   recall: Recall | None = None, growth: Growth | None = None) -> GammaController:
-        """recall and growth: what the last generation measured and how passes grow with the context,
-        both of the same pair (a recall is of times at an empty context where its growth was known)."""
+    def for_widths(cls, widths: Sequence[int], start: int = DEFAULT_GAMMA,
+                   costs: RoundCosts | None = None, recall: Recall | None = None) -> GammaController:
         choices = gamma_choices(widths)
-        ctrl = cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0, costs=costs,
-                   growth=growth or Growth())
+        ctrl = cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0, costs=costs)
         if recall is not None:
             ctrl.t_verify = dict(recall.t_verify)
             ctrl.plain_rounds = recall.plain_rounds
@@ -181,18 +159,8 @@ class GammaController:
         return self.sources.setdefault(source, SourceStats())
 
     def verify_seconds(self, width: int) -> float:
-        """A verification of `width` rows at the planned round's context."""
         if self.costs is not None and (shared := self.costs.verify_seconds(width)) > 0:
             return shared  # else nothing measured yet: this stream's own times, as alone
-        return self.base_seconds(width) + self.growth.verify * width * self.context
-
-    def draft_seconds(self, source: str) -> float | None:
-        """A draft step of `source` at the planned round's context (None: not measured)."""
-        t = self.stats(source).t_draft
-        return None if t is None else t + self.growth.draft.get(source, 0.0) * self.context
-
-    def base_seconds(self, width: int) -> float:
-        """A verification of `width` rows over an empty context (as measured, without a growth)."""
         if width in self.t_verify:
             return self.t_verify[width]
         points = sorted(self.t_verify.items())
@@ -217,10 +185,9 @@ class GammaController:
         one more token pays, by this source's measured acceptance and draft step and the measured
         verification passes; None until they are measured."""
         s = self.stats(source)
-        draft_step = self.draft_seconds(source)
-        if draft_step is None:  # a round with drafts measured both the draft step and its verification
+        if s.t_draft is None:  # a round with drafts measured both the draft step and its verification
             return None
-        step = self.verify_seconds(1)
+        draft_step, step = s.t_draft, self.verify_seconds(1)
 
         def go_on(drafted: int, confidence: float) -> bool:
             extra_row = self.verify_seconds(drafted + 2) - self.verify_seconds(drafted + 1)
@@ -233,14 +200,12 @@ class GammaController:
         if gamma == 0:
             return (1.0 + self.plain_bonus) / self.verify_seconds(1)
         s = self.stats(source)
-        t_draft = self.draft_seconds(source) or 0.0
+        t_draft = s.t_draft if s.t_draft is not None else 0.0
         return round_rate(s.alpha, gamma, t_draft, self.verify_seconds(gamma + 1))
 
-    def plan(self, sources: Sequence[str], context: int = 0) -> tuple[str | None, int]:
-        """The source of drafts and the γ with the most tokens per second this round, its passes over
-        `context` cached tokens, or (None, 0) for a plain step. A source not measured yet is tried at
-        the start γ."""
-        self.context = context
+    def plan(self, sources: Sequence[str]) -> tuple[str | None, int]:
+        """The source of drafts and the γ with the most tokens per second this round, or (None, 0)
+        for a plain step. A source not measured yet is tried at the start γ."""
         if not self.choices or not sources:
             return None, 0
         options = []
@@ -270,7 +235,7 @@ class GammaController:
         if s.t_catch_up is not None and s.t_catch_up > CATCH_UP_SHARE * self.verify_seconds(1):
             return False  # the catch-up alone would cost more than probing could be worth
         alpha = max(PROBE_ALPHA, s.alpha)
-        t_draft = self.draft_seconds(source) or 0.0
+        t_draft = s.t_draft if s.t_draft is not None else 0.0
         best = max(round_rate(alpha, g, t_draft, self.verify_seconds(g + 1)) for g in self.choices)
         return best >= self.rate(0)
 
@@ -283,18 +248,16 @@ class GammaController:
             s = self.stats(o.source)
             s.accepted = self.decay * s.accepted + o.accepted
             s.rejected = self.decay * s.rejected + (o.accepted < o.proposed)
-            grown = self.growth.draft.get(o.source, 0.0) * o.context  # what its context adds to a step
-            per_token = max(o.draft_seconds / o.proposed - grown, GROWN_AT_MOST * o.draft_seconds / o.proposed)
+            per_token = o.draft_seconds / o.proposed
             if s.t_draft is None:
                 s.t_draft = per_token
             elif o.caught_up <= STEADY_CATCH_UP:
                 s.t_draft = (1 - EMA) * s.t_draft + EMA * per_token
             else:  # what the drafts' own steps did not take went to the catch-up
-                catch_up = max(o.draft_seconds - o.proposed * (s.t_draft + grown), 0.0) / o.caught_up
+                catch_up = max(o.draft_seconds - o.proposed * s.t_draft, 0.0) / o.caught_up
                 s.t_catch_up = catch_up if s.t_catch_up is None else (1 - EMA) * s.t_catch_up + EMA * catch_up
-        base = max(o.verify_seconds - self.growth.verify * o.width * o.context, GROWN_AT_MOST * o.verify_seconds)
         old = self.t_verify.get(o.width)
-        self.t_verify[o.width] = base if old is None else (1 - EMA) * old + EMA * base
+        self.t_verify[o.width] = o.verify_seconds if old is None else (1 - EMA) * old + EMA * o.verify_seconds
 
     # γ auto watches the rounds of its run (runtime/round/decoding.py's Watcher)
     def prefilled(self, first: object) -> None:

@@ -3,15 +3,14 @@
 from specedge.core.contract import gamma_choices
 from specedge.export.settings import DEFAULT_WIDTHS
 from specedge.kernels.acceptance import expected_tokens
-from specedge.runtime.round.gamma import GammaController, Growth, Outcome
+from specedge.runtime.round.gamma import GammaController, Outcome
 
 
 def observe(ctrl: GammaController, proposed: int, accepted: int, draft_seconds: float, verify_seconds: float,
-            source: str = "model", guessed_accepted: int = 0, width: int | None = None, caught_up: int = 0,
-            context: int = 0) -> None:
+            source: str = "model", guessed_accepted: int = 0, width: int | None = None, caught_up: int = 0) -> None:
     """A round as the loop reports it (runtime/round/decoding.py's Round.outcome)."""
     ctrl.observe(Outcome(source, proposed, accepted, draft_seconds, verify_seconds, width or proposed + 1,
-                         guessed_accepted, caught_up, context))
+                         guessed_accepted, caught_up))
 
 
 def feed(ctrl: GammaController, alpha: float, t_draft: float, t_verify: dict[int, float], rounds: int = 40) -> None:
@@ -267,33 +266,3 @@ def test_no_probe_where_the_drafts_catch_up_costs_more_than_its_share_of_a_plain
         assert abs(ctrl.stats("model").t_catch_up - catch_up) < 1e-9 and abs(ctrl.stats("model").t_draft - 0.3) < 1e-9
         probes[catch_up] = sum(choose(ctrl) > 0 for _ in range(64))
     assert probes == {0.02: 64 // 8, 0.22: 0}, probes
-
-
-def test_times_over_a_short_context_price_a_round_over_a_long_one_by_the_measured_growth() -> None:
-    """Passes measured over 500 tokens (1 row 30 ms, 5 rows 36 ms, a draft step 9 ms) at a high
-    acceptance: drafting pays there. At 11K tokens, where each cached token adds 1.2 us to a row of a
-    verification and 0.8 us to a draft step (the default pair on a Zen 4), a 5-row verification costs 99
-    ms against a 43 ms plain step: plain decoding pays. Without the growth the short context's times
-    would price the long one as they were."""
-    growth = Growth(verify=1.2e-6, draft={"model": 0.8e-6})
-    choices = {}
-    for name, g in (("growth", growth), ("none", None)):
-        first = GammaController.for_widths(DEFAULT_WIDTHS, growth=g)
-        for _ in range(20):
-            first.plan(("model",), 500)
-            for width, t in ((1, 0.030), (5, 0.036)):
-                observe(first, width - 1, round(0.7 * (width - 1)), draft_seconds=0.009 * (width - 1),
-                        verify_seconds=t, context=500)
-        later = GammaController.for_widths(DEFAULT_WIDTHS, recall=first.recall(), growth=g)
-        choices[name] = (later.plan(("model",), 500)[1], later.plan(("model",), 11000)[1])
-        if g is not None:
-            assert abs(later.verify_seconds(5) - (0.036 + 5 * 1.2e-6 * 10500)) < 1e-9  # at the planned context
-            assert abs(later.draft_seconds("model") - (0.009 + 0.8e-6 * 10500)) < 1e-9
-    assert choices["growth"][0] > 0 and choices["growth"][1] == 0, choices
-    assert choices["none"][0] > 0 and choices["none"][1] > 0, choices
-
-
-def test_a_growth_larger_than_a_pass_leaves_it_a_quarter_of_its_time() -> None:
-    ctrl = GammaController.for_widths(DEFAULT_WIDTHS, growth=Growth(verify=1e-3))
-    observe(ctrl, 0, 0, draft_seconds=0.0, verify_seconds=0.04, context=1000)  # the growth says 1 s
-    assert ctrl.t_verify[1] == 0.01
