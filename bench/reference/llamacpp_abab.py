@@ -70,20 +70,34 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-class LlamaWorker:
-    def __init__(self, python: str, gguf: Path, threads: int, context: int, tokens: int) -> None:
-        self.proc = subprocess.Popen([python, "-c", WORKER, str(gguf), str(threads), str(context), str(tokens)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.version = json.loads(self.proc.stdout.readline())["version"]  # type: ignore[union-attr]
+class JsonWorker:
+    """A script in another venv's python, fed one JSON job a line and answering one JSON line each; its
+    first line (its version) says it started."""
 
-    def run(self, mode: str, messages: list[dict[str, str]]) -> dict[str, float]:
-        self.proc.stdin.write(json.dumps({"mode": mode, "messages": messages}) + "\n")  # type: ignore[union-attr]
+    def __init__(self, python: str, script: str, *args: object) -> None:
+        self.proc = subprocess.Popen([python, "-c", script, *map(str, args)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise SystemExit(f"the llama-cpp-python worker did not start under {python}")
+        self.version = json.loads(line)["version"]
+
+    def ask(self, job: dict[str, object]) -> dict[str, float]:
+        self.proc.stdin.write(json.dumps(job) + "\n")  # type: ignore[union-attr]
         self.proc.stdin.flush()  # type: ignore[union-attr]
         return json.loads(self.proc.stdout.readline())  # type: ignore[union-attr]
 
     def close(self) -> None:
         self.proc.stdin.close()  # type: ignore[union-attr]
         self.proc.wait(timeout=60)
+
+
+class LlamaWorker(JsonWorker):
+    def __init__(self, python: str, gguf: Path, threads: int, context: int, tokens: int) -> None:
+        super().__init__(python, WORKER, gguf, threads, context, tokens)
+
+    def run(self, mode: str, messages: list[dict[str, str]]) -> dict[str, float]:
+        return self.ask({"mode": mode, "messages": messages})
 
 
 def specedge_run(gen, messages: list[dict[str, str]], tokens: int) -> dict[str, float]:  # type: ignore[no-untyped-def]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: long_context_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout
 
+from llamacpp_abab import JsonWorker  # bench/reference/, this script's folder
 from long_context_bench import DRAFT, TARGET, prompts
 
 WORKER = r'''
@@ -54,27 +54,6 @@ for line in sys.stdin:
 '''
 
 MODES = ("specedge plain", "specedge default", "llama.cpp plain")
-
-
-class LlamaWorker:
-    """llama.cpp in its own process and venv, fed token ids one prompt at a time."""
-
-    def __init__(self, python: str, gguf: Path, threads: int, context: int) -> None:
-        self.proc = subprocess.Popen([python, "-c", WORKER, str(gguf), str(threads), str(context)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()  # type: ignore[union-attr]
-        if not line:
-            raise SystemExit(f"llama-cpp-python did not start under {python}")
-        self.version = json.loads(line)["version"]
-
-    def run(self, ids: list[int], tokens: int) -> dict[str, float]:
-        self.proc.stdin.write(json.dumps({"ids": ids, "tokens": tokens}) + "\n")  # type: ignore[union-attr]
-        self.proc.stdin.flush()  # type: ignore[union-attr]
-        return json.loads(self.proc.stdout.readline())  # type: ignore[union-attr]
-
-    def close(self) -> None:
-        self.proc.stdin.close()  # type: ignore[union-attr]
-        self.proc.wait(timeout=60)
 
 
 def specedge_run(gen, ids: list[int], tokens: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
@@ -180,30 +159,26 @@ def main() -> int:
                                           build_drafter(OnnxModel(dp, threads=args.threads), True),
                                           SpecConfig.auto())}
     chats = prompts(ours["specedge plain"], args.lengths, ["chat"])
-    llama = LlamaWorker(args.llama_python, args.gguf, args.threads, args.context)
+    llama = JsonWorker(args.llama_python, WORKER, args.gguf, args.threads, args.context)
     runs: list[dict[str, object]] = []
     for rnd in range(args.rounds):
         for i, chat in enumerate(chats):
             ids = ours["specedge plain"].encode(chat["chat"], chat=True)
             k = (rnd + i) % len(MODES)
-            plain_ids = None
+            answers: dict[str, list[int]] = {}
             for mode in MODES[k:] + MODES[:k]:
                 if mode.startswith("llama.cpp"):
-                    r = llama.run(ids, args.tokens)
+                    r = llama.ask({"ids": ids, "tokens": args.tokens})
                     r["decode_tok_s"] = (r["tokens"] - 1) / r["decode_s"]
                 else:
                     r = specedge_run(ours[mode], ids, args.tokens)
-                runs.append({"round": rnd, "length": chat["length"], "mode": mode, "prompt_tokens": len(ids),
-                             **{key: v for key, v in r.items() if key != "ids"}})
-                if mode == "specedge plain":
-                    plain_ids = r["ids"]
-                elif mode == "specedge default":
-                    runs[-1]["default_ids"] = r["ids"]
-                print(json.dumps({key: (round(v, 3) if isinstance(v, float) else v) for key, v in runs[-1].items()
-                                  if key != "default_ids"}), file=sys.stderr, flush=True)
-            for run in runs:
-                if run.get("default_ids") is not None and run["length"] == chat["length"] and run["round"] == rnd:
-                    run["identical"] = run.pop("default_ids") == plain_ids
+                if "ids" in r:
+                    answers[mode] = r.pop("ids")
+                runs.append({"round": rnd, "length": chat["length"], "mode": mode, "prompt_tokens": len(ids), **r})
+                print(json.dumps({key: (round(v, 3) if isinstance(v, float) else v) for key, v in runs[-1].items()}),
+                      file=sys.stderr, flush=True)
+            default = next(run for run in reversed(runs) if run["mode"] == "specedge default")
+            default["identical"] = answers["specedge default"] == answers["specedge plain"]
     llama.close()
     identical = all(r.get("identical", True) for r in runs)
     rows = summarize(runs, [int(c["length"]) for c in chats])
