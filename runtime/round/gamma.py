@@ -19,14 +19,11 @@ that catch-up is not counted in the drafting time per token (`STEADY_CATCH_UP`).
 from what the last one over the same Generator measured (`Recall`: pass times, drafting times, each
 source's acceptance as a prior of RECALLED_ROUNDS rounds, and the count of plain rounds), as a chat's
 next turn or a server slot's next request does; a fresh Generator starts from the prior and the start
-γ. A recalled pass or drafting time stands until this generation measures it, and its first
-measurement replaces it rather than moving an average: the last request's context may have been far
-shorter (a draft step at 11K tokens costs 2-3 times one at 512), and blended in, a stale time held
-the drafts of a long chat for rounds after they had stopped paying. Starting over instead, from the
-start γ without the recalled times, lost more than stale times cost (bench/results/
-epyc-zen4-long-context/README.md, section 5). The probe count carries over because an editor's
-requests are short: a completion of a few tokens never reaches `probe_every` plain rounds on its own,
-so a low acceptance recalled from one request would keep every later one plain for good.
+γ. The probe count carries over because an editor's requests are short: a completion of a few tokens
+never reaches `probe_every` plain rounds on its own, so a low acceptance recalled from one request
+would keep every later one plain for good. The pass times carry whatever the next context's length
+(measuring them afresh where it differs lost more than stale times cost: bench/results/
+epyc-zen4-long-context/README.md, section 5).
 
 How far the draft model drafts within a round is decided draft by draft (`drafting_rule`), once the
 source's costs are measured: another draft is worth its cost while the chance that it and the drafts
@@ -59,13 +56,11 @@ EMA = 0.3
 STEADY_CATCH_UP = 1
 RECALLED_ROUNDS = 4.0  # what a generation's measured acceptance weighs in the next one's, in rounds
 # A probe's draft first catches up on every token decoded since the last: over a long context that
-# multi-row pass is dear (its attention reads the whole context a row: 5-9 ms a token for the 0.5B at
-# 11K tokens on a Zen 4 core pair, 10-22% of a plain step). What probing costs is then that share of
-# every plain step, however rarely it probes; what it can win is what drafting would gain over plain
-# decoding were acceptance to rise (to PROBE_ALPHA). γ auto probes only where that gain, weighed by
-# PROBE_ODDS (as likely as not that acceptance rises), exceeds the catch-up's share: over a long
-# context, where a draft step is dear too, drafting could gain little and probes stop.
-PROBE_ODDS = 0.5
+# multi-row pass is dear (its attention reads the whole context a row: ~9 ms a token for the 0.5B at
+# 11K tokens on a Zen 4 core pair, 22% of a plain step). What probing costs is then that share of
+# every plain step, however rarely it probes; above CATCH_UP_SHARE γ auto stops probing (drafting
+# resumes only where the measured rates say it pays outright).
+CATCH_UP_SHARE = 0.15
 
 
 class RoundCosts(Protocol):
@@ -109,7 +104,6 @@ class SourceStats:
     rejected: float = 0.0  # rounds that ended in a rejection
     t_draft: float | None = None  # seconds per drafted token
     t_catch_up: float | None = None  # seconds per context token a draft's first pass after plain steps fed
-    recalled: bool = False  # t_draft is the last generation's: this one's first measurement replaces it
 
     @property
     def alpha(self) -> float:
@@ -141,7 +135,6 @@ class GammaController:
     plain_rounds: int = 0
     plain_bonus: float = 0.0  # tokens accepted from pad-row guesses per plain step (moving average)
     costs: RoundCosts | None = None  # a stream sharing passes: its rounds' costs (else measured here)
-    recalled_widths: set[int] = field(default_factory=set)  # t_verify the last generation's, until measured
 
     @classmethod
     def for_widths(cls, widths: Sequence[int], start: int = DEFAULT_GAMMA,
@@ -150,12 +143,10 @@ class GammaController:
         ctrl = cls(choices=choices, start=min(choices, key=lambda g: abs(g - start)) if choices else 0, costs=costs)
         if recall is not None:
             ctrl.t_verify = dict(recall.t_verify)
-            ctrl.recalled_widths = set(recall.t_verify)
             ctrl.plain_rounds = recall.plain_rounds
             for source, t_draft in recall.t_draft.items():
                 alpha = recall.alpha.get(source, PRIOR_ALPHA)
-                ctrl.sources[source] = SourceStats(alpha * RECALLED_ROUNDS, (1 - alpha) * RECALLED_ROUNDS, t_draft,
-                                                   recalled=True)
+                ctrl.sources[source] = SourceStats(alpha * RECALLED_ROUNDS, (1 - alpha) * RECALLED_ROUNDS, t_draft)
         return ctrl
 
     def recall(self) -> Recall:
@@ -236,17 +227,17 @@ class GammaController:
 
     def could_pay(self, source: str) -> bool:
         """Would drafts from `source` beat plain decoding at a high acceptance (PROBE_ALPHA, or its
-        own if higher) with the costs measured now, by more than probing costs? If not, a rise in
-        acceptance would not make them pay, and a probe would only cost: under load, where several
-        streams' plain steps share a pass, a probe's drafts hold up every stream; over a long context,
-        its draft's catch-up on every token since the last probe costs a share of every plain step."""
+        own if higher) with the costs measured now? If not, a rise in acceptance would not make them
+        pay, and a probe would only cost: under load, where several streams' plain steps share a
+        pass, a probe's drafts (and the draft's catch-up on every token since its last) hold up
+        every stream."""
         s = self.stats(source)
+        if s.t_catch_up is not None and s.t_catch_up > CATCH_UP_SHARE * self.verify_seconds(1):
+            return False  # the catch-up alone would cost more than probing could be worth
         alpha = max(PROBE_ALPHA, s.alpha)
         t_draft = s.t_draft if s.t_draft is not None else 0.0
         best = max(round_rate(alpha, g, t_draft, self.verify_seconds(g + 1)) for g in self.choices)
-        gain = best / self.rate(0) - 1.0
-        catch_up = (s.t_catch_up or 0.0) / self.verify_seconds(1)  # of every plain step
-        return gain >= 0.0 and PROBE_ODDS * gain >= catch_up
+        return best >= self.rate(0)
 
     def observe(self, outcome: Outcome) -> None:
         """Record a round."""
@@ -258,15 +249,14 @@ class GammaController:
             s.accepted = self.decay * s.accepted + o.accepted
             s.rejected = self.decay * s.rejected + (o.accepted < o.proposed)
             per_token = o.draft_seconds / o.proposed
-            if s.t_draft is None or (s.recalled and o.caught_up <= STEADY_CATCH_UP):
-                s.t_draft, s.recalled = per_token, False
+            if s.t_draft is None:
+                s.t_draft = per_token
             elif o.caught_up <= STEADY_CATCH_UP:
                 s.t_draft = (1 - EMA) * s.t_draft + EMA * per_token
             else:  # what the drafts' own steps did not take went to the catch-up
                 catch_up = max(o.draft_seconds - o.proposed * s.t_draft, 0.0) / o.caught_up
                 s.t_catch_up = catch_up if s.t_catch_up is None else (1 - EMA) * s.t_catch_up + EMA * catch_up
-        old = None if o.width in self.recalled_widths else self.t_verify.get(o.width)
-        self.recalled_widths.discard(o.width)
+        old = self.t_verify.get(o.width)
         self.t_verify[o.width] = o.verify_seconds if old is None else (1 - EMA) * old + EMA * o.verify_seconds
 
     # γ auto watches the rounds of its run (runtime/round/decoding.py's Watcher)
