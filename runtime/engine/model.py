@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import numbers
 import reprlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -36,6 +38,18 @@ class ForwardOutput:
     new_keys: list[np.ndarray]  # per layer [1, kv_heads, S, head_dim]
     new_values: list[np.ndarray]
     traffic: Traffic  # the bytes this pass moved
+
+
+class ChunkPace(Protocol):
+    """The width of a model's prefill chunks where its passes are shared (runtime/streams/prefill_pace.py)."""
+
+    def prefilling(self) -> contextlib.AbstractContextManager[None]:
+        """Around a prefill: its passes are chunks."""
+        ...
+
+    def rows(self, widest: int) -> int:
+        """The next chunk's rows, at most `widest`."""
+        ...
 
 
 def check_token_ids(tokens: Sequence[object], vocab: int) -> list[int]:
@@ -96,19 +110,20 @@ class OnnxModel:
         self.runner: Runner = (InPlaceRunner(self.session, m.num_layers, m.logits_vocab, m.next_ids) if self.in_place
                                else CopyRunner(self.graphs.session_for, m.num_layers))
         self.slot_cache: KVCache | None = None  # a model sharing passes: the one cache its passes run over
+        self.pace: ChunkPace | None = None  # and how wide its prefill chunks are
 
     @classmethod
-    def sharing(cls, base: OnnxModel, runner: Runner, cache: KVCache) -> OnnxModel:
+    def sharing(cls, base: OnnxModel, runner: Runner, cache: KVCache, pace: ChunkPace | None = None) -> OnnxModel:
         """`base` for one stream of passes shared with others (runtime/streams/slots.py): the same manifest,
         graphs and session (one copy of the weights, one set of feeds), its passes run by `runner`
         (a scheduler's, which merges them with the other streams'), over `cache` only (its slot of a
-        pool), which `new_cache` returns."""
+        pool), which `new_cache` returns; `pace` sets its prefill chunks' widths."""
         model = cls.__new__(cls)
         model.folder, model.manifest, model.provider = base.folder, base.manifest, base.provider
         model.threads, model.spin, model.graphs, model.session = base.threads, base.spin, base.graphs, base.session
         model.window = base.window
         model.in_place, model._feeds = base.in_place, base._feeds
-        model.runner, model.slot_cache = runner, cache
+        model.runner, model.slot_cache, model.pace = runner, cache, pace
         return model
 
     @property
@@ -163,17 +178,19 @@ class OnnxModel:
         cache.reuse_prefix(tokens, limit=len(tokens) - 1)  # the last token is fed for its logits
         logits = np.empty(0)
         i = cache.length
-        while i < len(tokens):
-            if stop is not None and (reason := stop()):
-                raise DecodingStopped(reason)
-            piece = tokens[i:i + self.chunk_width(len(tokens) - i)]
-            out = self.forward(piece, cache, all_logits=False, rows=rows)
-            cache.commit(out.new_keys, out.new_values, piece)
-            logits = out.logits[-1]
-            i += len(piece)
+        with self.pace.prefilling() if self.pace is not None else contextlib.nullcontext():
+            while i < len(tokens):
+                if stop is not None and (reason := stop()):
+                    raise DecodingStopped(reason)
+                piece = tokens[i:i + self.chunk_width(len(tokens) - i)]
+                out = self.forward(piece, cache, all_logits=False, rows=rows)
+                cache.commit(out.new_keys, out.new_values, piece)
+                logits = out.logits[-1]
+                i += len(piece)
         return logits.copy()  # the pass's buffer is reused by the next pass
 
     def chunk_width(self, remaining: int) -> int:
         """The next prefill chunk: the prefill width, or for static graphs the widest exported width
-        that fits what remains."""
-        return self.graphs.chunk_width(remaining)
+        that fits what remains; where passes are shared, as wide as the pace allows."""
+        width = self.graphs.chunk_width(remaining)
+        return width if self.pace is None else self.pace.rows(width)

@@ -26,17 +26,26 @@ import numpy as np
 from specedge.runtime.engine.feeds import Feeds
 from specedge.runtime.engine.kv_cache import CachePool
 from specedge.runtime.engine.runners import Runner, RunResult
+from specedge.runtime.streams.prefill_pace import ChunkTiming
 
 
 @dataclass
 class Request:
-    """One stream's pass of one model: its feeds (runtime/engine/feeds.py) and the slot of its cache."""
+    """One stream's pass of one model: its feeds (runtime/engine/feeds.py) and the slot of its cache;
+    chunk: a piece of its prompt's prefill (runtime/streams/prefill_pace.py), whose pass's `timing` is
+    kept for its pace."""
 
     model: SharedModel
     feeds: Feeds
     slot: int
+    chunk: bool = False
     result: RunResult | None = None
     error: BaseException | None = None
+    timing: ChunkTiming | None = None
+
+    @property
+    def rows(self) -> int:
+        return int(self.feeds["input_ids"].shape[1])
 
     @property
     def done(self) -> bool:
@@ -102,11 +111,20 @@ class SharedModel:
         only once every stream has asked for it again (or is held by its reader), so no copy.
         A new stream's prompt chunks ride in the rounds' passes: run apart, after them, they made no
         measurable difference (docs/benchmarks.md, "Measured choices in the code"), and merged they
-        read the weights once."""
+        read the weights once. The curve learns from passes without chunks (a chunk's rows deep in a
+        context cost far more than a round's); a chunk's request gets its pass's timing."""
         feeds, bounds = merge_feeds([r.feeds for r in requests], [r.slot for r in requests])
         start = time.perf_counter()
         out = self.runner(feeds, self.pool)  # the pool's buffers, every slot
-        self.curve.observe(feeds["input_ids"].shape[1], time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        chunk_rows = sum(r.rows for r in requests if r.chunk)
+        if not chunk_rows:
+            self.curve.observe(feeds["input_ids"].shape[1], seconds)
+        else:
+            other_rows = feeds["input_ids"].shape[1] - chunk_rows
+            timing = ChunkTiming(start, seconds, self.curve.seconds(other_rows) if other_rows else 0.0, chunk_rows)
+            for r in requests:
+                r.timing = timing if r.chunk else None
         for request, (a, b) in zip(requests, bounds, strict=True):
             next_ids = out.next_ids[a:b] if out.next_ids is not None else None
             request.result = RunResult(out.logits[a:b], next_ids, [], [])
@@ -153,6 +171,7 @@ class PassScheduler:
         self._members: set[int] = set()
         self._waiting: dict[int, Request] = {}
         self._suspended: dict[int, float] = {}  # slot -> since when its reader holds it
+        self._prefilling: set[int] = set()  # slots whose last pass asked was a prompt chunk
         self._running = False
         self.passes = 0  # shared passes run
         self.rows = 0  # streams' passes they held
@@ -162,6 +181,11 @@ class PassScheduler:
     def streams(self) -> int:
         """Streams sharing passes now (from their first pass until they leave)."""
         return len(self._members)
+
+    def decoding(self, besides: int) -> int:
+        """Streams sharing passes, other than the one of slot `besides`, that are not prefilling."""
+        with self._cond:
+            return len(self._members - self._prefilling - {besides})
 
     def seconds(self, slot: int) -> float:
         """The clock of `slot`'s stream: the seconds of each pass it took part in, times its share of
@@ -175,6 +199,10 @@ class PassScheduler:
             self._members.add(request.slot)
             self._suspended.pop(request.slot, None)
             self._waiting[request.slot] = request
+            if request.chunk:
+                self._prefilling.add(request.slot)
+            else:
+                self._prefilling.discard(request.slot)
             self._run_ready()
             while not request.done:
                 self._cond.wait(GRACE_S)  # then again: a member held by its reader may be past its grace
@@ -196,6 +224,7 @@ class PassScheduler:
             self._members.discard(slot)
             self._waiting.pop(slot, None)
             self._suspended.pop(slot, None)
+            self._prefilling.discard(slot)
             self._run_ready()
 
     def suspend(self, slot: int) -> None:
@@ -241,6 +270,6 @@ class PassScheduler:
         """Count a pass, and give each stream its share of its time, by rows."""
         self.passes += 1
         self.rows += len(batch)
-        rows = [r.feeds["input_ids"].shape[1] for r in batch]
+        rows = [r.rows for r in batch]
         for r, n in zip(batch, rows, strict=True):
             self._seconds[r.slot] = self._seconds.get(r.slot, 0.0) + seconds * n / max(sum(rows), 1)

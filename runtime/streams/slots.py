@@ -39,6 +39,7 @@ from specedge.runtime.generator import GenerationResult, Generator, Prompt, Segm
 from specedge.runtime.round.decoding import SpecConfig
 from specedge.runtime.round.drafters import Drafter, HybridDrafter, NgramDrafter, build_drafter
 from specedge.runtime.round.gamma import Recall
+from specedge.runtime.streams.prefill_pace import PrefillPace
 from specedge.runtime.streams.shared_pass import PassScheduler, Request, SharedModel
 
 T = TypeVar("T")
@@ -75,20 +76,27 @@ def check_shareable(gen: Generator, slots: int) -> None:
 
 class SlotRunner:
     """Runs one stream's passes: each a request to the scheduler, run with the other streams' in one
-    pass, over the slot's cache alone."""
+    pass, over the slot's cache alone; those of its prefill are chunks, their timings its pace's."""
 
     def __init__(self, shared: SharedModel, scheduler: PassScheduler, slot: int) -> None:
         self.shared, self.scheduler, self.slot = shared, scheduler, slot
+        self.pace = PrefillPace(scheduler, slot)
 
     def __call__(self, feeds: Feeds, cache: KVCache | CachePool) -> RunResult:
         if cache is not self.shared.pool.cache(self.slot):
             raise ValueError(f"stream {self.slot}'s model runs over its own slot's cache only")
-        return self.scheduler.submit(Request(self.shared, feeds, self.slot))
+        request = Request(self.shared, feeds, self.slot, chunk=self.pace.active)
+        result = self.scheduler.submit(request)
+        if request.timing is not None:
+            self.pace.observe(request.timing)
+        return result
 
 
 def stream_model(base: OnnxModel, shared: SharedModel, scheduler: PassScheduler, slot: int) -> OnnxModel:
-    """`base` for the stream of `slot`: its passes requests to the scheduler, its cache the slot's."""
-    return OnnxModel.sharing(base, SlotRunner(shared, scheduler, slot), shared.pool.cache(slot))
+    """`base` for the stream of `slot`: its passes requests to the scheduler, its cache the slot's, its
+    prompt's chunks paced beside decoding streams."""
+    runner = SlotRunner(shared, scheduler, slot)
+    return OnnxModel.sharing(base, runner, shared.pool.cache(slot), runner.pace)
 
 
 class StreamGenerator(Generator):

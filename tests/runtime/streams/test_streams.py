@@ -237,3 +237,22 @@ def test_a_slots_first_request_starts_from_what_another_slot_measured(pair: tupl
     first.generate(PROMPTS[0])
     assert first.recall is not None and second.recall is first.recall  # one memory for the slots' γ auto
     assert streams.generator.recall is None  # not the base's: alone, its costs differ from a shared pass's
+
+
+def test_a_prompt_beside_a_decoding_stream_goes_in_narrow_chunks_and_changes_no_token(pair: tuple[Path, Path]) -> None:
+    """While another stream decodes, a long prompt's chunks narrow to what its pace allows (here, made
+    to allow a row: runtime/streams/prefill_pace.py), and widen once it is alone; every token as alone."""
+    gen = load(pair, "draft-model", gamma=4, ignore_eos=True, max_new_tokens=40)
+    long_prompt = [5 + (i * 7) % 50 for i in range(48)]  # 6 chunks of the tiny export's 8 rows
+    asks = [("ab", 40), (long_prompt, 8)]
+    alone = [gen.generate(p, max_new_tokens=n).token_ids for p, n in asks]
+    streams = Streams(gen, 2)
+    pace = streams.generators[1].target.pace
+    assert pace is not None
+    pace.share = 1e-6  # a chunk may add almost nothing to a decoding stream's round: one row
+    together = streams.map(lambda g, ask: g.generate(ask[0], max_new_tokens=ask[1]).token_ids, asks)
+    assert together == alone
+    widths = pace.widths
+    assert sum(widths) == len(long_prompt)
+    assert 1 in widths  # narrowed beside the decoding stream
+    assert max(widths[-2:]) > 1  # and wide again once it was alone

@@ -1,0 +1,65 @@
+"""The width of a stream's prompt chunks beside decoding streams (runtime/streams/prefill_pace.py):
+full while no other stream decodes, narrowed to what the measured costs give once one does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from specedge.runtime.streams.prefill_pace import FIRST_ROWS, ChunkTiming, PrefillPace, chunk_rows
+
+
+@dataclass
+class Others:
+    count: int
+
+    def decoding(self, besides: int) -> int:
+        return self.count
+
+
+def test_alone_or_beside_prefills_only_a_chunk_is_as_wide_as_the_graph_allows() -> None:
+    pace = PrefillPace(Others(0), slot=0)
+    pace.observe(ChunkTiming(start=0.0, seconds=1.0, others_seconds=0.01, chunk_rows=64))
+    assert pace.rows(64) == 64 and pace.widths == [64]
+
+
+def test_beside_a_decoding_stream_before_any_measurement_a_chunk_starts_narrow() -> None:
+    pace = PrefillPace(Others(1), slot=0)
+    assert pace.rows(64) == FIRST_ROWS
+    assert pace.rows(3) == 3  # what remains of the prompt
+
+
+def test_the_chunk_adds_to_its_pass_what_the_decoding_streams_take_for_a_round() -> None:
+    pace = PrefillPace(Others(2), slot=1)
+    # 8 rows added 0.2 s to a pass whose other rows cost 0.1 s: 0.025 s a row
+    pace.observe(ChunkTiming(start=0.0, seconds=0.3, others_seconds=0.1, chunk_rows=8))
+    assert pace.round_seconds is None  # no gap between two of this prefill's chunks seen yet
+    # the decoding streams took 0.2 s between the two chunks' passes, plus 0.1 s of their rows in it
+    pace.observe(ChunkTiming(start=0.5, seconds=0.3, others_seconds=0.1, chunk_rows=8))
+    assert pace.row_seconds == pytest.approx(0.025) and pace.round_seconds == pytest.approx(0.3)
+    assert pace.rows(64) == 12  # 12 x 0.025 = 0.3 s: half the time the prompt's, half theirs
+    assert pace.rows(8) == 8
+
+
+def test_a_share_sets_the_budget_and_a_row_dearer_than_it_still_goes_one_at_a_time() -> None:
+    assert chunk_rows(64, share=0.75, round_seconds=0.1, row_seconds=0.01) == 30  # 3 x 0.1 s
+    assert chunk_rows(64, share=0.5, round_seconds=0.05, row_seconds=0.2) == 1
+    assert chunk_rows(16, share=0.5, round_seconds=10.0, row_seconds=0.01) == 16
+
+
+def test_a_pass_without_other_rows_only_marks_when_it_ended() -> None:
+    pace = PrefillPace(Others(1), slot=0)
+    pace.observe(ChunkTiming(start=1.0, seconds=0.5, others_seconds=0.0, chunk_rows=8))
+    assert pace.row_seconds is None and pace.round_seconds is None and pace.last_end == 1.5
+
+
+def test_each_prefill_measures_its_own_gaps() -> None:
+    pace = PrefillPace(Others(1), slot=0)
+    with pace.prefilling():
+        assert pace.active
+        pace.observe(ChunkTiming(start=0.0, seconds=0.1, others_seconds=0.05, chunk_rows=4))
+    assert not pace.active
+    with pace.prefilling():  # a later prompt: the time since the last one's chunk is no round
+        pace.observe(ChunkTiming(start=60.0, seconds=0.1, others_seconds=0.05, chunk_rows=4))
+    assert pace.round_seconds is None
