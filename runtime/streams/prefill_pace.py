@@ -15,6 +15,7 @@ depend on the pass it rides in, so the chunks' widths change no token.
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -22,6 +23,7 @@ from typing import Protocol
 PREFILL_SHARE = 0.5  # of the time while others decode, what a prefilling stream's chunks may take
 FIRST_ROWS = 8  # a chunk's rows before anything is measured beside decoding streams
 PACE_EMA = 0.3
+KEPT_WIDTHS = 4096  # the latest chunks' rows a pace keeps (a server's runs for weeks)
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class PrefillPace:
     row_seconds: float | None = None  # what a chunk row added to its pass, at the depth reached
     round_seconds: float | None = None  # the decoding streams' time between two chunks, without them
     last_end: float | None = None  # when this prefill's previous chunk's pass ended
-    widths: list[int] = field(default_factory=list)  # every chunk's rows, as chosen
+    widths: deque[int] = field(default_factory=lambda: deque(maxlen=KEPT_WIDTHS))  # the chunks' rows chosen
 
     @contextlib.contextmanager
     def prefilling(self) -> Iterator[None]:

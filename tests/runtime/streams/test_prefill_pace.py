@@ -21,7 +21,7 @@ class Others:
 def test_alone_or_beside_prefills_only_a_chunk_is_as_wide_as_the_graph_allows() -> None:
     pace = PrefillPace(Others(0), slot=0)
     pace.observe(ChunkTiming(start=0.0, seconds=1.0, others_seconds=0.01, chunk_rows=64))
-    assert pace.rows(64) == 64 and pace.widths == [64]
+    assert pace.rows(64) == 64 and list(pace.widths) == [64]
 
 
 def test_beside_a_decoding_stream_before_any_measurement_a_chunk_starts_narrow() -> None:

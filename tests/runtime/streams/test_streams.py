@@ -252,7 +252,7 @@ def test_a_prompt_beside_a_decoding_stream_goes_in_narrow_chunks_and_changes_no_
     pace.share = 1e-6  # a chunk may add almost nothing to a decoding stream's round: one row
     together = streams.map(lambda g, ask: g.generate(ask[0], max_new_tokens=ask[1]).token_ids, asks)
     assert together == alone
-    widths = pace.widths
+    widths = list(pace.widths)
     assert sum(widths) == len(long_prompt)
     assert 1 in widths  # narrowed beside the decoding stream
     assert max(widths[-2:]) > 1  # and wide again once it was alone
