@@ -47,8 +47,8 @@ class ChunkPace(Protocol):
         """Around a prefill: its passes are chunks."""
         ...
 
-    def rows(self, widest: int) -> int:
-        """The next chunk's rows, at most `widest`."""
+    def rows(self, widest: int, left: int) -> int:
+        """The next chunk's rows, at most `widest`, `left` tokens of the prompt to go."""
         ...
 
 
@@ -193,4 +193,4 @@ class OnnxModel:
         """The next prefill chunk: the prefill width, or for static graphs the widest exported width
         that fits what remains; where passes are shared, as wide as the pace allows."""
         width = self.graphs.chunk_width(remaining)
-        return width if self.pace is None else self.pace.rows(width)
+        return width if self.pace is None else self.pace.rows(width, remaining)

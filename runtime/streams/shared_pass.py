@@ -26,22 +26,27 @@ import numpy as np
 from specedge.runtime.engine.feeds import Feeds
 from specedge.runtime.engine.kv_cache import CachePool
 from specedge.runtime.engine.runners import Runner, RunResult
-from specedge.runtime.streams.prefill_pace import ChunkTiming
+from specedge.runtime.streams.prefill_pace import SHORT_PROMPT, ChunkTiming
 
 
 @dataclass
 class Request:
     """One stream's pass of one model: its feeds (runtime/engine/feeds.py) and the slot of its cache;
-    chunk: a piece of its prompt's prefill (runtime/streams/prefill_pace.py), whose pass's `timing` is
-    kept for its pace."""
+    prefill_left: a chunk of its prompt's prefill (runtime/streams/prefill_pace.py), with this many
+    tokens of the prompt left from it on (0: a round's pass), whose pass's `timing` is kept for its
+    pace."""
 
     model: SharedModel
     feeds: Feeds
     slot: int
-    chunk: bool = False
+    prefill_left: int = 0
     result: RunResult | None = None
     error: BaseException | None = None
     timing: ChunkTiming | None = None
+
+    @property
+    def chunk(self) -> bool:
+        return self.prefill_left > 0
 
     @property
     def rows(self) -> int:
@@ -171,7 +176,7 @@ class PassScheduler:
         self._members: set[int] = set()
         self._waiting: dict[int, Request] = {}
         self._suspended: dict[int, float] = {}  # slot -> since when its reader holds it
-        self._prefilling: set[int] = set()  # slots whose last pass asked was a prompt chunk
+        self._prefilling: set[int] = set()  # slots whose last pass asked was a chunk of a long prompt
         self._running = False
         self.passes = 0  # shared passes run
         self.rows = 0  # streams' passes they held
@@ -183,7 +188,8 @@ class PassScheduler:
         return len(self._members)
 
     def decoding(self, besides: int) -> int:
-        """Streams sharing passes, other than the one of slot `besides`, that are not prefilling."""
+        """Streams sharing passes, other than the one of slot `besides`, not prefilling a long prompt
+        (more than SHORT_PROMPT tokens left: a shorter one's first token waits on it)."""
         with self._cond:
             return len(self._members - self._prefilling - {besides})
 
@@ -199,7 +205,7 @@ class PassScheduler:
             self._members.add(request.slot)
             self._suspended.pop(request.slot, None)
             self._waiting[request.slot] = request
-            if request.chunk:
+            if request.prefill_left > SHORT_PROMPT:
                 self._prefilling.add(request.slot)
             else:
                 self._prefilling.discard(request.slot)

@@ -85,7 +85,7 @@ class SlotRunner:
     def __call__(self, feeds: Feeds, cache: KVCache | CachePool) -> RunResult:
         if cache is not self.shared.pool.cache(self.slot):
             raise ValueError(f"stream {self.slot}'s model runs over its own slot's cache only")
-        request = Request(self.shared, feeds, self.slot, chunk=self.pace.active)
+        request = Request(self.shared, feeds, self.slot, prefill_left=self.pace.left if self.pace.active else 0)
         result = self.scheduler.submit(request)
         if request.timing is not None:
             self.pace.observe(request.timing)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
-from specedge.runtime.streams.prefill_pace import FIRST_ROWS, ChunkTiming, PrefillPace, chunk_rows
+from specedge.runtime.engine.kv_cache import CachePool
+from specedge.runtime.engine.runners import RunResult
+from specedge.runtime.streams.prefill_pace import FIRST_ROWS, SHORT_PROMPT, ChunkTiming, PrefillPace, chunk_rows
+from specedge.runtime.streams.shared_pass import PassScheduler, Request, SharedModel
 
 
 @dataclass
@@ -21,13 +25,13 @@ class Others:
 def test_alone_or_beside_prefills_only_a_chunk_is_as_wide_as_the_graph_allows() -> None:
     pace = PrefillPace(Others(0), slot=0)
     pace.observe(ChunkTiming(start=0.0, seconds=1.0, others_seconds=0.01, chunk_rows=64))
-    assert pace.rows(64) == 64 and list(pace.widths) == [64]
+    assert pace.rows(64, 1000) == 64 and list(pace.widths) == [64]
 
 
 def test_beside_a_decoding_stream_before_any_measurement_a_chunk_starts_narrow() -> None:
     pace = PrefillPace(Others(1), slot=0)
-    assert pace.rows(64) == FIRST_ROWS
-    assert pace.rows(3) == 3  # what remains of the prompt
+    assert pace.rows(64, 1000) == FIRST_ROWS
+    assert pace.rows(3, 3) == 3  # what remains of the prompt
 
 
 def test_the_chunk_adds_to_its_pass_what_the_decoding_streams_take_for_a_round() -> None:
@@ -38,8 +42,8 @@ def test_the_chunk_adds_to_its_pass_what_the_decoding_streams_take_for_a_round()
     # the decoding streams took 0.2 s between the two chunks' passes, plus 0.1 s of their rows in it
     pace.observe(ChunkTiming(start=0.5, seconds=0.3, others_seconds=0.1, chunk_rows=8))
     assert pace.row_seconds == pytest.approx(0.025) and pace.round_seconds == pytest.approx(0.3)
-    assert pace.rows(64) == 12  # 12 x 0.025 = 0.3 s: half the time the prompt's, half theirs
-    assert pace.rows(8) == 8
+    assert pace.rows(64, 1000) == 12  # 12 x 0.025 = 0.3 s: half the time the prompt's, half theirs
+    assert pace.rows(8, 1000) == 8
 
 
 def test_a_share_sets_the_budget_and_a_row_dearer_than_it_still_goes_one_at_a_time() -> None:
@@ -63,3 +67,24 @@ def test_each_prefill_measures_its_own_gaps() -> None:
     with pace.prefilling():  # a later prompt: the time since the last one's chunk is no round
         pace.observe(ChunkTiming(start=60.0, seconds=0.1, others_seconds=0.05, chunk_rows=4))
     assert pace.round_seconds is None
+
+
+def one_pass(rows: int) -> dict[str, np.ndarray]:
+    return {"input_ids": np.full((1, rows), 3, np.int64), "position_ids": np.arange(rows, dtype=np.int64)[None],
+            "logits_index": np.array([rows - 1])}
+
+
+def test_the_scheduler_counts_a_short_prompts_stream_as_decoding_and_keeps_chunks_off_the_curve() -> None:
+    def runner(feeds: dict[str, np.ndarray], pool: object) -> RunResult:
+        return RunResult(np.zeros((len(feeds["logits_index"]), 4), np.float32), None, [], [])
+
+    model = SharedModel(runner, CachePool(1, 1, 4, 64, 2), priority=0)
+    scheduler = PassScheduler()
+    model.curve.observe(1, 0.01)
+    for left, prefilling in ((SHORT_PROMPT + 1, True), (SHORT_PROMPT, False), (0, False)):
+        request = Request(model, one_pass(4), slot=0, prefill_left=left)
+        scheduler.submit(request)
+        assert scheduler.decoding(besides=1) == (0 if prefilling else 1)
+        assert (request.timing is not None) == (left > 0)  # a chunk's pass: timed for its pace
+    assert set(model.curve.seconds_at) == {1, 4}  # only the round's pass of 4 rows fed the curve
+    assert scheduler.decoding(besides=0) == 0
