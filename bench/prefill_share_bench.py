@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import threading
@@ -96,7 +97,18 @@ def speeds(runs: list[dict[str, object]]) -> str:
     if not runs:
         return "none"
     v = [float(r["tokens_per_s"]) for r in runs]  # type: ignore[arg-type]
-    return f"{statistics.median(v):.1f} (n={len(v)}, {min(v):.1f}-{max(v):.1f})"
+    per_pass = [float(r["tokens_per_target_pass"]) for r in runs if "tokens_per_target_pass" in r]  # type: ignore[arg-type]
+    passes = f"; {statistics.median(per_pass):.2f} tokens/target pass" if per_pass else ""
+    return f"{statistics.median(v):.1f} (n={len(v)}, {min(v):.1f}-{max(v):.1f}{passes})"
+
+
+def add_passes(runs: list[dict[str, object]], log: list[str], tokens: int) -> None:
+    """Each of A's requests (in the order they ended: one after another) gets the tokens per target
+    pass of its line in the server's log (A's are the lines of `tokens` tokens)."""
+    pattern = re.compile(rf", {tokens} tokens, .* ([0-9.]+) tokens/target pass")
+    found = [float(m[1]) for line in log if (m := pattern.search(line))]
+    for r, per_pass in zip(runs, found, strict=False):
+        r["tokens_per_target_pass"] = per_pass
 
 
 def main() -> int:
@@ -149,6 +161,8 @@ def main() -> int:
         a.halt()
         after_cancel = [r for r in a.done if r["start"] > cancelled["end"] + stopped_s]  # type: ignore[operator]
         stop_line = next(line for line in reversed(log) if "(client gone)" in line)
+        time.sleep(1)  # the last request's log line
+        add_passes(chatted + a.done, log, args.tokens)
     finally:
         proc.terminate()
         proc.wait(timeout=60)

@@ -160,14 +160,17 @@ class SharedCosts:
     """A stream's verification cost where k streams share passes (runtime/round/gamma.py's RoundCosts): its
     equal share of a pass of k times its width, on the target's measured curve. So γ auto weighs
     what a wider round adds to passes every stream waits for: fewer drafts per stream as streams
-    join, where the device's passes grow with their width (on 2 cores, past 8 rows)."""
+    join, where the device's passes grow with their width (on 2 cores, past 8 rows). k counts the
+    streams decoding: one prefilling a long prompt rides in the passes with chunks paced to its own
+    budget (runtime/streams/prefill_pace.py), not rounds as wide as this stream's, and counted it
+    halved every verification's price, so a stream beside a long prefill gave up drafting."""
 
     def __init__(self, scheduler: PassScheduler, target: SharedModel) -> None:
         self.scheduler, self.target = scheduler, target
 
     @property
     def streams(self) -> int:
-        return max(1, self.scheduler.streams)
+        return max(1, self.scheduler.decoding(besides=-1))
 
     def verify_seconds(self, width: int) -> float:
         k = self.streams

@@ -7,10 +7,13 @@ the library under test (SPECEDGE_KERNEL_LIBRARY), which compares:
     .venv/bin/python bench/results/epyc-zen4-bf16-fidelity/fidelity.py /tmp/ref.npz
     SPECEDGE_KERNEL_LIBRARY=/tmp/libexp.so .venv/bin/python bench/results/epyc-zen4-bf16-fidelity/fidelity.py \
         /tmp/exp.npz /tmp/ref.npz
+
+--prompts 4096-chat,11000-chat reads only those.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -39,10 +42,16 @@ def compare(key: str, n: int, answer: list[int], res: dict[str, np.ndarray], ref
 
 
 def main() -> None:
-    out, ref = sys.argv[1], (dict(np.load(sys.argv[2])) if len(sys.argv) > 2 else None)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("ref", nargs="?")
+    ap.add_argument("--prompts", default="4096-chat,11000-chat,11000-edit")
+    args = ap.parse_args()
+    out, ref = args.out, (dict(np.load(args.ref)) if args.ref else None)
     model = OnnxModel(resolve_model(TARGET, "int4", context=16384), spin=True)
     gen = Generator(model, None, SpecConfig(gamma=0, max_new_tokens=64, ignore_eos=True))
-    chats = [c for c in prompts(gen, [4096, 11000], ["chat", "edit"]) if (c["length"], c["kind"]) != (4096, "edit")]
+    chats = [c for c in prompts(gen, [4096, 11000], ["chat", "edit"]) if f"{c['length']}-{c['kind']}" in
+             args.prompts.split(",")]
     res: dict[str, np.ndarray] = {}
     for c in chats:
         key = f"{c['length']}-{c['kind']}"
