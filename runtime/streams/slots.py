@@ -162,8 +162,8 @@ class SharedCosts:
     what a wider round adds to passes every stream waits for: fewer drafts per stream as streams
     join, where the device's passes grow with their width (on 2 cores, past 8 rows). k counts the
     streams decoding: one prefilling a long prompt rides in the passes with chunks paced to its own
-    budget (runtime/streams/prefill_pace.py), not rounds as wide as this stream's, and counted it
-    halved every verification's price, so a stream beside a long prefill gave up drafting."""
+    budget (runtime/streams/prefill_pace.py), not rounds as wide as this stream's; counted, it
+    halved the price of a decoding stream's verifications beside that of its drafts."""
 
     def __init__(self, scheduler: PassScheduler, target: SharedModel) -> None:
         self.scheduler, self.target = scheduler, target
