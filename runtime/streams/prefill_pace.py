@@ -42,7 +42,7 @@ class ChunkTiming:
 
 
 class Decoders(Protocol):
-    def decoding(self, besides: int) -> int:
+    def decoding(self, besides: int | None = None) -> int:
         """How many streams other than `besides` share passes and are not prefilling a long prompt."""
         ...
 

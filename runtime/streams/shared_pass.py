@@ -187,8 +187,8 @@ class PassScheduler:
         """Streams sharing passes now (from their first pass until they leave)."""
         return len(self._members)
 
-    def decoding(self, besides: int) -> int:
-        """Streams sharing passes, other than the one of slot `besides`, not prefilling a long prompt
+    def decoding(self, besides: int | None = None) -> int:
+        """Streams sharing passes (other than the one of slot `besides`) not prefilling a long prompt
         (more than SHORT_PROMPT tokens left: a shorter one's first token waits on it)."""
         with self._cond:
             return len(self._members - self._prefilling - {besides})

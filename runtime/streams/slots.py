@@ -170,7 +170,7 @@ class SharedCosts:
 
     @property
     def streams(self) -> int:
-        return max(1, self.scheduler.decoding(besides=-1))
+        return max(1, self.scheduler.decoding())
 
     def verify_seconds(self, width: int) -> float:
         k = self.streams

@@ -18,7 +18,7 @@ from specedge.runtime.streams.shared_pass import PassScheduler, Request, SharedM
 class Others:
     count: int
 
-    def decoding(self, besides: int) -> int:
+    def decoding(self, besides: int | None = None) -> int:
         return self.count
 
 
