@@ -5,9 +5,10 @@ round of theirs. Deep in a long context a full chunk costs a second or more, so 
 prompt fell from 56 to 1-2 tokens/s for minutes. While any other stream decodes, `PrefillPace`
 narrows each chunk so that what it adds to its pass is about what the decoding streams take for a
 round without it (`PREFILL_SHARE`: the prompt gets about half the time, they keep about half their
-speed); alone, or beside other long prefills only, chunks are as wide as the graph allows. A stream
-with a short prompt to prefill (`SHORT_PROMPT`: a chat's next request, a draft's own prefill after
-its first token) counts as decoding: its first token, or its next, waits on that prefill. Both costs are
+speed); alone, or beside other long prefills only, chunks are as wide as the graph allows. A short
+prompt (`SHORT_PROMPT` tokens or fewer to prefill: a chat's next request, a draft's own prefill after
+its first token) is not paced, and its stream counts as decoding: its first token, or its next,
+waits on that prefill, and it costs the others a pass or a few. Both costs are
 measured on this device as the prefill goes (a row's cost grows with its depth): what the chunk
 added to its pass beyond what the pass's other rows cost on the model's curve, and the time from the
 end of one chunk's pass to the start of the next plus those rows' cost. A row's result does not
@@ -24,7 +25,7 @@ from typing import Protocol
 
 PREFILL_SHARE = 0.5  # of the time while others decode, what a prefilling stream's chunks may take
 FIRST_ROWS = 8  # a chunk's rows before anything is measured beside decoding streams
-SHORT_PROMPT = 256  # a stream with at most this many prompt tokens left to prefill counts as decoding
+SHORT_PROMPT = 256  # a prefill of at most this many tokens is not paced, and its stream counts as decoding
 PACE_EMA = 0.3
 KEPT_WIDTHS = 4096  # the latest chunks' rows a pace keeps (a server's runs for weeks)
 
@@ -62,13 +63,16 @@ def smoothed(old: float | None, new: float) -> float:
 class PrefillPace:
     """One stream's pace for one model's prefill chunks; `active` while its prefill runs, so that
     its passes are known as chunks (runtime/streams/slots.py's SlotRunner marks them), with `left`
-    prompt tokens still to prefill from the next chunk on."""
+    prompt tokens still to prefill from the next chunk on, of `prompt` when it began; `short`: the
+    longest prefill not paced."""
 
     decoders: Decoders
     slot: int
     share: float = PREFILL_SHARE
+    short: int = SHORT_PROMPT
     active: bool = False
     left: int = 0
+    prompt: int = 0
     row_seconds: float | None = None  # what a chunk row added to its pass, at the depth reached
     round_seconds: float | None = None  # the decoding streams' time between two chunks, without them
     last_end: float | None = None  # when this prefill's previous chunk's pass ended
@@ -76,17 +80,17 @@ class PrefillPace:
 
     @contextlib.contextmanager
     def prefilling(self) -> Iterator[None]:
-        self.active, self.last_end = True, None
+        self.active, self.last_end, self.prompt = True, None, 0
         try:
             yield
         finally:
             self.active, self.left = False, 0
 
     def rows(self, widest: int, left: int) -> int:
-        """The next chunk's rows, `left` tokens of the prompt to go: `widest` unless another stream
-        decodes."""
-        self.left = left
-        if not self.decoders.decoding(besides=self.slot):
+        """The next chunk's rows, `left` tokens of the prompt to go: `widest` unless the prompt is
+        long and another stream decodes."""
+        self.left, self.prompt = left, self.prompt or left
+        if self.prompt <= self.short or not self.decoders.decoding(besides=self.slot):
             rows = widest
         elif self.row_seconds is None or self.round_seconds is None:
             rows = min(widest, FIRST_ROWS)

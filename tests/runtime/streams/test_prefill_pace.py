@@ -30,8 +30,19 @@ def test_alone_or_beside_prefills_only_a_chunk_is_as_wide_as_the_graph_allows() 
 
 def test_beside_a_decoding_stream_before_any_measurement_a_chunk_starts_narrow() -> None:
     pace = PrefillPace(Others(1), slot=0)
-    assert pace.rows(64, 1000) == FIRST_ROWS
-    assert pace.rows(3, 3) == 3  # what remains of the prompt
+    with pace.prefilling():
+        assert pace.rows(64, 1000) == FIRST_ROWS
+        assert pace.rows(3, 3) == 3  # what remains of the prompt
+
+
+def test_a_short_prompt_is_not_paced_to_its_end() -> None:
+    pace = PrefillPace(Others(1), slot=0)
+    with pace.prefilling():
+        assert pace.rows(64, SHORT_PROMPT) == 64  # its stream's next token waits on it
+        assert pace.rows(64, SHORT_PROMPT - 64) == 64
+    with pace.prefilling():
+        assert pace.rows(64, SHORT_PROMPT + 1) == FIRST_ROWS  # a long one is paced, its last chunks too
+        assert pace.rows(64, 100) == FIRST_ROWS
 
 
 def test_the_chunk_adds_to_its_pass_what_the_decoding_streams_take_for_a_round() -> None:
