@@ -8,11 +8,11 @@ round without it (`PREFILL_SHARE`: the prompt gets about half the time, they kee
 speed); alone, or beside other long prefills only, chunks are as wide as the graph allows. A short
 prompt (`SHORT_PROMPT` tokens or fewer to prefill: a chat's next request, a draft's own prefill after
 its first token) is not paced, and its stream counts as decoding: its first token, or its next,
-waits on that prefill, and it costs the others a pass or a few. Both costs are
-measured on this device as the prefill goes (a row's cost grows with its depth): what the chunk
-added to its pass beyond what the pass's other rows cost on the model's curve, and the time from the
-end of one chunk's pass to the start of the next plus those rows' cost. A row's result does not
-depend on the pass it rides in, so the chunks' widths change no token.
+waits on that prefill, and it costs the others a pass or a few. Both costs are measured on this
+device as the prefill goes (a row's cost grows with its depth): what the chunk added to its pass
+beyond what the pass's other rows cost on the model's curve, and the time from the end of one
+chunk's pass to the start of the next plus those rows' cost. A row's result does not depend on the
+pass it rides in, so the chunks' widths change no token.
 """
 
 from __future__ import annotations
