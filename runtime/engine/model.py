@@ -43,8 +43,8 @@ class ForwardOutput:
 class ChunkPace(Protocol):
     """The width of a model's prefill chunks where its passes are shared (runtime/streams/prefill_pace.py)."""
 
-    def prefilling(self) -> contextlib.AbstractContextManager[None]:
-        """Around a prefill: its passes are chunks."""
+    def prefilling(self, prompt: int) -> contextlib.AbstractContextManager[None]:
+        """Around a prefill of `prompt` tokens: its passes are chunks."""
         ...
 
     def rows(self, widest: int, left: int) -> int:
@@ -178,7 +178,7 @@ class OnnxModel:
         cache.reuse_prefix(tokens, limit=len(tokens) - 1)  # the last token is fed for its logits
         logits = np.empty(0)
         i = cache.length
-        with self.pace.prefilling() if self.pace is not None else contextlib.nullcontext():
+        with self.pace.prefilling(len(tokens) - i) if self.pace is not None else contextlib.nullcontext():
             while i < len(tokens):
                 if stop is not None and (reason := stop()):
                     raise DecodingStopped(reason)

@@ -79,8 +79,9 @@ class PrefillPace:
     widths: deque[int] = field(default_factory=lambda: deque(maxlen=KEPT_WIDTHS))  # the chunks' rows chosen
 
     @contextlib.contextmanager
-    def prefilling(self) -> Iterator[None]:
-        self.active, self.last_end, self.prompt = True, None, 0
+    def prefilling(self, prompt: int) -> Iterator[None]:
+        """Around a prefill of `prompt` tokens."""
+        self.active, self.last_end, self.prompt = True, None, prompt
         try:
             yield
         finally:
@@ -89,7 +90,7 @@ class PrefillPace:
     def rows(self, widest: int, left: int) -> int:
         """The next chunk's rows, `left` tokens of the prompt to go: `widest` unless the prompt is
         long and another stream decodes."""
-        self.left, self.prompt = left, self.prompt or left
+        self.left = left
         if self.prompt <= self.short or not self.decoders.decoding(besides=self.slot):
             rows = widest
         elif self.row_seconds is None or self.round_seconds is None:

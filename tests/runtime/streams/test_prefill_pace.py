@@ -25,22 +25,23 @@ class Others:
 def test_alone_or_beside_prefills_only_a_chunk_is_as_wide_as_the_graph_allows() -> None:
     pace = PrefillPace(Others(0), slot=0)
     pace.observe(ChunkTiming(start=0.0, seconds=1.0, others_seconds=0.01, chunk_rows=64))
-    assert pace.rows(64, 1000) == 64 and list(pace.widths) == [64]
+    with pace.prefilling(1000):
+        assert pace.rows(64, 1000) == 64 and list(pace.widths) == [64]
 
 
 def test_beside_a_decoding_stream_before_any_measurement_a_chunk_starts_narrow() -> None:
     pace = PrefillPace(Others(1), slot=0)
-    with pace.prefilling():
+    with pace.prefilling(1000):
         assert pace.rows(64, 1000) == FIRST_ROWS
         assert pace.rows(3, 3) == 3  # what remains of the prompt
 
 
 def test_a_short_prompt_is_not_paced_to_its_end() -> None:
     pace = PrefillPace(Others(1), slot=0)
-    with pace.prefilling():
+    with pace.prefilling(SHORT_PROMPT):
         assert pace.rows(64, SHORT_PROMPT) == 64  # its stream's next token waits on it
         assert pace.rows(64, SHORT_PROMPT - 64) == 64
-    with pace.prefilling():
+    with pace.prefilling(SHORT_PROMPT + 1):
         assert pace.rows(64, SHORT_PROMPT + 1) == FIRST_ROWS  # a long one is paced, its last chunks too
         assert pace.rows(64, 100) == FIRST_ROWS
 
@@ -53,8 +54,9 @@ def test_the_chunk_adds_to_its_pass_what_the_decoding_streams_take_for_a_round()
     # the decoding streams took 0.2 s between the two chunks' passes, plus 0.1 s of their rows in it
     pace.observe(ChunkTiming(start=0.5, seconds=0.3, others_seconds=0.1, chunk_rows=8))
     assert pace.row_seconds == pytest.approx(0.025) and pace.round_seconds == pytest.approx(0.3)
-    assert pace.rows(64, 1000) == 12  # 12 x 0.025 = 0.3 s: half the time the prompt's, half theirs
-    assert pace.rows(8, 1000) == 8
+    with pace.prefilling(1000):
+        assert pace.rows(64, 1000) == 12  # 12 x 0.025 = 0.3 s: half the time the prompt's, half theirs
+        assert pace.rows(8, 1000) == 8
 
 
 def test_a_share_sets_the_budget_and_a_row_dearer_than_it_still_goes_one_at_a_time() -> None:
@@ -71,11 +73,11 @@ def test_a_pass_without_other_rows_only_marks_when_it_ended() -> None:
 
 def test_each_prefill_measures_its_own_gaps() -> None:
     pace = PrefillPace(Others(1), slot=0)
-    with pace.prefilling():
+    with pace.prefilling(16):
         assert pace.active
         pace.observe(ChunkTiming(start=0.0, seconds=0.1, others_seconds=0.05, chunk_rows=4))
     assert not pace.active
-    with pace.prefilling():  # a later prompt: the time since the last one's chunk is no round
+    with pace.prefilling(16):  # a later prompt: the time since the last one's chunk is no round
         pace.observe(ChunkTiming(start=60.0, seconds=0.1, others_seconds=0.05, chunk_rows=4))
     assert pace.round_seconds is None
 
