@@ -109,6 +109,22 @@ class KVCache:
     def reset(self) -> None:
         self.tokens.clear()
 
+    def copy_prefix(self, source: KVCache, tokens: Sequence[int]) -> None:
+        """Hold `tokens` with the entries `source` holds for them (its first len(tokens) positions, which
+        must be its committed ones): each layer's first slots copied from its buffers, whole key blocks
+        for a float16 cache (the slots past len(tokens) in the last block are stale here, as any past
+        the length)."""
+        n = len(tokens)
+        if (self.num_layers, self.kv_heads, self.head_dim, self.dtype) != \
+                (source.num_layers, source.kv_heads, source.head_dim, source.dtype) or n > source.slots:
+            raise ValueError("copy_prefix: the caches differ in shape or the source holds fewer slots")
+        self.truncate(0)
+        self.reserve(n)
+        n = min(-(-n // KEY_BLOCK) * KEY_BLOCK, source.slots, self.slots) if self.dtype == np.float16 else n
+        for src, dst in zip(source.keys + source.values, self.keys + self.values, strict=True):
+            dst[:, :, :n] = src[:, :, :n]  # a head's first n x head_dim numbers, in either layout
+        self.tokens[:] = [int(t) for t in tokens]
+
     def reuse_prefix(self, tokens: Sequence[int], limit: int) -> int:
         """Keep the longest common prefix of the cached tokens and `tokens`, at most `limit`
         entries; returns how many are kept."""

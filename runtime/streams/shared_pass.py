@@ -6,7 +6,9 @@ rows and the slot of its cache in the model's `CachePool`. When every stream tha
 waiting for one, `PassScheduler` runs the waiting requests of one model as one pass (`SharedModel`:
 each stream's rows one contiguous run over its own slot: kernels/native/ort_attention.cc) and hands
 each stream its own rows. Draft passes run before verifications, so streams fall into step: a round
-of all streams is γ draft passes, then one verification pass, each reading the weights once.
+of all streams is γ draft passes, then one verification pass, each reading the weights once. A model
+only prefill chunks wait on goes after one a round waits on: a long prompt's prefill, the target's or
+the draft's, alternates with the other streams' rounds instead of holding them back.
 
 A row's result does not depend on the pass it shares (specedge's int4 kernel and native attention
 compute each row from that row and its own cache alone), so each stream decodes exactly as alone:
@@ -18,7 +20,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +49,12 @@ class Request:
     @property
     def chunk(self) -> bool:
         return self.prefill_left > 0
+
+    @property
+    def long_prefill(self) -> bool:
+        """A chunk of a prompt with more than SHORT_PROMPT tokens left (a shorter one's first token, or
+        the round it is about to decode, waits on it: it counts as decoding)."""
+        return self.prefill_left > SHORT_PROMPT
 
     @property
     def rows(self) -> int:
@@ -135,6 +143,23 @@ class SharedModel:
             request.result = RunResult(out.logits[a:b], next_ids, [], [])
 
 
+def next_model(waiting: Iterable[Request], passed_over: Collection[SharedModel] = ()) -> SharedModel:
+    """The model whose pass runs next: one a decoding stream waits on before one only long prefills wait
+    on, unless that one was passed over for it last time (a long prompt's prefill - a draft's catch-up
+    over a long context too - alternates with the other streams' rounds and short prompts, neither
+    holding the other back); then the lower priority (a round's drafts before its verification)."""
+    prefills_only: dict[SharedModel, bool] = {}
+    for r in waiting:
+        prefills_only[r.model] = prefills_only.get(r.model, True) and r.long_prefill
+    return min(prefills_only, key=lambda m: (prefills_only[m] and m not in passed_over, m.priority))
+
+
+def passed_over(waiting: Iterable[Request], chosen: SharedModel) -> set[SharedModel]:
+    """The models only long prefills waited on that `chosen` ran before: next time, they go first."""
+    waited = {r.model for r in waiting if r.model is not chosen}
+    return {m for m in waited if all(r.long_prefill for r in waiting if r.model is m)}
+
+
 def run_isolated(model: SharedModel, batch: Sequence[Request]) -> None:
     """One pass for the batch; if it fails, each stream's rows again alone, so a fault of one stream's
     part (its feeds, its slot) ends that stream only, the others getting rows as sound as alone. A
@@ -177,6 +202,7 @@ class PassScheduler:
         self._waiting: dict[int, Request] = {}
         self._suspended: dict[int, float] = {}  # slot -> since when its reader holds it
         self._prefilling: set[int] = set()  # slots whose last pass asked was a chunk of a long prompt
+        self._passed_over: set[SharedModel] = set()  # long prefills' models the last pass went before
         self._running = False
         self.passes = 0  # shared passes run
         self.rows = 0  # streams' passes they held
@@ -205,7 +231,7 @@ class PassScheduler:
             self._members.add(request.slot)
             self._suspended.pop(request.slot, None)
             self._waiting[request.slot] = request
-            if request.prefill_left > SHORT_PROMPT:
+            if request.long_prefill:
                 self._prefilling.add(request.slot)
             else:
                 self._prefilling.discard(request.slot)
@@ -254,7 +280,8 @@ class PassScheduler:
         """With the lock held: while every member waits, run one model's pass for those waiting on it
         (the lowest priority first), the lock released meanwhile."""
         while self._ready():
-            model = min((r.model for r in self._waiting.values()), key=lambda m: m.priority)
+            model = next_model(self._waiting.values(), self._passed_over)
+            self._passed_over = passed_over(self._waiting.values(), model)
             batch = [r for r in self._waiting.values() if r.model is model]
             for r in batch:
                 del self._waiting[r.slot]

@@ -32,10 +32,18 @@ from specedge.core.manifest import Manifest
 from specedge.runtime.constraints.grammar import Grammar, GrammarConstraint
 from specedge.runtime.constraints.guide import Constraint
 from specedge.runtime.engine.feeds import Feeds
-from specedge.runtime.engine.kv_cache import CachePool, KVCache, available_memory
+from specedge.runtime.engine.kv_cache import CachePool, KVCache, available_memory, common_prefix
 from specedge.runtime.engine.model import OnnxModel
 from specedge.runtime.engine.runners import RunResult
-from specedge.runtime.generator import GenerationResult, Generator, Prompt, Segment, TextStream, draft_model
+from specedge.runtime.generator import (
+    GenerationResult,
+    Generator,
+    Prompt,
+    Segment,
+    TextStream,
+    draft_model,
+    model_drafter,
+)
 from specedge.runtime.round.decoding import SpecConfig
 from specedge.runtime.round.drafters import Drafter, HybridDrafter, NgramDrafter, build_drafter
 from specedge.runtime.round.gamma import Recall
@@ -253,6 +261,27 @@ class Streams:
         finally:
             for g in self.generators:
                 g.halt.clear()
+
+    def copy_prefix(self, source: int, slot: int, prompt: Sequence[int]) -> int:
+        """Give slot `slot` the entries slot `source` holds for the longest prefix of `prompt` it has
+        committed - the target's and the draft's - so its prefill feeds only the rest; returns the
+        target's tokens copied. `source` may be decoding meanwhile: it only appends past what it has
+        committed, and a prefix it dropped and wrote again while it was read holds the same entries
+        (rows are exact), so what it still holds after the copy is what `slot` keeps."""
+        limit = len(prompt) - 1  # a prefill feeds the prompt's last token again, for its logits
+        for cache, held in zip(self._caches(slot), self._caches(source), strict=True):
+            if cache is None or held is None:
+                continue
+            n = common_prefix(list(held.tokens), prompt, limit)
+            if n > common_prefix(cache.tokens, prompt, limit):
+                cache.copy_prefix(held, prompt[:n])
+                cache.truncate(common_prefix(list(held.tokens), prompt, n))
+        return self.generators[slot].cache.length
+
+    def _caches(self, slot: int) -> tuple[KVCache, KVCache | None]:
+        """A slot's target cache and its draft model's, if it drafts with one."""
+        drafts = model_drafter(self.generators[slot].drafter)
+        return self.generators[slot].cache, drafts.cache if drafts is not None else None
 
     @property
     def nbytes(self) -> int:

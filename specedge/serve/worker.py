@@ -39,6 +39,7 @@ from specedge.serve.protocol import APIError
 from specedge.serve.responses import Timing
 
 log = logging.getLogger("specedge.serve")
+MIN_COPIED = 16  # prompt tokens another slot must hold beyond what a slot keeps for them to be copied (a key block)
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,21 @@ class GenerationWorker:
             if not self.share_prefixes or self._owners.get(slot, owner) != owner:
                 self.generator_of(slot).forget()  # the target's cache and the draft's
             self._owners[slot] = owner
+            self._copy_prefix(slot, prompt, owner, kept(slot))
             return slot
+
+    def _copy_prefix(self, slot: int, prompt: Sequence[int], owner: object, kept: int) -> None:
+        """Where another slot - decoding or not - holds more of `prompt` than `slot` keeps, and the same
+        owner's request left it there, copy those entries into `slot` (an agent's parallel calls over one
+        context, an editor's completion beside its chat): its prefill feeds only what is new."""
+        if self.streams is None or not self.share_prefixes:
+            return
+        held = {s: cached_prefix(list(self.generator_of(s).cache.tokens), prompt) for s in range(self.slots)
+                if s != slot and s in self._owners and self._owners[s] == owner}
+        source = max(held, key=held.__getitem__, default=None)
+        if source is not None and held[source] >= kept + MIN_COPIED:
+            copied = self.streams.copy_prefix(source, slot, prompt)
+            log.debug("slot %d: %d prompt tokens copied from slot %d", slot, copied, source)
 
     def retry_after(self) -> int:
         """Seconds until a place in the queue is likely free: a recent job's median duration."""

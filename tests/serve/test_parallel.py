@@ -19,10 +19,11 @@ from specedge.export.artifact import export_model
 from specedge.export.settings import ExportSettings
 from specedge.kernels import native
 from specedge.runtime import Generator, SpecConfig
+from specedge.runtime.generator import model_drafter
 from specedge.runtime.streams.slots import Streams, parallel_that_pays
 from specedge.serve.app import ServeSettings, create_app
 from specedge.serve.guard import Origins
-from specedge.serve.worker import GenerationWorker, Job, QueueFull
+from specedge.serve.worker import MIN_COPIED, GenerationWorker, Job, QueueFull
 from tests.conftest import TINY_CONTEXT, TINY_WIDTHS
 from tests.serve.conftest import HERE
 from tests.tiny_models import make_tiny_model
@@ -117,6 +118,34 @@ def test_the_next_turn_finds_the_slot_of_its_last_turn(pair: tuple[Path, Path]) 
     later = [*first, *streams.generators[1].cache.tokens[len(first):], 7, 8]
     assert worker.take_slot(later) == 1
     assert worker.take_slot(later) in (0, 2)  # slot 1 is taken now
+
+
+def test_a_request_beside_another_with_its_context_copies_that_prefix_and_decodes_as_alone(
+        pair: tuple[Path, Path]) -> None:
+    """A request whose prompt shares a long prefix with what a busy slot holds starts with that prefix
+    copied into its own slot (target's and draft's cache): the entries bitwise those a prefill of its
+    own writes, its tokens the same; never from another owner's slot."""
+    import numpy as np
+
+    gen = generator(pair)
+    streams = Streams(gen, 3)
+    worker = GenerationWorker(gen, queue_size=1, streams=streams)
+    context = gen.encode("def fib(n):\n    return fib(n - 1) + fib(n - 2)\n")
+    busy = worker.take_slot([*context, 5])
+    streams.generators[busy].generate([*context, 5], max_new_tokens=4)  # slot `busy` stays taken
+    prompt = [*context, 9, 10]
+    slot = worker.take_slot(prompt)
+    assert slot != busy and streams.generators[slot].cache.tokens == context
+    drafts = [model_drafter(streams.generators[s].drafter) for s in (busy, slot)]
+    assert drafts[1] is not None and drafts[1].cache.tokens == drafts[0].cache.tokens[:len(context)]
+    assert len(context) >= MIN_COPIED
+    got = streams.generators[slot].generate(prompt, max_new_tokens=6).token_ids
+    fresh = worker.take_slot(prompt, owner="another key")  # another owner's request: nothing copied
+    assert fresh not in (busy, slot) and streams.generators[fresh].cache.tokens == []
+    assert streams.generators[fresh].generate(prompt, max_new_tokens=6).token_ids == got
+    for a, b in zip(streams.generators[slot].cache.keys + streams.generators[slot].cache.values,
+                    streams.generators[fresh].cache.keys + streams.generators[fresh].cache.values, strict=True):
+        assert np.array_equal(a[:, :, :16 * (len(context) // 16)], b[:, :, :16 * (len(context) // 16)])
 
 
 def test_models_whose_passes_cannot_be_shared_keep_one_slot(tmp_path: Path) -> None:

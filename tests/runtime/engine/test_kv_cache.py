@@ -58,3 +58,33 @@ def test_a_float16_cache_grows_keeping_whole_key_blocks() -> None:
     assert cache.slots == 128 and cache.keys[0].dtype == np.float16 and cache.bytes_for(1) == 2 * 2 * 16 * 2
     grown = unpack_keys(cache.keys[0][0].reshape(2, 8, 16, 16))
     assert np.array_equal(grown[:, :37], keys[:, :37]) and np.array_equal(cache.values[0][0, :, :37], values[:, :37])
+
+
+def test_copy_prefix_takes_the_entries_of_a_prefix_from_another_cache() -> None:
+    """A slot's cache given another's entries for a prefix (a request beside another with the same
+    context): float16 keys in whole blocks of 16 slots, values by row, the tokens those entries are of."""
+    from specedge.kernels.attention_model import pack_keys, unpack_keys
+
+    rng = np.random.default_rng(1)
+    source = KVCache(num_layers=2, kv_heads=2, head_dim=16, capacity=64, static=True, in_place=True, dtype=np.float16)
+    keys = rng.normal(0, 1, (2, 64, 16)).astype(np.float16)
+    values = rng.normal(0, 1, (2, 64, 16)).astype(np.float16)
+    for layer in range(2):
+        source.keys[layer][0] = pack_keys(keys).reshape(2, 64, 16)
+        source.values[layer][0] = values
+    source.commit([], [], list(range(100, 140)))
+    slot = KVCache(num_layers=2, kv_heads=2, head_dim=16, capacity=64, static=True, in_place=True, dtype=np.float16)
+    slot.commit([], [], [7, 8, 9])  # what it held before is dropped
+    slot.copy_prefix(source, list(range(100, 121)))
+    assert slot.tokens == list(range(100, 121))
+    for layer in range(2):
+        copied = unpack_keys(slot.keys[layer][0].reshape(2, 4, 16, 16))
+        assert np.array_equal(copied[:, :21], keys[:, :21])
+        assert np.array_equal(slot.values[layer][0, :, :21], values[:, :21])
+        assert not slot.values[layer][0, :, 32:].any()  # nothing past the prefix's last key block
+    cache32 = KVCache(num_layers=1, kv_heads=2, head_dim=4, capacity=40, bucket=16)
+    cache32.commit(entries(30, 3.0)[:1], entries(30, -3.0)[:1], list(range(30)))
+    grown = KVCache(num_layers=1, kv_heads=2, head_dim=4, capacity=40, bucket=16)
+    grown.copy_prefix(cache32, list(range(25)))  # a growable cache makes room first
+    assert grown.length == 25 and grown.slots >= 25 and (grown.keys[0][:, :, :25] == 3.0).all()
+    assert not grown.keys[0][:, :, 25:].any()

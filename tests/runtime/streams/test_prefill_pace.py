@@ -1,5 +1,6 @@
 """The width of a stream's prompt chunks beside decoding streams (runtime/streams/prefill_pace.py):
-full while no other stream decodes, narrowed to what the measured costs give once one does."""
+full while no other stream decodes, narrowed to what the measured costs give once one does; and their
+turn (runtime/streams/shared_pass.py): after the rounds of the others, never holding them back."""
 
 from __future__ import annotations
 
@@ -101,3 +102,25 @@ def test_the_scheduler_counts_a_short_prompts_stream_as_decoding_and_keeps_chunk
         assert (request.timing is not None) == (left > 0)  # a chunk's pass: timed for its pace
     assert set(model.curve.seconds_at) == {1, 4}  # only the round's pass of 4 rows fed the curve
     assert scheduler.decoding(besides=0) == 0
+
+
+def test_a_round_waiting_on_one_model_goes_before_prefill_chunks_waiting_on_another() -> None:
+    """Drafts before verifications, but a long prompt's prefill - here a draft's catch-up over a long
+    context - and the other streams' rounds take turns: neither holds the other back."""
+    from specedge.runtime.streams.shared_pass import next_model, passed_over
+
+    draft, target = (SharedModel(lambda feeds, pool: None, CachePool(1, 1, 4, 64, 2), priority=p) for p in (0, 1))
+    round_step = Request(draft, one_pass(1), slot=1)
+    verify = Request(target, one_pass(3), slot=1)
+    catch_up = Request(draft, one_pass(64), slot=0, prefill_left=4000)
+    target_chunk = Request(target, one_pass(64), slot=0, prefill_left=4000)
+    short_prompt = Request(target, one_pass(18), slot=1, prefill_left=SHORT_PROMPT)  # its first token waits
+    assert next_model([round_step, verify]) is draft  # a round's drafts first
+    assert next_model([catch_up, verify]) is target  # the round, not the other stream's draft prefill
+    assert next_model([catch_up, short_prompt]) is target
+    assert next_model([catch_up, round_step]) is draft  # one pass for both
+    assert next_model([target_chunk, round_step]) is draft
+    assert next_model([catch_up, target_chunk]) is draft  # long prefills alone: by priority
+    skipped = passed_over([catch_up, verify], target)
+    assert skipped == {draft} and next_model([catch_up, verify], skipped) is draft  # then its turn
+    assert passed_over([catch_up, verify], draft) == set()  # and the rounds' turn again
