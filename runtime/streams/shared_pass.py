@@ -7,8 +7,8 @@ waiting for one, `PassScheduler` runs the waiting requests of one model as one p
 each stream's rows one contiguous run over its own slot: kernels/native/ort_attention.cc) and hands
 each stream its own rows. Draft passes run before verifications, so streams fall into step: a round
 of all streams is γ draft passes, then one verification pass, each reading the weights once. A model
-only prefill chunks wait on goes after one a round waits on: a long prompt's prefill, the target's or
-the draft's, alternates with the other streams' rounds instead of holding them back.
+only a long prompt's prefill waits on (the target's, or the draft's catch-up) takes turns with one a
+decoding stream waits on, so neither holds the other back.
 
 A row's result does not depend on the pass it shares (specedge's int4 kernel and native attention
 compute each row from that row and its own cache alone), so each stream decodes exactly as alone:

@@ -1,7 +1,8 @@
 """`specedge serve` with several slots (--parallel) on a tiny qwen2 whose passes can be shared:
 requests decoded at once answer as each does alone (greedy, seeded, streamed with log-probabilities),
 a client gone mid-way frees its slot for the next, the queue holds slots + queue_size requests, a
-chat's next turn finds its last turn's slot, and a model whose passes cannot be shared keeps 1 slot."""
+chat's next turn finds its last turn's slot, a request beside another over the same context starts
+from its entries, and a model whose passes cannot be shared keeps 1 slot."""
 
 from __future__ import annotations
 

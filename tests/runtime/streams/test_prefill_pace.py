@@ -1,6 +1,6 @@
 """The width of a stream's prompt chunks beside decoding streams (runtime/streams/prefill_pace.py):
 full while no other stream decodes, narrowed to what the measured costs give once one does; and their
-turn (runtime/streams/shared_pass.py): after the rounds of the others, never holding them back."""
+turn (runtime/streams/shared_pass.py): taking turns with the others' rounds, never holding them back."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_the_scheduler_counts_a_short_prompts_stream_as_decoding_and_keeps_chunk
     assert scheduler.decoding(besides=0) == 0
 
 
-def test_a_round_waiting_on_one_model_goes_before_prefill_chunks_waiting_on_another() -> None:
+def test_a_long_prefill_and_the_other_streams_rounds_take_turns() -> None:
     """Drafts before verifications, but a long prompt's prefill - here a draft's catch-up over a long
     context - and the other streams' rounds take turns: neither holds the other back."""
     from specedge.runtime.streams.shared_pass import next_model, passed_over
