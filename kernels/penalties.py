@@ -92,23 +92,24 @@ class Penalties:
         def shape(logits: np.ndarray, extra: Sequence[int] = ()) -> np.ndarray:
             more = np.asarray(extra, dtype=np.int64)
             if not more.size:
-                return self._shaped(logits, seen, answer)
-            ids = np.union1d(seen, more) if whole else np.concatenate([seen, more])[-self.last_n:]
+                return self._shaped(logits, seen, answer, distinct=whole)
+            ids = with_new(seen, more) if whole else np.concatenate([seen, more])[-self.last_n:]
             later = more[max(answer_from - len(arr), 0):]  # the extras that are part of the answer
-            return self._shaped(logits, ids, np.concatenate([answer, later]))
+            return self._shaped(logits, ids, np.concatenate([answer, later]), distinct=whole)
 
         return shape
 
-    def _shaped(self, logits: np.ndarray, seen: np.ndarray, answer: np.ndarray) -> np.ndarray:
-        """The row under the bias, the repetition penalty over the ids in `seen` and the presence and
-        frequency penalties over the tokens of `answer`."""
+    def _shaped(self, logits: np.ndarray, seen: np.ndarray, answer: np.ndarray, distinct: bool = False) -> np.ndarray:
+        """The row under the bias, the repetition penalty over the ids in `seen` (`distinct`: no id twice,
+        so not sorted again: a 10K-token context's ids are read once a pass, not once a row) and the
+        presence and frequency penalties over the tokens of `answer`."""
         out = np.array(logits, dtype=np.float32)
         vocab = out.shape[-1]
         for token, value in self.bias:
             if token < vocab:
                 out[token] += np.float32(value)
         if self.repetition != 1:
-            ids = np.unique(seen[seen < vocab])
+            ids = seen[seen < vocab] if distinct else np.unique(seen[seen < vocab])
             row = out[ids]
             out[ids] = np.where(row > 0, row / np.float32(self.repetition), row * np.float32(self.repetition))
         if self.presence != 0 or self.frequency != 0:
@@ -118,6 +119,16 @@ class Penalties:
 
 
 Shape = Callable[..., np.ndarray]  # shape(logits, extra=()): a row under the penalties of what it follows
+
+
+def with_new(distinct: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """The ids of `distinct` (sorted, no id twice), then those of `more` (a few) not among them, once
+    each: their union without sorting the many again."""
+    more = np.unique(more)
+    at = np.searchsorted(distinct, more)
+    known = (at < len(distinct)) & (distinct[np.minimum(at, len(distinct) - 1)] == more) if len(distinct) else \
+        np.zeros(len(more), bool)
+    return np.concatenate([distinct, more[~known]])
 
 
 NONE = Penalties()
