@@ -99,7 +99,7 @@ class Penalties:
 
         return shape
 
-    def _shaped(self, logits: np.ndarray, seen: np.ndarray, answer: np.ndarray, distinct: bool = False) -> np.ndarray:
+    def _shaped(self, logits: np.ndarray, seen: np.ndarray, answer: np.ndarray, distinct: bool) -> np.ndarray:
         """The row under the bias, the repetition penalty over the ids in `seen` (`distinct`: no id twice,
         so not sorted again: a 10K-token context's ids are read once a pass, not once a row) and the
         presence and frequency penalties over the tokens of `answer`."""
@@ -125,10 +125,10 @@ def with_new(distinct: np.ndarray, more: np.ndarray) -> np.ndarray:
     """The ids of `distinct` (sorted, no id twice), then those of `more` (a few) not among them, once
     each: their union without sorting the many again."""
     more = np.unique(more)
-    at = np.searchsorted(distinct, more)
-    known = (at < len(distinct)) & (distinct[np.minimum(at, len(distinct) - 1)] == more) if len(distinct) else \
-        np.zeros(len(more), bool)
-    return np.concatenate([distinct, more[~known]])
+    if not len(distinct):
+        return more
+    at = np.minimum(np.searchsorted(distinct, more), len(distinct) - 1)  # past the end: the largest, not it
+    return np.concatenate([distinct, more[distinct[at] != more]])
 
 
 NONE = Penalties()

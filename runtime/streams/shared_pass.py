@@ -148,16 +148,21 @@ def next_model(waiting: Iterable[Request], passed_over: Collection[SharedModel] 
     on, unless that one was passed over for it last time (a long prompt's prefill - a draft's catch-up
     over a long context too - alternates with the other streams' rounds and short prompts, neither
     holding the other back); then the lower priority (a round's drafts before its verification)."""
-    prefills_only: dict[SharedModel, bool] = {}
-    for r in waiting:
-        prefills_only[r.model] = prefills_only.get(r.model, True) and r.long_prefill
-    return min(prefills_only, key=lambda m: (prefills_only[m] and m not in passed_over, m.priority))
+    only = long_prefills_only(waiting)
+    return min(only, key=lambda m: (only[m] and m not in passed_over, m.priority))
 
 
 def passed_over(waiting: Iterable[Request], chosen: SharedModel) -> set[SharedModel]:
     """The models only long prefills waited on that `chosen` ran before: next time, they go first."""
-    waited = {r.model for r in waiting if r.model is not chosen}
-    return {m for m in waited if all(r.long_prefill for r in waiting if r.model is m)}
+    return {m for m, only in long_prefills_only(waiting).items() if only and m is not chosen}
+
+
+def long_prefills_only(waiting: Iterable[Request]) -> dict[SharedModel, bool]:
+    """Each model some request waits on: whether only long prefills wait on it."""
+    only: dict[SharedModel, bool] = {}
+    for r in waiting:
+        only[r.model] = only.get(r.model, True) and r.long_prefill
+    return only
 
 
 def run_isolated(model: SharedModel, batch: Sequence[Request]) -> None:

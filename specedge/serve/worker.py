@@ -237,12 +237,13 @@ class GenerationWorker:
                     return 0
                 return cached_prefix(self.generator_of(s).cache.tokens, prompt)
 
-            slot = max(self._free, key=kept)
+            keeps = {s: kept(s) for s in self._free}
+            slot = max(self._free, key=keeps.__getitem__)
             self._free.remove(slot)
             if not self.share_prefixes or self._owners.get(slot, owner) != owner:
                 self.generator_of(slot).forget()  # the target's cache and the draft's
             self._owners[slot] = owner
-            self._copy_prefix(slot, prompt, owner, kept(slot))
+            self._copy_prefix(slot, prompt, owner, keeps[slot])
             return slot
 
     def _copy_prefix(self, slot: int, prompt: Sequence[int], owner: object, kept: int) -> None:
