@@ -345,7 +345,7 @@ def decoding_label(meta: dict) -> str:
         return f"under each sampling setting ({names}), seed {meta.get('seed')}, {verified}"
     sampling = meta.get("sampling")
     if not sampling or not sampling.get("temperature"):
-        return "greedy"
+        return meta["settings"][0] if meta.get("settings") else "greedy"
     return f"sampled at {meta['settings'][0]}, seed {meta.get('seed')}, {verified}"
 
 
@@ -432,10 +432,12 @@ def setting_name(params: SamplingParams) -> str:
 
 
 # the settings clients send: greedy; a temperature alone; with top-p; Qwen2.5 instruct's own generation
-# defaults (temperature 0.7, top_p 0.8, top_k 20, a repetition penalty of 1.05); llama-server's min-p
+# defaults (temperature 0.7, top_p 0.8, top_k 20, a repetition penalty of 1.05) and that penalty alone on
+# greedy decoding, which tells what the penalty's law costs speculation from what sampling costs it;
+# llama-server's min-p
 SAMPLING_MATRIX = (SamplingParams(), SamplingParams(temperature=0.7), SamplingParams(temperature=0.7, top_p=0.9),
                    SamplingParams(temperature=0.7, top_k=20, top_p=0.8, penalties=Penalties(repetition=1.05)),
-                   SamplingParams(temperature=0.7, min_p=0.05))
+                   SamplingParams(penalties=Penalties(repetition=1.05)), SamplingParams(temperature=0.7, min_p=0.05))
 
 
 def sampled(jobs: list[Job], sampling: SamplingParams, seed: int, rules: Sequence[str] = ("race", "rejection")
@@ -455,11 +457,16 @@ def sampled(jobs: list[Job], sampling: SamplingParams, seed: int, rules: Sequenc
 
 
 def under_settings(jobs: list[Job], settings: Sequence[SamplingParams], seed: int, rules: Sequence[str]) -> list[Job]:
-    """The jobs under each sampling setting (greedy as they are, sampled ones by `sampled`); with
-    several settings each job is labelled by its setting's name."""
+    """The jobs under each sampling setting (plain greedy as they are, greedy under penalties with the
+    setting, sampled ones by `sampled`); with several settings each job is labelled by its setting's name."""
     out = []
     for params in settings:
-        some = jobs if params.greedy else sampled(jobs, params, seed, rules)
+        if params == SamplingParams():
+            some = jobs
+        elif params.greedy:  # greedy under penalties or a bias: one rule, the argmax of the transformed row
+            some = [dataclasses.replace(j, config=dataclasses.replace(j.config, sampling=params)) for j in jobs]
+        else:
+            some = sampled(jobs, params, seed, rules)
         out += [dataclasses.replace(j, setting=setting_name(params)) if len(settings) > 1 else j for j in some]
     return out
 

@@ -37,6 +37,8 @@ from specedge.options import (
     nonnegative_int,
     pair_paths,
     parse_widths,
+    penalty_arg,
+    positive_float,
     positive_int,
     probability_mass,
 )
@@ -371,6 +373,7 @@ def add_profile(sub: argparse._SubParsersAction) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from specedge.bench import SAMPLING_MATRIX, BenchOptions, run_bench
+    from specedge.kernels.penalties import Penalties
     from specedge.kernels.sampling import SamplingParams
 
     target, draft = pair_paths(args.pair, args.target, args.draft)
@@ -383,8 +386,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         default = pair_decoding(args.pair)
         print(f"specedge bench: mode 'default': {default.line}", file=sys.stderr)
+    penalties = Penalties(presence=args.presence_penalty, frequency=args.frequency_penalty,
+                          repetition=args.repetition_penalty)
     settings = SAMPLING_MATRIX if args.sampling_matrix else (
-        SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p),)
+        SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                       penalties=penalties),)
     options = BenchOptions(max_new_tokens=args.max_new_tokens, gammas=tuple(int(g) for g in args.gammas.split(",")),
                            limit=args.limit, command="specedge " + " ".join(sys.argv[1:]), only=only,
                            baseline_dir=artifact_arg(args.baseline) if args.baseline else None, default=default,
@@ -419,10 +425,17 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-p", type=probability_mass, default=1.0, help="nucleus mass when sampling (default 1: all)")
     p.add_argument("--min-p", type=fraction, default=0.0,
                    help="drop tokens below this fraction of the likeliest one's probability when sampling (default 0)")
+    p.add_argument("--repetition-penalty", type=positive_float, default=1.0, metavar="R",
+                   help="divide a positive logit (multiply a negative one) of every token of the context by R, "
+                        "greedy or sampled (default 1: none)")
+    p.add_argument("--presence-penalty", type=penalty_arg, default=0.0, metavar="P",
+                   help="subtract P from the logit of every token the answer holds (-2 to 2; default 0)")
+    p.add_argument("--frequency-penalty", type=penalty_arg, default=0.0, metavar="F",
+                   help="subtract F per time the answer holds a token from its logit (-2 to 2; default 0)")
     p.add_argument("--sampling-matrix", action="store_true",
                    help="every mode under each setting clients send: greedy; temperature 0.7; with top_p 0.9; with "
-                        "top_p 0.8, top_k 20 and repetition_penalty 1.05; with min_p 0.05 (the sampling flags are then "
-                        "ignored)")
+                        "top_p 0.8, top_k 20 and repetition_penalty 1.05; greedy with repetition_penalty 1.05 (the "
+                        "penalty alone); with min_p 0.05 (the sampling and penalty flags are then ignored)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="the seed of every sampled run (default 0)")
     p.add_argument("--acceptance", choices=["race", "rejection"], default=None,
                    help="when sampling, run the speculative modes under this rule only (default: both)")

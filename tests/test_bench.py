@@ -214,3 +214,25 @@ def test_the_sampling_matrix_compares_each_setting_with_its_own_plain_decoding(
     assert saving == pytest.approx(plain_mb["temperature 0.7"] / t07["mb_per_token"]
                                    / (plain_mb["greedy"] / runs["hybrid @ greedy"]["mb_per_token"]))
     assert "## gain / greedy gain by kind" in text and "| edit, hybrid |" in text
+
+
+def test_greedy_under_a_penalty_is_a_setting_of_its_own(tiny_llama: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """Greedy decoding under a repetition penalty (the matrix's control for the penalty's own law) runs
+    every job with the penalty, one rule (the argmax of the penalised row), speculation equal to plain."""
+    from specedge.bench import SAMPLING_MATRIX, build_jobs, setting_name
+    from specedge.kernels.penalties import Penalties
+
+    assert "greedy, repetition_penalty 1.05" in [setting_name(s) for s in SAMPLING_MATRIX]
+    _, target, draft = tiny_llama
+    penalised = SamplingParams(penalties=Penalties(repetition=2.0))
+    options = BenchOptions(max_new_tokens=12, gammas=(2,), only=["hybrid"], settings=(SamplingParams(), penalised),
+                           rounds=1)
+    jobs, _, _ = build_jobs(target, draft, options)
+    assert [j.label for j in jobs] == ["plain @ greedy", "hybrid @ greedy", "plain @ greedy, repetition_penalty 2",
+                                       "hybrid @ greedy, repetition_penalty 2"]
+    assert [j.config.sampling for j in jobs] == [SamplingParams(), SamplingParams(), penalised, penalised]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"kind": "edit", "prompt": "abcabc abcabc abcabc"}))
+    run_bench(target, draft, prompts, tmp_path / "out", options)
+    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    assert [r["mode"] for r in runs] == [j.label for j in jobs] and all(r["identical"] for r in runs)
