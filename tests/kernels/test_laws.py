@@ -227,3 +227,14 @@ def test_top_k_of_a_row_a_grammar_masks_keeps_its_allowed_ids(allowed: int) -> N
     with np.errstate(all="raise"):
         got = law(row, params)
     np.testing.assert_array_equal(got.ids, np.flatnonzero(probabilities(row, params) > 0))
+
+
+@pytest.mark.parametrize("k", [1, 20, 40, 2999])
+def test_top_k_far_below_the_top_widens_until_it_holds_k(k: int) -> None:
+    """One logit far above the rest (its k-th largest many spans below, ties at the edge): top-k widens
+    its span step by step and keeps the ids `probabilities` keeps."""
+    rng = np.random.default_rng(k)
+    row = np.round(rng.uniform(0, 50, 3000)).astype(np.float32)  # ties
+    row[11] = 60.0  # 10 above the rest: outside the first span, inside float64 weights
+    params = SamplingParams(temperature=0.7, top_k=k)
+    np.testing.assert_array_equal(law(row, params).ids, np.flatnonzero(probabilities(row, params) > 0))
