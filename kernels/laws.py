@@ -91,10 +91,6 @@ class Law:
             out[rest] = tail.weights(ids[rest])
         return out / self.total
 
-    def top(self) -> float:
-        """The largest probability."""
-        return float(self.weights.max()) / self.total
-
     def dense(self, vocab: int | None = None) -> np.ndarray:
         """The probabilities of every id, float64 [vocab] (default: the ids the law covers)."""
         size = vocab if vocab is not None else (len(self.tail.logits) if self.tail is not None

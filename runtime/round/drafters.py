@@ -13,7 +13,8 @@ drafter proposes deterministically. `sources(context)` names where this round's 
 come from ("ngram", "model", "prediction"), best first, so γ auto can judge each source on its own record;
 `propose(..., source=...)` takes drafts from the one it picked. The draft model may also be given
 `go_on(drafted, confidence)`, asked after each draft whether to draft another (`confidence`: the
-product, over its drafts so far, of the largest probability of the draft's distribution at each;
+product, over its drafts so far, of the largest probability of the draft's untempered softmax at each,
+sampled or greedy;
 runtime/round/gamma.py's rule): a round then ends early where the draft is unsure, and runs longer where
 it is sure. The rule reads only the draft's distributions at the tokens it drew, so the verified law
 is the target's still.
@@ -233,7 +234,10 @@ class DraftModelDrafter:
         forced: list[bool] = []
         traffic = Traffic()
         calls = 0
-        confidence = 1.0  # the product of its distribution's largest probability at each draft, for go_on
+        # for go_on: the product over the drafts of the largest probability of the draft's softmax at each
+        # (untempered and uncut, sampled or greedy: a law cut by top-p or top-k is sure of one id where its
+        # draws are accepted half the time - bench/results/epyc-zen4-draft-temperature)
+        confidence = 1.0
         shape = ask.shaper(context)
         while len(tokens) < k:
             out = self.model.forward(feed, self.cache, all_logits=False)
@@ -247,13 +251,12 @@ class DraftModelDrafter:
                 break  # its head scores none of the tokens the grammar allows here (a truncated head)
             if params.greedy:
                 token = int(out.next_ids[-1]) if logits is row else int(argmax(logits))
-                top = top_probability(logits) if go_on is not None else 1.0
             else:  # a truncated head's q covers the first ids only: the others have probability 0
                 q = law(logits, params)
                 token = draws.sample(q, len(context) + len(tokens))  # drawn from this very q (the race is exact)
                 qs.append(q)
-                top = q.top() if go_on is not None else 1.0
-            confidence *= top
+            if go_on is not None:
+                confidence *= top_probability(logits)
             tokens.append(token)
             forced.append(False)
             feed = [token]

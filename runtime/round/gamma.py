@@ -28,7 +28,7 @@ epyc-zen4-long-context/README.md, section 5).
 How far the draft model drafts within a round is decided draft by draft (`drafting_rule`), once the
 source's costs are measured: another draft is worth its cost while the chance that it and the drafts
 before it are all accepted - the draft's own confidence in the drafts so far (the product of the
-largest probability of its distribution at each) times the source's measured acceptance - times a
+largest probability of its untempered softmax at each) times the source's measured acceptance - times a
 plain step's time exceeds a draft step's time plus what one more row adds to the verification. Up
 to the longest verification width (`reach`): where the draft is sure a round runs long, where it is
 unsure it ends early (docs/benchmarks.md, "Measured choices in the code": what deciding per draft

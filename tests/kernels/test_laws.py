@@ -49,7 +49,7 @@ def test_a_law_is_the_probabilities_law(params: SamplingParams) -> None:
 def test_greedy_is_the_argmax_alone() -> None:
     row = rows()[0]
     got = law(row, SamplingParams())
-    assert got.ids.tolist() == [int(np.argmax(row))] and got.top() == 1.0
+    assert got.ids.tolist() == [int(np.argmax(row))] and got.prob(int(np.argmax(row))) == 1.0
 
 
 @pytest.mark.parametrize("span", [HEAD_SPAN, 2.0])
