@@ -11,7 +11,10 @@ c = 1, the mean acceptance by the draft's confidence at the position (what `draf
 next draft by): the largest probability of q, and the largest probability of the draft's untempered
 softmax (greedy's confidence), each in bins.
 
-    .venv/bin/python bench/results/epyc-zen4-draft-temperature/acceptance.py bench/heldout.jsonl
+    .venv/bin/python bench/results/epyc-zen4-draft-temperature/acceptance.py bench/heldout.jsonl [SETTING,...]
+
+Greedy (one-hot laws: the acceptance is the draft's argmax agreeing with the target's, along greedy
+answers) is the reference a sampled setting's acceptance is compared with.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from specedge.options import pair_paths
 from specedge.runtime import Generator, SpecConfig
 from specedge.runtime.engine.model import OnnxModel
 
-SETTINGS = {"T0.7": SamplingParams(temperature=0.7), "T0.7 top_p 0.9": SamplingParams(temperature=0.7, top_p=0.9),
+SETTINGS = {"greedy": SamplingParams(), "T0.7": SamplingParams(temperature=0.7),
+            "T0.7 top_p 0.9": SamplingParams(temperature=0.7, top_p=0.9),
             "T0.7 min_p 0.05": SamplingParams(temperature=0.7, min_p=0.05),
             "qwen (T0.7 top_k 20 top_p 0.8)": SamplingParams(temperature=0.7, top_k=20, top_p=0.8)}
 SCALES = (1.0, 0.9, 0.8, 0.7, 0.6)
@@ -53,12 +57,13 @@ def main() -> None:
     target, draft = OnnxModel(target_dir), OnnxModel(draft_dir)
     vocab = target.manifest.vocab_size
     gen = Generator(target, None, SpecConfig(gamma=0, max_new_tokens=96))
+    settings = {k: SETTINGS[k] for k in sys.argv[2].split(",")} if len(sys.argv) > 2 else SETTINGS
     sums: dict[tuple[str, str, float], list[float]] = defaultdict(list)
     confidence: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)  # (confidence, acceptance)
     for line in Path(sys.argv[1]).read_text().splitlines():
         row = json.loads(line)
         ids = gen.encode(row["prompt"], chat=True)
-        for name, params in SETTINGS.items():
+        for name, params in settings.items():
             gen.forget()
             answer = gen.generate(ids, sampling=params, seed=1).token_ids
             full = ids + answer
@@ -72,7 +77,7 @@ def main() -> None:
                 q = probabilities(q_logits[:, :vocab], dataclasses.replace(params, temperature=params.temperature * c))
                 accepted = np.minimum(p, q).sum(axis=1)
                 sums[(row["kind"], name, c)] += accepted.tolist()
-                if c == 1.0:
+                if c == 1.0 and not params.greedy:
                     raw = probabilities(q_logits[:, :vocab], SamplingParams(temperature=1.0)).max(axis=1)
                     confidence[(name, "q")] += list(zip(q.max(axis=1).tolist(), accepted.tolist(), strict=True))
                     confidence[(name, "untempered")] += list(zip(raw.tolist(), accepted.tolist(), strict=True))
@@ -80,7 +85,7 @@ def main() -> None:
     print("| kind | setting | " + " | ".join(f"c={c}" for c in SCALES) + " | positions |")
     print("|---|---|" + "---|" * (len(SCALES) + 1))
     for kind in dict.fromkeys(k for k, _, _ in sums):
-        for name in SETTINGS:
+        for name in settings:
             cells = [f"{np.mean(sums[(kind, name, c)]):.3f}" for c in SCALES]
             print(f"| {kind} | {name} | " + " | ".join(cells) + f" | {len(sums[(kind, name, 1.0)])} |")
     print("\nmean acceptance (positions) by the draft's confidence, c = 1\n")
