@@ -457,13 +457,11 @@ def sampled(jobs: list[Job], sampling: SamplingParams, seed: int, rules: Sequenc
 
 
 def under_settings(jobs: list[Job], settings: Sequence[SamplingParams], seed: int, rules: Sequence[str]) -> list[Job]:
-    """The jobs under each sampling setting (plain greedy as they are, greedy under penalties with the
-    setting, sampled ones by `sampled`); with several settings each job is labelled by its setting's name."""
+    """The jobs under each sampling setting (greedy ones, under the setting's penalties if any, by one
+    rule; sampled ones by `sampled`); with several settings each job is labelled by its setting's name."""
     out = []
     for params in settings:
-        if params == SamplingParams():
-            some = jobs
-        elif params.greedy:  # greedy under penalties or a bias: one rule, the argmax of the transformed row
+        if params.greedy:  # one rule, the argmax of the row (under the setting's penalties, if any)
             some = [dataclasses.replace(j, config=dataclasses.replace(j.config, sampling=params)) for j in jobs]
         else:
             some = sampled(jobs, params, seed, rules)
