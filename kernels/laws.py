@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from specedge.kernels.exp_sum import exp_sum
 from specedge.kernels.noise import NOISE_BLOCK, DenseNoise, KeyedNoise
 from specedge.kernels.sampling import SamplingParams
 
@@ -45,12 +46,9 @@ class Tail:
             return np.exp((self.logits[ids].astype(np.float64) - self.top) / self.temperature)
 
     def total(self) -> float:
-        """The weight of the tail ids together."""
+        """The weight of the tail ids together (kernels/exp_sum.py: one native pass over the row)."""
         if self._total is None:
-            z = self.logits
-            with np.errstate(over="ignore", under="ignore"):
-                w = np.exp((z[z < self.below] - np.float32(self.top)) * np.float32(1.0 / self.temperature))
-            self._total = float(np.sum(w, dtype=np.float64))
+            self._total = exp_sum(self.logits, self.top, 1.0 / self.temperature, float(self.below))
         return self._total
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specedge.core.errors import SpecEdgeError
+from specedge.kernels.exp_sum import exp_sum
 from specedge.kernels.noise import TOKEN_NOISE, KeyedNoise
 from specedge.kernels.penalties import NONE, Penalties
 
@@ -80,9 +81,9 @@ def argmax(logits: np.ndarray) -> np.ndarray:
 
 
 def top_probability(logits: np.ndarray) -> float:
-    """The largest probability of the softmax of a row of logits [V] (float32 arithmetic: a
-    confidence for deciding how far to draft, never part of a law)."""
-    return 1.0 / float(np.exp(logits - logits.max()).sum())
+    """The largest probability of the softmax of a row of logits [V] (float32 exps summed in
+    float64, kernels/exp_sum.py: a confidence for deciding how far to draft, never part of a law)."""
+    return 1.0 / exp_sum(logits, float(logits.max()), 1.0)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

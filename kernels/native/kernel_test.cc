@@ -15,6 +15,7 @@
 
 #include "attention.h"
 #include "cpu_features.h"
+#include "exp_sum.h"
 #include "int4_matmul.h"
 
 using namespace specedge;
@@ -205,6 +206,33 @@ bool run_attention_case(const AttentionCase& c, std::mt19937& rng, const Attenti
   return ok;
 }
 
+// Every path's tail sum equals the portable path's bits (the last: the reference), over rows of every
+// length to two blocks of lanes, with masked (-inf) and NaN ids, and cuts at several heights.
+bool run_exp_sum_cases(std::mt19937& rng, const ExpSumIsa* isas, int count) {
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  bool ok = true;
+  for (int64_t n = 0; n < 40; ++n) {
+    std::vector<float> z(n);
+    for (auto& v : z) v = normal(rng);
+    if (n > 20) z[3] = -INFINITY, z[11] = NAN;
+    float top = n ? -INFINITY : 0.0f;
+    for (const float v : z) top = std::fmax(top, v);  // fmax passes NaN over
+    for (const float below : {INFINITY, top - 8.4f, top - 1.0f}) {
+      for (const float scale : {1.0f, 1.0f / 0.7f}) {
+        const double want = isas[count - 1].sum(z.data(), n, top, scale, below);
+        for (int i = 0; i < count - 1; ++i) {
+          const double got = isas[i].sum(z.data(), n, top, scale, below);
+          if (std::memcmp(&got, &want, sizeof got) != 0) {
+            std::printf("FAILED exp sum %s n=%lld: %.17g, the portable path %.17g\n", isas[i].name, (long long)n, got, want);
+            ok = false;
+          }
+        }
+      }
+    }
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main() {
@@ -242,6 +270,12 @@ int main() {
                                  AttentionCase{4, 1, 32, 64, 20, 4, 512, 16}}) {
     (run_attention_case(c, rng, attention_isas, attention_count) ? passed : failed)++;
   }
+  ExpSumIsa sum_isas[3];
+  const int sum_count = available_exp_sum_isas(sum_isas, 3);
+  std::printf("exp sum instruction sets:");
+  for (int i = 0; i < sum_count; ++i) std::printf(" %s", sum_isas[i].name);
+  std::printf("\n");
+  (run_exp_sum_cases(rng, sum_isas, sum_count) ? passed : failed)++;
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

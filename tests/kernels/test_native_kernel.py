@@ -19,10 +19,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from specedge.core.contract import ROWS_LAYOUTS
 from specedge.export.quantize import dequantize_blockwise, quantize_blockwise
-from specedge.kernels import int4_layout, native
+from specedge.kernels import exp_sum, int4_layout, native
 
 NATIVE = Path(native.__file__).parent / "native"
-SOURCES = [*(p.name for kernel in ("int4_matmul", "attention", "cpu_features")
+SOURCES = [*(p.name for kernel in ("int4_matmul", "attention", "exp_sum", "cpu_features")
              for p in sorted(NATIVE.glob(f"{kernel}*.cc"))), "kernel_test.cc"]
 needs_library = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
                                    reason=native.missing() or "library absent")
@@ -185,6 +185,7 @@ def test_kernel_under_sanitizers(tmp_path: Path) -> None:
     for isa in native.isas():  # every instruction set this CPU runs was checked
         assert isa in out
     assert f"attention instruction sets: {' '.join(native.attention_isas())}" in out
+    assert f"exp sum instruction sets: {' '.join(exp_sum.isas())}" in out
     assert f"cpu flags: {' '.join(native.cpu_flags())}" in out
 
 

@@ -1,0 +1,83 @@
+// The tail sum's portable path, its lane fold, the choice of instruction set and its C entry points
+// (the arithmetic is told in exp_sum.h).
+#include "exp_sum.h"
+
+#include <cstring>
+#include <string>
+
+#include "attention.h"
+#include "cpu_features.h"
+
+namespace specedge {
+
+void add_exp_lanes(const float* z, int64_t from, int64_t n, float top, float scale, float below, double* lanes) {
+  for (int64_t i = from; i < n; ++i) {
+    if (!(z[i] < below)) continue;  // NaN and +inf are not below anything
+    const float x = (z[i] - top) * scale;
+    lanes[i % kSumLanes] += static_cast<double>(x < kExpFloor ? 0.0f : exp_rows(x));
+  }
+}
+
+double fold_lanes(double* lanes) {
+  for (int64_t w = kSumLanes / 2; w >= 1; w /= 2) {
+    for (int64_t l = 0; l < w; ++l) lanes[l] = lanes[l] + lanes[l + w];
+  }
+  return lanes[0];
+}
+
+namespace {
+
+double sum_portable(const float* z, int64_t n, float top, float scale, float below) {
+  double lanes[kSumLanes] = {};
+  add_exp_lanes(z, 0, n, top, scale, below, lanes);
+  return fold_lanes(lanes);
+}
+
+}  // namespace
+
+int available_exp_sum_isas(ExpSumIsa* out, int capacity) {
+  int n = 0;
+  auto add = [&](const ExpSumIsa& isa) {
+    if (n < capacity) out[n++] = isa;
+  };
+#if defined(__x86_64__) || defined(_M_X64)
+  const CpuFeatures& cpu = cpu_features();
+  if (cpu.avx2 && cpu.fma && cpu.avx512f) add(avx512_exp_sum());
+  if (cpu.avx2 && cpu.fma) add(avx2_exp_sum());
+#endif
+  add(ExpSumIsa{"portable", sum_portable});
+  return n;
+}
+
+}  // namespace specedge
+
+extern "C" {
+
+// The sum of exp_sum.h over z[0 .. n) on the instruction set `isa` names (null or "": the best here);
+// returns 0, or -1 where `isa` names none this CPU runs (*out untouched).
+__attribute__((visibility("default"))) int specedge_exp_sum(const float* z, int64_t n, float top, float scale,
+                                                            float below, const char* isa, double* out) {
+  static specedge::ExpSumIsa isas[3];
+  static const int count = specedge::available_exp_sum_isas(isas, 3);
+  for (int i = 0; i < count; ++i) {
+    if (isa == nullptr || isa[0] == '\0' || std::strcmp(isas[i].name, isa) == 0) {
+      *out = isas[i].sum(z, n, top, scale, below);
+      return 0;
+    }
+  }
+  return -1;
+}
+
+// Every instruction set this CPU runs the sum on, comma-separated, best first.
+__attribute__((visibility("default"))) const char* specedge_exp_sum_isas() {
+  static std::string names = [] {
+    specedge::ExpSumIsa isas[3];
+    const int n = specedge::available_exp_sum_isas(isas, 3);
+    std::string s;
+    for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string(isas[i].name);
+    return s;
+  }();
+  return names.c_str();
+}
+
+}  // extern "C"
