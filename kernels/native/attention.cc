@@ -1,6 +1,7 @@
 // The attention's float16 conversions, its write phase, the portable path, and the choice of
 // instruction set by CPUID (the arithmetic is told in attention.h).
 #include "attention.h"
+#include "attention_rope.h"
 
 #include <algorithm>
 #include <cmath>
@@ -73,41 +74,10 @@ float exp_rows(float x) {
   return y * scale;
 }
 
-void attention_write(const AttentionPass& p) {
-  const int64_t d = p.head_dim, half = d / 2, width = (p.heads + 2 * p.kv_heads) * d;
-  for (int64_t s = 0; s < p.rows; ++s) {
-    const int64_t pos = p.pos[s];
-    const float* c = p.cos + pos * half;
-    const float* sn = p.sin + pos * half;
-    for (int64_t g = 0; g < p.kv_heads; ++g) {
-      const float* k = p.qkv + s * width + (p.heads + g) * d;
-      const float* v = p.qkv + s * width + (p.heads + p.kv_heads + g) * d;
-      uint16_t* kb = p.keys + (g * (p.slots / kSlotBlock) + pos / kSlotBlock) * d * kSlotBlock + pos % kSlotBlock;
-      for (int64_t i = 0; i < half; ++i) {
-        kb[i * kSlotBlock] = half_of(rope_low(k[i], k[i + half], c[i], sn[i]));
-        kb[(i + half) * kSlotBlock] = half_of(rope_high(k[i], k[i + half], c[i], sn[i]));
-      }
-      uint16_t* vb = p.values + (g * p.slots + pos) * d;
-      for (int64_t i = 0; i < d; ++i) vb[i] = half_of(v[i]);
-    }
-  }
-}
+void attention_write(const AttentionPass& p) { write_rows(p); }
 
 void prepare_queries(const AttentionPass& p, int64_t kv, float* q, int64_t* limit, int64_t* start) {
-  const int64_t d = p.head_dim, half = d / 2, width = (p.heads + 2 * p.kv_heads) * d, group = p.heads / p.kv_heads;
-  for (int64_t r = 0; r < p.rows * group; ++r) {
-    const int64_t row = r / group, head = kv * group + r % group, pos = p.pos[row];
-    const float* x = p.qkv + row * width + head * d;
-    const float* c = p.cos + pos * half;
-    const float* sn = p.sin + pos * half;
-    float* out = q + r * d;
-    for (int64_t i = 0; i < half; ++i) {
-      out[i] = rope_low(x[i], x[i + half], c[i], sn[i]) * p.scale;
-      out[i + half] = rope_high(x[i], x[i + half], c[i], sn[i]) * p.scale;
-    }
-    limit[r] = pos + 1;
-    start[r] = window_start(p, pos);
-  }
+  prepare_rows(p, kv, q, limit, start);
 }
 
 void common_gap(const AttentionPass& p, const int64_t* start, int64_t count, int64_t* gap0, int64_t* gap1) {
@@ -153,8 +123,8 @@ void head_reference(const AttentionPass& p, int64_t row, int64_t head, float* sc
   const float* sn = p.sin + pos * half;
   float qs[512];
   for (int64_t i = 0; i < half; ++i) {
-    qs[i] = rope_low(q[i], q[i + half], c[i], sn[i]) * p.scale;
-    qs[i + half] = rope_high(q[i], q[i + half], c[i], sn[i]) * p.scale;
+    qs[i] = rope_lo(q[i], q[i + half], c[i], sn[i]) * p.scale;
+    qs[i + half] = rope_hi(q[i], q[i + half], c[i], sn[i]) * p.scale;
   }
   const int64_t start = window_start(p, pos);  // slots [sink, start) unseen: e = 0
   const uint16_t* keys = p.keys + g * (p.slots / kSlotBlock) * d * kSlotBlock;
@@ -223,7 +193,8 @@ int available_attention_isas(AttentionIsa* out, int capacity) {
   if (cpu.avx2 && cpu.fma && cpu.avx512f) add(avx512_attention());
   if (cpu.avx2 && cpu.fma) add(avx2_attention());
 #endif
-  add(AttentionIsa{"portable", scores_portable, softmax_portable, weigh_portable, 16, 0});
+  add(AttentionIsa{"portable", scores_portable, softmax_portable, weigh_portable, 16, 0, attention_write,
+                    prepare_queries});
   return n;
 }
 

@@ -62,7 +62,8 @@ inline int64_t window_start(const AttentionPass& p, int64_t pos) {
 uint16_t half_of(float x);
 float float_of(uint16_t h);
 
-// Rope each row's k and store it and v (float16) at the row's slot: before any head is computed.
+// Rope each row's k and store it and v (float16) at the row's slot: before any head is computed (the
+// portable path's; each path has its own build of it, AttentionIsa::write).
 void attention_write(const AttentionPass& p);
 
 // One KV head's queries in a pass: the G heads that read it, of every row (query r: row r / G, head
@@ -78,7 +79,7 @@ struct Queries {
   int64_t gap0 = 0, gap1 = 0;
 };
 // q' of every query of KV head `kv` into q (the scalar rope of attention.h), limits into limit,
-// window starts into start.
+// window starts into start (the portable path's; AttentionIsa::prepare is each path's own).
 void prepare_queries(const AttentionPass& p, int64_t kv, float* q, int64_t* limit, int64_t* start);
 // The slots no query of a pass sees: [sink, the least window start) (gap0 == gap1: none).
 void common_gap(const AttentionPass& p, const int64_t* start, int64_t count, int64_t* gap0, int64_t* gap1);
@@ -96,6 +97,9 @@ using SoftmaxFn = float (*)(float* scores, int64_t n, int64_t skip0, int64_t ski
 using WeighFn = void (*)(const AttentionPass& p, const Queries& q, const float* e, const float* sums, int64_t r0,
                          int64_t r1, int64_t i0, int64_t i1);
 
+using WriteFn = void (*)(const AttentionPass& p);
+using PrepareFn = void (*)(const AttentionPass& p, int64_t kv, float* q, int64_t* limit, int64_t* start);
+
 struct AttentionIsa {
   const char* name;
   ScoresFn scores;
@@ -103,6 +107,8 @@ struct AttentionIsa {
   WeighFn weigh;
   int64_t dims;     // the dimensions a weigh task takes (0: the whole head)
   int64_t queries;  // the queries a weigh task takes (0: all of a KV head's)
+  WriteFn write;      // attention_write, compiled for the path's instruction set (attention_rope.h)
+  PrepareFn prepare;  // prepare_queries, likewise
 };
 
 // Query r's softmax as the pass computes it: the path's over the slots it sees, then e = 0 on the
@@ -134,9 +140,5 @@ inline float* query_out(const AttentionPass& p, int64_t kv, int64_t r) {
   const int64_t group = p.heads / p.kv_heads;
   return p.out + (r / group) * p.heads * p.head_dim + (kv * group + r % group) * p.head_dim;
 }
-
-// The rope, the exp and the lane sum, shared by the paths' scalar parts.
-inline float rope_low(float a, float b, float c, float s) { return __builtin_fmaf(a, c, -(b * s)); }
-inline float rope_high(float a, float b, float c, float s) { return __builtin_fmaf(b, c, a * s); }
 
 }  // namespace specedge

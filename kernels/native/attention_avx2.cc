@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "attention.h"
+#include "attention_rope.h"
 #include "exp_avx2.h"
 
 namespace specedge {
@@ -162,7 +163,9 @@ void weigh_avx2(const AttentionPass& p, const Queries& q, const float* e, const 
 
 }  // namespace
 
-AttentionIsa avx2_attention() { return AttentionIsa{"avx2", scores_avx2, softmax_avx2, weigh_avx2, 16, 0}; }
+AttentionIsa avx2_attention() {
+  return AttentionIsa{"avx2", scores_avx2, softmax_avx2, weigh_avx2, 16, 0, write_rows, prepare_rows};
+}
 
 }  // namespace specedge
 

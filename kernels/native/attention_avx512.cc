@@ -18,6 +18,7 @@
 #include <cmath>
 
 #include "attention.h"
+#include "attention_rope.h"
 #include "exp_avx512.h"
 
 namespace specedge {
@@ -221,7 +222,8 @@ void weigh_avx512(const AttentionPass& p, const Queries& q, const float* e, cons
 }  // namespace
 
 AttentionIsa avx512_attention() {
-  return AttentionIsa{"avx512", scores_avx512, softmax_avx512, weigh_avx512, 0, kMostQueries};
+  return AttentionIsa{"avx512", scores_avx512, softmax_avx512, weigh_avx512, 0, kMostQueries, write_rows,
+                      prepare_rows};
 }
 
 }  // namespace specedge

@@ -139,19 +139,20 @@ std::vector<float> attention_pass(const AttentionCase& c, const std::vector<floa
   const int64_t stride = (pos.back() + kSlotBlock) / kSlotBlock * kSlotBlock;  // the slots read, whole blocks
   const AttentionPass p{qkv.data() + r0 * width, pos.data(), cos.data(), sin.data(), keys.data(), values.data(),
                         out.data(), r1 - r0, c.heads, c.kv_heads, c.d, c.slots, 0.125f, stride, c.sink, c.window};
-  attention_write(p);
   if (isa == nullptr) {
+    attention_write(p);
     std::vector<float> scratch(c.slots);
     for (int64_t r = 0; r < p.rows; ++r) {
       for (int64_t h = 0; h < c.heads; ++h) head_reference(p, r, h, scratch.data());
     }
     return out;
   }
+  isa->write(p);
   const int64_t queries = p.rows * (c.heads / c.kv_heads), blocks = (pos.back() + kSlotBlock) / kSlotBlock;
   for (int64_t g = 0; g < c.kv_heads; ++g) {
     std::vector<float> q(queries * c.d), scores(queries * stride, NAN), sums(queries);
     std::vector<int64_t> limit(queries), start(queries);
-    prepare_queries(p, g, q.data(), limit.data(), start.data());
+    isa->prepare(p, g, q.data(), limit.data(), start.data());
     Queries qs{g, q.data(), limit.data(), queries, start.data()};
     common_gap(p, start.data(), queries, &qs.gap0, &qs.gap1);
     const int64_t spans[2][2] = {{0, std::min(blocks, qs.gap0 / kSlotBlock)}, {qs.gap1 / kSlotBlock, blocks}};

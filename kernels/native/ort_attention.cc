@@ -240,7 +240,7 @@ OrtStatus* stream_runs(const int64_t* streams, const std::vector<int64_t>* ids_d
 // Every stream's rows (a pass each): the cache writes, then the three steps of attention.h, each step
 // one set of tasks on the intra-op pool for all the streams.
 OrtStatus* run_passes(OrtKernelContext* ctx, const Kernel& kn, const std::vector<AttentionPass>& passes) {
-  for (const AttentionPass& pass : passes) attention_write(pass);  // every row's entries before any row reads them
+  for (const AttentionPass& pass : passes) kn.isa->write(pass);  // every row's entries before any row reads them
   const int64_t d = kn.head_dim, kv = kn.kv_heads, group = kn.heads / kn.kv_heads;
   size_t q_size = 0, score_size = 0, query_count = 0;
   for (const AttentionPass& pass : passes) {
@@ -259,7 +259,7 @@ OrtStatus* run_passes(OrtKernelContext* ctx, const Kernel& kn, const std::vector
   for (const AttentionPass& pass : passes) {
     const int64_t queries = pass.rows * group;
     for (int64_t g = 0; g < kv; ++g) {
-      prepare_queries(pass, g, q + g * queries * d, limits + g * queries, starts + g * queries);
+      kn.isa->prepare(pass, g, q + g * queries * d, limits + g * queries, starts + g * queries);
     }
     const int64_t last = *std::max_element(pass.pos, pass.pos + pass.rows) + 1;
     const int64_t dims = task_span(kn.isa->dims, d), span = task_span(kn.isa->queries, queries);
