@@ -38,6 +38,7 @@ from specedge.core.contract import DEFAULT_GAMMA
 from specedge.core.errors import DecodingStopped, SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_rejection, accept_sampled
 from specedge.kernels.laws import Laws, law
+from specedge.kernels.penalties import SeenIds
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count
 from specedge.runtime.constraints.guide import Constraint, Guide, mask_rows
 from specedge.runtime.engine.kv_cache import KVCache
@@ -167,6 +168,7 @@ class Run:
     draws: Draws = field(init=False)
     rng: np.random.Generator = field(init=False)  # the rejection rule's uniforms and corrections
     answer_from: int = field(init=False, default=0)  # where the answer begins in the context (the prompt's length)
+    seen_ids: SeenIds = field(init=False, default_factory=SeenIds)  # the penalty's ids, kept as the context grows
 
     def __post_init__(self) -> None:
         self.draws = Draws(self.config.seed, self.target.manifest.vocab_size)
@@ -361,7 +363,7 @@ def draft_tokens(run: Run, context: list[int], plan: Plan) -> Draft:
     forced = guide.follow(guide.constraint.forced()[:min(room, max(widths) - 1)]) if guide and run.forcing else []
     draft = Draft(tokens=[])
     if plan.gamma > 0 and (k := min(plan.reach, room - len(forced))) > 0:
-        ask = Ask(k, run.config.sampling, run.draws, plan.source, guide, plan.go_on, run.answer_from)
+        ask = Ask(k, run.config.sampling, run.draws, plan.source, guide, plan.go_on, run.answer_from, run.seen_ids)
         draft = run.drafter.propose([*context, *forced] if forced else context, ask)  # type: ignore[union-attr]
     n = fit_width(len(forced) + len(draft.tokens), widths)
     if guide is not None:
@@ -388,7 +390,7 @@ def as_read(run: Run, out: ForwardOutput, tokens: Sequence[int]) -> ForwardOutpu
     penalties, logits = run.config.sampling.penalties, out.logits
     if penalties.active:
         before = len(tokens) - len(logits) + 1  # the tokens before row 0: the context up to the pending token
-        shape = penalties.bind(tokens[:before], run.answer_from)  # the context read once for all the rows
+        shape = penalties.bind(tokens[:before], run.answer_from, run.seen_ids)  # the context read once for all the rows
         logits = np.stack([shape(row, tokens[before:before + i]) for i, row in enumerate(logits)])
     if run.guide is not None:
         logits = mask_rows(logits, run.guide.row_masks())

@@ -30,7 +30,7 @@ from typing import Any, Protocol, cast
 import numpy as np
 
 from specedge.kernels.laws import Law, law
-from specedge.kernels.penalties import Shape
+from specedge.kernels.penalties import SeenIds, Shape
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, top_probability
 from specedge.runtime.constraints.guide import Guide, mask_rows
 from specedge.runtime.engine.model import OnnxModel
@@ -77,11 +77,12 @@ class Ask:
     guide: Guide | None = None
     go_on: GoOn | None = None
     answer_from: int = 0  # where the answer begins in the context: params.penalties count its tokens
+    seen_ids: SeenIds | None = None  # the generation's distinct context ids, kept as it grows (kernels/penalties.py)
 
     def shaper(self, context: Sequence[int]) -> Shape:
         """shape(row, drafts): a draft's row under the bias and penalties of the tokens before it, the
         context and the drafts before it (the law the target's row gets); the context read once."""
-        return self.params.penalties.bind(context, self.answer_from)
+        return self.params.penalties.bind(context, self.answer_from, self.seen_ids)
 
 
 class Drafter(Protocol):

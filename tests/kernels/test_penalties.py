@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specedge.core.errors import SpecEdgeError
-from specedge.kernels.penalties import Penalties
+from specedge.kernels.penalties import Penalties, SeenIds
 
 ROW = np.array([2.0, -1.0, 0.5, 3.0, -2.0, 0.0], dtype=np.float32)
 
@@ -96,3 +96,23 @@ def test_bind_is_the_definition_over_the_context_and_the_extras_bit_for_bit() ->
             want = by_definition(penalties, row, [*context, *extra], answer_from)
             assert np.array_equal(shape(row, extra).view(np.uint32), want.view(np.uint32)), (penalties, trial)
             assert np.array_equal(penalties.apply(row, [*context, *extra], answer_from), want)
+
+
+def test_the_ids_seen_are_kept_as_a_context_grows_and_read_again_for_another() -> None:
+    """SeenIds.of(context) is np.unique(context) at every step of a growing context (new ids, repeats, a
+    round that adds nothing), and for a context that does not extend the last (a shorter one, another
+    generation); bind with it shapes rows as bind without."""
+    rng = np.random.default_rng(12)
+    seen, context = SeenIds(), rng.integers(0, 50, 40).tolist()
+    penalties = Penalties(repetition=1.3)
+    for step in range(60):
+        if step == 30:
+            context = rng.integers(0, 50, 20).tolist()  # another generation, shorter
+        elif step == 45:
+            context = [context[0] + 1, *context[1:]]  # the same length, another first token
+        else:
+            context = context + rng.integers(0, 80, int(rng.integers(0, 4))).tolist()
+        assert np.array_equal(seen.of(context), np.unique(context)), step
+        row = rng.normal(0, 3, 90).astype(np.float32)
+        extra = rng.integers(0, 90, 3).tolist()
+        assert np.array_equal(penalties.bind(context, 10, seen)(row, extra), penalties.bind(context, 10)(row, extra))
