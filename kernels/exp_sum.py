@@ -1,11 +1,11 @@
 """The weight of a row of logits beyond a cut - sum of exp((z - top) * scale) over the ids with
 z < below - which a sampling law's tail (kernels/laws.py) and a softmax's denominator ask of every row
-the runtime samples from: the native library's one pass (kernels/native/exp_sum.h) where it is built,
-numpy where it is not.
+the runtime samples from: the native library's one pass (kernels/native/exp_sum.h) where it is built
+and runs a vector path (AVX-512 or AVX2 with FMA), numpy elsewhere.
 
 `exp_sum_model` is the native arithmetic in numpy, operation for operation (exp as the attention's
 `exp_rows`, 16 lanes of doubles folded in halves): what every instruction set's path must equal bit
-for bit. Without the library, `exp_sum` is numpy's float32 exp summed in float64: the same sum to a
+for bit. Without a vector path, `exp_sum` is numpy's float32 exp summed in float64: the same sum to a
 few units in the last place of a float, not its bits.
 """
 
@@ -45,13 +45,20 @@ def isas() -> list[str]:
     return lib.specedge_exp_sum_isas().decode().split(",")
 
 
+@functools.cache
+def vector_path() -> bool:
+    """Does the native sum run a vector path here? Its portable path calls libm's fmaf per id on x86 without
+    AVX2 (10x numpy's time) and was never timed on ARM: there numpy sums, as it did before the library had it."""
+    return bool(isas()) and isas()[0] != "portable"
+
+
 def exp_sum(z: np.ndarray, top: float, scale: float, below: float = math.inf, isa: str | None = None) -> float:
     """sum of exp((z_i - top) * scale) over the ids with z_i < below (float32 row [V]; top >= every
-    summed z_i). `isa` forces a native path (tests)."""
+    summed z_i): natively where a vector path runs, else numpy. `isa` forces a native path (tests)."""
     fn = _entry()
-    if fn is None:
-        if isa is not None:
-            raise RuntimeError(native.missing())
+    if fn is None and isa is not None:
+        raise RuntimeError(native.missing())
+    if fn is None or (isa is None and not vector_path()):
         return numpy_sum(z, top, scale, below)
     row = np.ascontiguousarray(z, dtype=np.float32)
     out = ctypes.c_double()

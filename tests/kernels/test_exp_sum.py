@@ -57,10 +57,12 @@ def test_a_path_this_cpu_lacks_is_one_error() -> None:
         sums.exp_sum(np.zeros(4, np.float32), 0.0, 1.0, isa="sse9")
 
 
-def test_without_the_library_numpy_sums(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sums, "_entry", lambda: None)
+def test_without_a_vector_path_numpy_sums(monkeypatch: pytest.MonkeyPatch) -> None:
     z = (np.random.default_rng(5).standard_normal(5000) * 3).astype(np.float32)
     top = float(z.max())
+    monkeypatch.setattr(sums, "vector_path", lambda: False)  # a CPU whose only native path is the portable one
+    assert sums.exp_sum(z, top, 2.0, top - 1.0) == sums.numpy_sum(z, top, 2.0, top - 1.0)
+    monkeypatch.setattr(sums, "_entry", lambda: None)
     assert sums.exp_sum(z, top, 2.0, top - 1.0) == sums.numpy_sum(z, top, 2.0, top - 1.0)
     assert sums.exp_sum(z, top, 1.0) == pytest.approx(np.exp(z.astype(np.float64) - top).sum(), rel=1e-6)
     with pytest.raises(RuntimeError):
