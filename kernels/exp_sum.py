@@ -36,20 +36,20 @@ def _entry():  # type: ignore[no-untyped-def]
     return fn
 
 
-def isas() -> list[str]:
-    """Every instruction set this CPU runs the native sum on, best first (portable last); [] without the library."""
+@functools.cache
+def isas() -> tuple[str, ...]:
+    """Every instruction set this CPU runs the native sum on, best first (portable last); () without the library."""
     lib = native.library()
     if lib is None:
-        return []
+        return ()
     lib.specedge_exp_sum_isas.restype = ctypes.c_char_p
-    return lib.specedge_exp_sum_isas().decode().split(",")
+    return tuple(lib.specedge_exp_sum_isas().decode().split(","))
 
 
-@functools.cache
 def vector_path() -> bool:
     """Does the native sum run a vector path here? Its portable path calls libm's fmaf per id on x86 without
     AVX2 (10x numpy's time) and was never timed on ARM: there numpy sums, as it did before the library had it."""
-    return bool(isas()) and isas()[0] != "portable"
+    return isas()[:1] not in ((), ("portable",))
 
 
 def exp_sum(z: np.ndarray, top: float, scale: float, below: float = math.inf, isa: str | None = None) -> float:

@@ -140,8 +140,7 @@ class SeenIds:
         head = context[:n]
         if n > len(context) or (head if isinstance(head, list) else list(head)) != self.tokens:
             self.tokens, self.ids, n = [], np.empty(0, dtype=np.int64), 0
-        new = np.unique(np.asarray(context[n:], dtype=np.int64))
-        fresh = new[~np.isin(new, self.ids, assume_unique=True)] if len(self.ids) else new
+        fresh = absent(self.ids, np.asarray(context[n:], dtype=np.int64))
         if len(fresh):
             self.ids = np.insert(self.ids, np.searchsorted(self.ids, fresh), fresh)
         self.tokens.extend(context[n:])
@@ -151,11 +150,17 @@ class SeenIds:
 def with_new(distinct: np.ndarray, more: np.ndarray) -> np.ndarray:
     """The ids of `distinct` (sorted, no id twice), then those of `more` (a few) not among them, once
     each: their union without sorting the many again."""
+    return np.concatenate([distinct, absent(distinct, more)])
+
+
+def absent(distinct: np.ndarray, more: np.ndarray) -> np.ndarray:
+    """The ids of `more` not in `distinct` (sorted, no id twice), once each, ascending: a binary search
+    each, the many never sorted again."""
     more = np.unique(more)
     if not len(distinct):
         return more
     at = np.minimum(np.searchsorted(distinct, more), len(distinct) - 1)  # past the end: the largest, not it
-    return np.concatenate([distinct, more[distinct[at] != more]])
+    return more[distinct[at] != more]
 
 
 NONE = Penalties()

@@ -21,4 +21,12 @@ const CpuFeatures& cpu_features();
 // The features present, space-separated, named as Linux's /proc/cpuinfo names them.
 std::string cpu_flag_names(const CpuFeatures& f);
 
+// The names of `n` instruction-set entries (anything with a `name`), comma-separated, in their order.
+template <class Entry>
+std::string isa_names(const Entry* isas, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string(isas[i].name);
+  return s;
+}
+
 }  // namespace specedge

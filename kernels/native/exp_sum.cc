@@ -51,17 +51,35 @@ int available_exp_sum_isas(ExpSumIsa* out, int capacity) {
 
 }  // namespace specedge
 
+namespace {
+
+// The paths this CPU runs, read once.
+struct ExpSumTable {
+  specedge::ExpSumIsa isas[3];
+  int count;
+};
+
+const ExpSumTable& exp_sum_table() {
+  static const ExpSumTable table = [] {
+    ExpSumTable t{};
+    t.count = specedge::available_exp_sum_isas(t.isas, 3);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
 extern "C" {
 
 // The sum of exp_sum.h over z[0 .. n) on the instruction set `isa` names (null or "": the best here);
 // returns 0, or -1 where `isa` names none this CPU runs (*out untouched).
 __attribute__((visibility("default"))) int specedge_exp_sum(const float* z, int64_t n, float top, float scale,
                                                             float below, const char* isa, double* out) {
-  static specedge::ExpSumIsa isas[3];
-  static const int count = specedge::available_exp_sum_isas(isas, 3);
-  for (int i = 0; i < count; ++i) {
-    if (isa == nullptr || isa[0] == '\0' || std::strcmp(isas[i].name, isa) == 0) {
-      *out = isas[i].sum(z, n, top, scale, below);
+  const ExpSumTable& table = exp_sum_table();
+  for (int i = 0; i < table.count; ++i) {
+    if (isa == nullptr || isa[0] == '\0' || std::strcmp(table.isas[i].name, isa) == 0) {
+      *out = table.isas[i].sum(z, n, top, scale, below);
       return 0;
     }
   }
@@ -70,13 +88,7 @@ __attribute__((visibility("default"))) int specedge_exp_sum(const float* z, int6
 
 // Every instruction set this CPU runs the sum on, comma-separated, best first.
 __attribute__((visibility("default"))) const char* specedge_exp_sum_isas() {
-  static std::string names = [] {
-    specedge::ExpSumIsa isas[3];
-    const int n = specedge::available_exp_sum_isas(isas, 3);
-    std::string s;
-    for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string(isas[i].name);
-    return s;
-  }();
+  static const std::string names = specedge::isa_names(exp_sum_table().isas, exp_sum_table().count);
   return names.c_str();
 }
 

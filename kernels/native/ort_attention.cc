@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "attention.h"
+#include "cpu_features.h"
 #include "ort_util.h"
 
 using namespace specedge;
@@ -442,12 +443,9 @@ __attribute__((visibility("default"))) const char* specedge_attention_isa() {
 
 // Every instruction set this CPU runs the attention on, comma-separated, best first.
 __attribute__((visibility("default"))) const char* specedge_attention_isas() {
-  static std::string names = [] {
+  static const std::string names = [] {
     AttentionIsa isas[3];
-    const int n = available_attention_isas(isas, 3);
-    std::string s;
-    for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string(isas[i].name);
-    return s;
+    return isa_names(isas, available_attention_isas(isas, 3));
   }();
   return names.c_str();
 }

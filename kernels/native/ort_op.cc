@@ -290,12 +290,9 @@ __attribute__((visibility("default"))) const char* specedge_cpu_flags() {
 
 // Every instruction set this CPU runs, comma-separated, best first.
 __attribute__((visibility("default"))) const char* specedge_kernel_isas() {
-  static std::string names = [] {
+  static const std::string names = [] {
     specedge::Isa isas[4];
-    const int n = specedge::available_isas(isas, 4);
-    std::string s;
-    for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::string(isas[i].name);
-    return s;
+    return specedge::isa_names(isas, specedge::available_isas(isas, 4));
   }();
   return names.c_str();
 }
