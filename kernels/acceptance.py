@@ -32,12 +32,15 @@ class AcceptResult:
     next_token: int
 
 
-def accept_greedy(draft_tokens: np.ndarray, target_argmax: np.ndarray) -> AcceptResult:
-    """draft_tokens [k]; target_argmax [k+1], the target's choice after each verified input."""
+def accept_greedy(draft_tokens: np.ndarray, target_argmax: Sequence[int] | np.ndarray) -> AcceptResult:
+    """draft_tokens [k]; target_argmax [k+1], the target's choice after each verified input (an array,
+    or a sequence that reads a row when asked: no row past the first disagreement is read)."""
+    for i, drafted in enumerate(draft_tokens):
+        choice = int(target_argmax[i])
+        if choice != int(drafted):
+            return AcceptResult(n_accepted=i, next_token=choice)
     k = len(draft_tokens)
-    mismatch = np.flatnonzero(draft_tokens != target_argmax[:k])
-    n = int(mismatch[0]) if mismatch.size else k
-    return AcceptResult(n_accepted=n, next_token=int(target_argmax[n]))
+    return AcceptResult(n_accepted=k, next_token=int(target_argmax[k]))
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:

@@ -224,10 +224,11 @@ def as_law(p: Law | np.ndarray) -> Law:
 
 
 class Laws(Sequence[Law]):
-    """The laws of the rows of a pass's logits [R, V], each computed when first asked for (the race
-    stops at the first position where the target's token differs from the draft's)."""
+    """The laws of the rows of a pass's logits [R, V] (an array, or a sequence that reads a row when
+    asked: runtime/round/decoding.py's ReadRows), each computed when first asked for (the race stops at
+    the first position where the target's token differs from the draft's)."""
 
-    def __init__(self, logits: np.ndarray, params: SamplingParams) -> None:
+    def __init__(self, logits: Sequence[np.ndarray] | np.ndarray, params: SamplingParams) -> None:
         self.logits = logits
         self.params = params
         self._laws: dict[int, Law] = {}

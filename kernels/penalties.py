@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +64,12 @@ class Penalties:
 
     @property
     def active(self) -> bool:
-        return bool(self.bias) or self.presence != 0 or self.frequency != 0 or self.repetition != 1
+        return bool(self.bias) or self.counts or self.repetition != 1
+
+    @property
+    def counts(self) -> bool:
+        """The presence or frequency penalty applies: the answer's tokens are counted."""
+        return self.presence != 0 or self.frequency != 0
 
     def check_vocabulary(self, vocab: int) -> None:
         """Refuse a logit_bias key outside the model's vocabulary of `vocab` ids."""
@@ -83,46 +89,115 @@ class Penalties:
         apply(row, [*context, *extra], answer_from), the context read once (a verification pass's rows,
         a round's drafts: the context may be 10K tokens, the extras a few). `seen_ids`: the distinct ids
         of the generation's context kept as it grows, so a round reads only its new tokens."""
-        if not self.active:
-            return lambda logits, extra=(): logits
         whole = self.repetition != 1 and not self.last_n
-        if whole:
+        if not self.active:
+            seen = np.empty(0, dtype=np.int64)
+        elif whole:
             seen = seen_ids.of(context) if seen_ids is not None else np.unique(np.asarray(context, dtype=np.int64))
         else:
             seen = np.asarray(context[-self.last_n:] if self.repetition != 1 else [], dtype=np.int64)
-        answer = np.asarray(context[answer_from:], dtype=np.int64)
-        length = len(context)
+        answer = np.asarray(context[answer_from:] if self.counts else [], dtype=np.int64)  # read only if counted
+        return Shape(self, seen, answer, len(context), answer_from, whole)
 
-        def shape(logits: np.ndarray, extra: Sequence[int] = ()) -> np.ndarray:
-            more = np.asarray(extra, dtype=np.int64)
-            if not more.size:
-                return self._shaped(logits, seen, answer, distinct=whole)
-            ids = with_new(seen, more) if whole else np.concatenate([seen, more])[-self.last_n:]
-            later = more[max(answer_from - length, 0):]  # the extras that are part of the answer
-            return self._shaped(logits, ids, np.concatenate([answer, later]), distinct=whole)
-
-        return shape
-
-    def _shaped(self, logits: np.ndarray, seen: np.ndarray, answer: np.ndarray, distinct: bool) -> np.ndarray:
-        """The row under the bias, the repetition penalty over the ids in `seen` (`distinct`: no id twice,
-        so not sorted again: a 10K-token context's ids are read once a pass, not once a row) and the
+    def edits(self, logits: np.ndarray, seen: np.ndarray, answer: np.ndarray, distinct: bool
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """What the bias and penalties change in a row: the ids they touch (no id twice) and those ids'
+        new logits (float32), computed as a dense copy of the row would compute them, operation for
+        operation: the bias, the repetition penalty over the ids in `seen` (`distinct`: no id twice, so
+        not sorted again: a 10K-token context's ids are read once a pass, not once a row), then the
         presence and frequency penalties over the tokens of `answer`."""
-        out = np.array(logits, dtype=np.float32)
-        vocab = out.shape[-1]
+        vocab = logits.shape[-1]
+        groups: list[np.ndarray] = []
+        if self.bias:
+            groups.append(np.unique(np.asarray([t for t, _ in self.bias if t < vocab], dtype=np.int64)))
+        if self.repetition != 1:
+            groups.append(seen[seen < vocab] if distinct else np.unique(seen[seen < vocab]))
+        if self.counts:
+            answered, counts = np.unique(answer[answer < vocab], return_counts=True)
+            groups.append(answered)
+        if not groups:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        ids = groups[0] if len(groups) == 1 else np.unique(np.concatenate(groups))
+
+        def at(group: np.ndarray) -> np.ndarray | slice:  # where a group's ids lie among `ids`
+            return slice(None) if len(groups) == 1 else np.searchsorted(ids, group)
+
+        values = np.asarray(logits[ids], dtype=np.float32)
         for token, value in self.bias:
             if token < vocab:
-                out[token] += np.float32(value)
+                values[np.searchsorted(ids, token)] += np.float32(value)  # ids sorted: the bias's are
         if self.repetition != 1:
-            ids = seen[seen < vocab] if distinct else np.unique(seen[seen < vocab])
-            row = out[ids]
-            out[ids] = np.where(row > 0, row / np.float32(self.repetition), row * np.float32(self.repetition))
-        if self.presence != 0 or self.frequency != 0:
-            ids, counts = np.unique(answer[answer < vocab], return_counts=True)
-            out[ids] -= np.float32(self.presence) + np.float32(self.frequency) * counts.astype(np.float32)
+            where = at(groups[1 if self.bias else 0])
+            row = values[where]
+            values[where] = np.where(row > 0, row / np.float32(self.repetition), row * np.float32(self.repetition))
+        if self.counts:
+            values[at(answered)] -= np.float32(self.presence) + np.float32(self.frequency) * counts.astype(np.float32)
+        return ids, values
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A row under the penalties of what it follows - `context` (bound once) and `extra` tokens after it:
+    shape(row, extra) is a shaped copy of the row; `shape.applied(row, extra)` the same row for the
+    time of a block without a copy (the few ids the penalties touch written into the row and put back
+    after), and shape.argmax(row, extra) its argmax so: a server applies the model's default repetition
+    penalty to every request, and a copy of a 150K-id row costs more than its argmax."""
+
+    penalties: Penalties
+    seen: np.ndarray  # the repetition penalty's ids over the context (distinct where `whole`)
+    answer: np.ndarray  # the answer so far: presence and frequency count its tokens
+    length: int  # the context's length
+    answer_from: int
+    whole: bool  # the repetition penalty reads the whole context (no window): `seen` holds no id twice
+
+    @property
+    def active(self) -> bool:
+        return self.penalties.active
+
+    def __call__(self, logits: np.ndarray, extra: Sequence[int] = ()) -> np.ndarray:
+        """The row under the bias and penalties of the context and then `extra`: a copy where anything
+        applies (the row itself otherwise)."""
+        if not self.penalties.active:
+            return logits
+        ids, values = self.edits(logits, extra)
+        out = np.array(logits, dtype=np.float32)
+        out[ids] = values
         return out
 
+    def argmax(self, logits: np.ndarray, extra: Sequence[int] = ()) -> int:
+        """argmax(shape(row, extra)) (ties: the lowest id), the row left as it was."""
+        with self.applied(logits, extra) as shaped:
+            return int(np.argmax(shaped))
 
-Shape = Callable[..., np.ndarray]  # shape(logits, extra=()): a row under the penalties of what it follows
+    @contextmanager
+    def applied(self, logits: np.ndarray, extra: Sequence[int] = ()) -> Iterator[np.ndarray]:
+        """shape(row, extra) for the time of the block, written into the row itself (a float32 row one
+        may write: the few ids the penalties touch, put back after the block; a shaped copy otherwise):
+        read it inside the block and keep nothing that points into it."""
+        if not self.penalties.active:
+            yield logits
+            return
+        if logits.dtype != np.float32 or not logits.flags.writeable:
+            yield self(logits, extra)
+            return
+        ids, values = self.edits(logits, extra)
+        kept = logits[ids]
+        try:
+            logits[ids] = values
+            yield logits
+        finally:
+            logits[ids] = kept
+
+    def edits(self, logits: np.ndarray, extra: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The ids the penalties touch in this row and their new logits (`Penalties.edits`)."""
+        penalties, seen, answer = self.penalties, self.seen, self.answer
+        more = np.asarray(extra, dtype=np.int64)
+        if more.size:
+            if penalties.repetition != 1:
+                seen = with_new(seen, more) if self.whole else np.concatenate([seen, more])[-penalties.last_n:]
+            if penalties.counts:  # the extras that are part of the answer
+                answer = np.concatenate([answer, more[max(self.answer_from - self.length, 0):]])
+        return penalties.edits(logits, seen, answer, distinct=self.whole)
 
 
 class SeenIds:

@@ -38,7 +38,7 @@ from specedge.core.contract import DEFAULT_GAMMA
 from specedge.core.errors import DecodingStopped, SpecEdgeError
 from specedge.kernels.acceptance import AcceptResult, accept_greedy, accept_rejection, accept_sampled
 from specedge.kernels.laws import Laws, law
-from specedge.kernels.penalties import SeenIds
+from specedge.kernels.penalties import SeenIds, Shape
 from specedge.kernels.sampling import Draws, SamplingParams, argmax, check_seed, is_count
 from specedge.runtime.constraints.guide import Constraint, Guide, mask_rows
 from specedge.runtime.engine.kv_cache import KVCache
@@ -383,31 +383,86 @@ def verify(run: Run, pending: int, draft: Draft) -> ForwardOutput:
     return run.target.forward([pending, *draft.tokens], run.cache, all_logits=True, rows=run.rows)
 
 
-def as_read(run: Run, out: ForwardOutput, tokens: Sequence[int]) -> ForwardOutput:
+class ReadRows(Sequence[np.ndarray]):
+    """A pass's rows as the law reads them, each read when the rule first reaches it (greedy and the race
+    stop at the first position where the target's token differs from the draft's): row i under the bias
+    and penalties of the tokens before its position (`shape`, bound to the context before row 0; `drafts`:
+    the tokens of the pass after the pending one), then the grammar's mask (applied to every row at once,
+    before). `choices` are the rows' argmaxes, read the same way: without a shaped copy of a row where
+    only penalties apply (Shape.argmax)."""
+
+    def __init__(self, logits: np.ndarray, next_ids: np.ndarray | None, shape: Shape | None = None,
+                 drafts: Sequence[int] = ()) -> None:
+        self.logits = logits  # [R, V]: the pass's, or shaped and masked already (a grammar)
+        self.next_ids = next_ids  # their argmaxes, where the rows need no shaping
+        self.shape = shape
+        self.drafts = drafts
+        self.shaped: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.logits)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if self.shape is None:
+            return self.logits[i]
+        i = range(len(self))[i]
+        if i not in self.shaped:
+            self.shaped[i] = self.shape(self.logits[i], self.drafts[:i])
+        return self.shaped[i]
+
+    def choice(self, i: int) -> int:
+        """The argmax of row i as read (ties: the lowest id)."""
+        if self.shape is None:
+            return int(self.next_ids[i]) if self.next_ids is not None else int(np.argmax(self.logits[i]))
+        if i in self.shaped:
+            return int(np.argmax(self.shaped[i]))
+        return self.shape.argmax(self.logits[i], self.drafts[:i])
+
+    @property
+    def choices(self) -> Sequence[int]:
+        return Choices(self)
+
+
+class Choices(Sequence[int]):
+    """The argmaxes of a pass's rows as read, each computed when asked for (`ReadRows.choice`)."""
+
+    def __init__(self, rows: ReadRows) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        return self.rows.choice(range(len(self))[i])
+
+
+def as_read(run: Run, out: ForwardOutput, tokens: Sequence[int]) -> ReadRows:
     """The pass's rows as the law reads them: row i under the bias and penalties of the tokens before
     its position (`tokens`: the context, then the drafts: row i follows all but the last len(rows) -
-    1 - i of them), then the grammar's mask of that position (the constrained law)."""
+    1 - i of them), then the grammar's mask of that position (the constrained law). Without a grammar
+    each row is shaped when first read; with one, every row at once (the masks are the round's)."""
     penalties, logits = run.config.sampling.penalties, out.logits
-    if penalties.active:
-        before = len(tokens) - len(logits) + 1  # the tokens before row 0: the context up to the pending token
-        shape = penalties.bind(tokens[:before], run.answer_from, run.seen_ids)  # the context read once for all the rows
-        logits = np.stack([shape(row, tokens[before:before + i]) for i, row in enumerate(logits)])
-    if run.guide is not None:
-        logits = mask_rows(logits, run.guide.row_masks())
-    if logits is out.logits:
-        return out
-    return dataclasses.replace(out, logits=logits, next_ids=argmax(logits))
+    if not penalties.active and run.guide is None:
+        return ReadRows(logits, out.next_ids)
+    before = len(tokens) - len(logits) + 1  # the tokens before row 0: the context up to the pending token
+    shape = penalties.bind(tokens[:before], run.answer_from, run.seen_ids)  # the context read once for all the rows
+    drafts = tokens[before:]
+    if run.guide is None:
+        return ReadRows(logits, None, shape, drafts)
+    shaped = np.stack([shape(row, drafts[:i]) for i, row in enumerate(logits)]) if penalties.active else logits
+    masked = mask_rows(shaped, run.guide.row_masks())
+    return ReadRows(masked, argmax(masked))
 
 
-def accept(run: Run, draft: Draft, out: ForwardOutput, start: int) -> AcceptResult:
-    """The verification pass's rows, for positions start .. start+k, against the k drafts: the
+def accept(run: Run, draft: Draft, rows: ReadRows, start: int) -> AcceptResult:
+    """The verification pass's rows as read, for positions start .. start+k, against the k drafts: the
     longest agreeing prefix and the target's own token, by the run's rule (greedy; sampled: the
     race, or min(1, p/q) from the run's own random stream)."""
     tokens = np.asarray(draft.tokens, dtype=np.int64)
     params, rule = run.config.sampling, run.config.acceptance_rule
     if params.greedy:
-        return accept_greedy(tokens, out.next_ids)
-    p = Laws(out.logits, params)  # each row's law when the rule first reads it
+        return accept_greedy(tokens, rows.choices)
+    p = Laws(rows, params)  # each row's law when the rule first reads it
     if rule == "rejection":
         return accept_rejection(tokens, [draft.q_of(i) for i in range(len(tokens))], p, run.rng)
     return accept_sampled(tokens, p, run.draws, start)

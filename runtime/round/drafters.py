@@ -246,18 +246,18 @@ class DraftModelDrafter:
             calls += 1
             self.cache.commit(out.new_keys, out.new_values, feed)
             row = out.logits[-1]
-            shaped = shape(row, tokens)
-            logits = shaped if guide is None else mask_rows(shaped[None], [guide.allowed()])[0]
-            if guide is not None and not np.isfinite(logits).any():
-                break  # its head scores none of the tokens the grammar allows here (a truncated head)
-            if params.greedy:
-                token = int(out.next_ids[-1]) if logits is row else int(argmax(logits))
-            else:  # a truncated head's q covers the first ids only: the others have probability 0
-                q = law(logits, params)
-                token = draws.sample(q, len(context) + len(tokens))  # drawn from this very q (the race is exact)
-                qs.append(q)
-            if go_on is not None:
-                confidence *= top_probability(logits)
+            with shape.applied(row, tokens) as shaped:  # the penalties written into the row while it is read
+                logits = shaped if guide is None else mask_rows(shaped[None], [guide.allowed()])[0]
+                if guide is not None and not np.isfinite(logits).any():
+                    break  # its head scores none of the tokens the grammar allows here (a truncated head)
+                if params.greedy:
+                    token = int(out.next_ids[-1]) if logits is row and not shape.active else int(argmax(logits))
+                else:  # a truncated head's q covers the first ids only: the others have probability 0
+                    q = law(logits, params)  # keeps nothing of the row (kernels/laws.py copies a tail's logits)
+                    token = draws.sample(q, len(context) + len(tokens))  # drawn from this very q (the race is exact)
+                    qs.append(q)
+                if go_on is not None:
+                    confidence *= top_probability(logits)
             tokens.append(token)
             forced.append(False)
             feed = [token]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specedge.core.errors import SpecEdgeError
-from specedge.kernels.penalties import Penalties, SeenIds
+from specedge.kernels.penalties import NONE, Penalties, SeenIds
 
 ROW = np.array([2.0, -1.0, 0.5, 3.0, -2.0, 0.0], dtype=np.float32)
 
@@ -116,3 +116,36 @@ def test_the_ids_seen_are_kept_as_a_context_grows_and_read_again_for_another() -
         row = rng.normal(0, 3, 90).astype(np.float32)
         extra = rng.integers(0, 90, 3).tolist()
         assert np.array_equal(penalties.bind(context, 10, seen)(row, extra), penalties.bind(context, 10)(row, extra))
+
+
+def test_a_row_shaped_in_place_is_the_shaped_copy_bit_for_bit_and_is_put_back() -> None:
+    """shape.applied(row, extra) is shape(row, extra) written into the row itself, and the row is as it
+    was after the block (an error inside it too); shape.argmax is the copy's argmax, ties to the lowest id;
+    a row one may not write, or not float32, is read through a copy; with nothing active, the row itself."""
+    rng = np.random.default_rng(13)
+    settings = [Penalties(repetition=1.3), Penalties(repetition=0.7, last_n=5), Penalties(presence=0.5, frequency=0.25),
+                Penalties(bias=((3, 5.0), (3, 1.0), (9, -100.0)), repetition=1.1, presence=-0.4, frequency=1.5),
+                Penalties(bias=((2, 2.0),))]
+    for trial in range(300):
+        penalties = settings[trial % len(settings)]
+        vocab = int(rng.integers(12, 40))
+        context = rng.integers(0, vocab + 3, int(rng.integers(0, 30))).tolist()
+        shape = penalties.bind(context, int(rng.integers(0, len(context) + 2)))
+        row = rng.integers(-3, 4, vocab).astype(np.float32)  # ties everywhere
+        before, extra = row.copy(), rng.integers(0, vocab, int(rng.integers(0, 5))).tolist()
+        want = shape(before, extra)
+        with shape.applied(row, extra) as shaped:
+            assert shaped is row
+            assert np.array_equal(shaped.view(np.uint32), want.view(np.uint32)), (penalties, trial)
+        assert np.array_equal(row.view(np.uint32), before.view(np.uint32))
+        assert shape.argmax(row, extra) == int(np.argmax(want))
+        with pytest.raises(KeyError), shape.applied(row, extra):
+            raise KeyError("inside")
+        assert np.array_equal(row.view(np.uint32), before.view(np.uint32))
+        row.setflags(write=False)
+        with shape.applied(row, extra) as shaped:
+            assert shaped is not row and np.array_equal(shaped, want)
+        with shape.applied(before.astype(np.float64), extra) as shaped:
+            assert np.array_equal(shaped, want)
+    with NONE.bind([1, 2], 0).applied(row) as shaped:
+        assert shaped is row

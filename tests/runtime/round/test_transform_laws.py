@@ -130,12 +130,12 @@ def generate(params: SamplingParams, rule: str, seed: int) -> np.ndarray:
     return out
 
 
-def rows_without_the_drafts(run: Run, out: ForwardOutput, tokens: Sequence[int]) -> ForwardOutput:
+def rows_without_the_drafts(run: Run, out: ForwardOutput, tokens: Sequence[int]) -> decoding.ReadRows:
     """A broken transform: every row of the pass penalised by the context before the round."""
     before = len(tokens) - len(out.logits) + 1
     p = run.config.sampling.penalties
     logits = np.stack([p.apply(row, tokens[:before], run.answer_from) for row in out.logits])
-    return dataclasses.replace(out, logits=logits, next_ids=argmax(logits))
+    return decoding.ReadRows(logits, argmax(logits))
 
 
 @pytest.mark.slow
