@@ -32,6 +32,7 @@ from specedge.runtime.round.drafters import (
     Drafter,
     DraftModelDrafter,
     HybridDrafter,
+    NgramDrafter,
     PredictedDrafter,
     PredictionDrafter,
     adapt,
@@ -39,6 +40,7 @@ from specedge.runtime.round.drafters import (
 )
 from specedge.runtime.round.gamma import Recall, RoundCosts
 from specedge.runtime.round.logprobs import LogprobRecorder, TokenLogprob
+from specedge.runtime.round.lookup_memory import LookupMemory
 from specedge.runtime.round.stats import GenerationStats
 from specedge.runtime.text.codec import Message, StreamDecoder, TextCodec
 
@@ -78,6 +80,13 @@ def draft_model(drafter: Drafter | None) -> OnnxModel | None:
     """The draft model behind a drafter, if it has one."""
     found = model_drafter(drafter)
     return found.model if found is not None else None
+
+
+def lookup_drafter(drafter: Drafter | None) -> NgramDrafter | None:
+    """The drafter that runs the n-gram lookup (and holds its memory of earlier answers), if `drafter` has one."""
+    if isinstance(drafter, HybridDrafter):
+        drafter = drafter.ngram
+    return drafter if isinstance(drafter, NgramDrafter) else None
 
 
 def model_drafter(drafter: Drafter | None) -> DraftModelDrafter | None:
@@ -206,6 +215,8 @@ class Generator:
         self.recall: Recall | None = None  # what γ auto measured over this generator's last generation
         self._vocabulary: Vocabulary | None = None  # the target's tokens as the grammar engine reads them
         self._reading_vocabulary = threading.Lock()
+        if (lookup := lookup_drafter(drafter)) is not None and lookup.memory is None:
+            lookup.memory = LookupMemory()  # this generator's earlier answers, for its lookup
         check_lossless(target, drafter, self.rows, probed=rows is None)
         check_gamma(self.config, target, drafter)
 
@@ -246,6 +257,18 @@ class Generator:
         if items and all(isinstance(m, dict) for m in items):
             return self.codec.encode_chat(items, **chat_args)
         return check_token_ids(items, self.target.manifest.vocab_size)
+
+    @property
+    def lookup_memory(self) -> LookupMemory | None:
+        """What the n-gram lookup remembers of earlier answers (runtime/round/lookup_memory.py): this
+        generator's own by default; a server gives each API key its own. None: no lookup, or none kept."""
+        lookup = lookup_drafter(self.drafter)
+        return lookup.memory if lookup is not None else None
+
+    @lookup_memory.setter
+    def lookup_memory(self, memory: LookupMemory | None) -> None:
+        if (lookup := lookup_drafter(self.drafter)) is not None:
+            lookup.memory = memory
 
     def forget(self) -> None:
         """Empty every cache a next prompt could reuse a prefix of: the target's and the draft's (so
@@ -362,6 +385,8 @@ class Generator:
             rounds.close()
             if run.controller is not None and drafter is self.drafter:  # a request's own drafter measures apart
                 self.recall = run.controller.recall()
+            if (memory := self.lookup_memory) is not None:
+                memory.add(tokens)
             stats.n_tokens = len(tokens)
             stats.time_total_s = time.perf_counter() - start
             logprobs = recorder.logprobs[:len(tokens)] if recorder is not None else None

@@ -2,7 +2,7 @@
 
 - DraftModelDrafter: a small model with its own KV cache, one token per pass.
 - NgramDrafter: prompt lookup, no model: the continuation of the latest earlier occurrence of
-  the context's last n tokens.
+  the context's last n tokens (or of a longer n in earlier answers: runtime/round/lookup_memory.py).
 - PredictionDrafter: the caller's prediction of the output (predicted outputs), looked up the
   same way; PredictedDrafter takes it beside a request's other drafter.
 - HybridDrafter: the n-gram lookup where it finds a long enough match, else the draft model.
@@ -35,6 +35,8 @@ from specedge.kernels.sampling import Draws, SamplingParams, argmax, top_probabi
 from specedge.runtime.constraints.guide import Guide, mask_rows
 from specedge.runtime.engine.model import OnnxModel
 from specedge.runtime.engine.traffic import Traffic
+from specedge.runtime.round.lookup_memory import LookupMemory
+from specedge.runtime.round.suffix_search import suffix_ends
 from specedge.runtime.round.token_array import TokenArray
 
 Stop = Callable[[], str]  # asked before a pass: a reason to stop ("": go on)
@@ -148,34 +150,14 @@ def takes(method: Callable[..., object], name: str) -> bool:
     return name in inspect.signature(method).parameters
 
 
-def suffix_ends(seq: np.ndarray, tail: np.ndarray, longest: int) -> list[np.ndarray]:
-    """Where the occurrences in `seq` of the last n tokens of `tail` that have a token after them end
-    (ascending), for n = 1, 2, ... up to `longest`, while any occur: one comparison over `seq` for the
-    last token, then each longer suffix narrows the previous one's places (the suffix search of the
-    n-gram lookup and of a prediction's place; the latest places of the longest suffix are the last
-    entry's)."""
-    found: list[np.ndarray] = []
-    if len(tail) == 0 or len(seq) < 2:
-        return found
-    ends = np.flatnonzero(seq[:-1] == tail[-1]) + 1
-    longest = min(longest, len(tail))
-    for n in range(1, longest + 1):
-        if n > 1:
-            ends = ends[ends >= n]
-            ends = ends[seq[ends - n] == tail[-n]]
-        if not ends.size:
-            break
-        found.append(ends)
-    return found
-
-
 class NgramDrafter:
     name = "ngram"
 
-    def __init__(self, *, max_ngram: int = 8, min_ngram: int = 1) -> None:
+    def __init__(self, *, max_ngram: int = 8, min_ngram: int = 1, memory: LookupMemory | None = None) -> None:
         self.max_ngram = max_ngram  # a long suffix finds the right place to copy from in code
         self.min_ngram = min_ngram
         self.tokens = TokenArray()  # the context as an array, converted as it grows
+        self.memory = memory  # earlier answers (runtime/round/lookup_memory.py), searched where they match longer
 
     def begin(self, context: Sequence[int], stop: Stop | None = None) -> None:
         pass
@@ -184,15 +166,18 @@ class NgramDrafter:
         pass
 
     def match(self, context: Sequence[int], k: int) -> tuple[list[int], int]:
-        """Up to k tokens following the latest earlier occurrence of the longest suffix n-gram,
-        and that n (0: no match)."""
+        """Up to k tokens following the latest earlier occurrence of the longest suffix n-gram in the
+        context - or in the memory of earlier answers where a longer suffix occurs there - and that n
+        (0: no match)."""
         with self.tokens.lock:
             arr = self.tokens.of(context)
             found = suffix_ends(arr, arr, min(self.max_ngram, len(arr) - 1))
-            if len(found) < max(self.min_ngram, 1):
-                return [], 0
-            start = int(found[-1][-1])
-            return arr[start:start + k].tolist(), len(found)
+            tokens, n = (arr[int(found[-1][-1]):][:k].tolist(), len(found)) if found else ([], 0)
+            if self.memory is not None and n < self.max_ngram and len(self.memory):
+                remembered, m = self.memory.match(arr[-self.max_ngram:], k, self.max_ngram)
+                if m > n and remembered:  # a longer suffix says better where the text goes on
+                    tokens, n = remembered, m
+        return (tokens, n) if n >= max(self.min_ngram, 1) else ([], 0)
 
     def lookup(self, context: Sequence[int], k: int) -> list[int]:
         """Continuation of the latest earlier match of the longest suffix n-gram."""

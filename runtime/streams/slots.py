@@ -238,6 +238,7 @@ class Streams:
             slot = StreamGenerator(gen, stream_model(gen.target, target, self.scheduler, b),
                                    build_drafter(drafts, lookup), self.scheduler, b, memory)
             slot.costs = costs
+            slot.lookup_memory = gen.lookup_memory  # the model's earlier answers, whichever slot gave them
             self.generators.append(slot)
         for shared in (target, shared_draft):
             if shared is not None:

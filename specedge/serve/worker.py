@@ -32,6 +32,7 @@ from specedge.runtime.constraints.guide import Constraint
 from specedge.runtime.engine.kv_cache import common_prefix
 from specedge.runtime.generator import GenerationResult, Generator, Segment, TextStream
 from specedge.runtime.round.logprobs import TokenLogprob
+from specedge.runtime.round.lookup_memory import LookupMemory
 from specedge.runtime.round.stats import GenerationStats
 from specedge.runtime.streams.slots import Streams
 from specedge.serve.metrics import Metrics
@@ -173,6 +174,7 @@ class GenerationWorker:
         self.generator = generator
         self.share_prefixes = share_prefixes
         self._owners: dict[int, object] = {}  # slot -> the owner of the request its cache last held
+        self._memories: dict[object, LookupMemory] = {}  # owner -> the lookup's memory of its earlier answers
         self.streams = streams
         self.slots = streams.slots if streams is not None else 1
         self.queue_size = queue_size  # jobs that may wait while the slots decode
@@ -243,8 +245,16 @@ class GenerationWorker:
             if not self.share_prefixes or self._owners.get(slot, owner) != owner:
                 self.generator_of(slot).forget()  # the target's cache and the draft's
             self._owners[slot] = owner
+            self.generator_of(slot).lookup_memory = self._memory_of(owner)
             self._copy_prefix(slot, prompt, owner, keeps[slot])
             return slot
+
+    def _memory_of(self, owner: object) -> LookupMemory | None:
+        """The n-gram lookup's memory of `owner`'s earlier answers (one per API key; with share_prefixes
+        off, none: no request's answers draft for another's)."""
+        if not self.share_prefixes:
+            return None
+        return self._memories.setdefault(owner, LookupMemory())
 
     def _copy_prefix(self, slot: int, prompt: Sequence[int], owner: object, kept: int) -> None:
         """Where another slot - decoding or not - holds more of `prompt` than `slot` keeps, and the same

@@ -149,6 +149,27 @@ def test_a_request_beside_another_with_its_context_copies_that_prefix_and_decode
         assert np.array_equal(a[:, :, :16 * (len(context) // 16)], b[:, :, :16 * (len(context) // 16)])
 
 
+def test_each_owner_drafts_from_a_lookup_memory_of_its_own_answers(pair: tuple[Path, Path]) -> None:
+    """The n-gram lookup's memory of earlier answers is one per API key, whichever slot serves it; with
+    prefix sharing off there is none (no request's answers draft for another's)."""
+    gen = generator(pair)
+    streams = Streams(gen, 2)
+    worker = GenerationWorker(gen, queue_size=1, streams=streams)
+    prompt = gen.encode(PROMPTS[0])
+    a = worker.take_slot(prompt, owner="key a")
+    memory = worker.generator_of(a).lookup_memory
+    streams.generators[a].generate(prompt, max_new_tokens=6)
+    assert memory is not None and len(memory) == 7  # the answer and its separator
+    b = worker.take_slot(prompt, owner="key b")
+    assert worker.generator_of(b).lookup_memory is not memory and len(worker.generator_of(b).lookup_memory or []) == 0
+    worker._free.append(a)  # slot a served its request
+    assert worker.generator_of(worker.take_slot(prompt, owner="key b")).lookup_memory is not memory
+    worker._free[:] = [0, 1]
+    assert worker.generator_of(worker.take_slot(prompt, owner="key a")).lookup_memory is memory
+    private = GenerationWorker(gen, queue_size=1, streams=streams, share_prefixes=False)
+    assert private.generator_of(private.take_slot(prompt, owner="key a")).lookup_memory is None
+
+
 def test_models_whose_passes_cannot_be_shared_keep_one_slot(tmp_path: Path) -> None:
     src = make_tiny_model(tmp_path / "src", "qwen2", seed=1)
     fused = export_model(src, tmp_path / "fused", ExportSettings(quant="fp32", context=TINY_CONTEXT,
