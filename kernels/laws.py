@@ -181,34 +181,70 @@ def weigh(z: np.ndarray, ids: np.ndarray, top: float, temperature: float) -> np.
 
 def nucleus(z: np.ndarray, top: float, params: SamplingParams) -> Law:
     """top-p and min-p without top-k: the ids within a span of the largest logit, widened until
-    they hold the nucleus (or every id), then cut as `probabilities` cuts."""
+    they hold the nucleus (or every id), then cut as `probabilities` cuts. Top-p's denominator is
+    first summed natively (`total_weight`); where the cut falls within that sum's error of an id's
+    edge, it is summed again as `probabilities` sums it, so the ids kept are the definition's."""
     t = params.temperature
-    total = None
-    if params.top_p < 1.0:
-        # in float64, as `probabilities` sums: a float32 sum's error moves the cut of a flat row by an id or two
-        with np.errstate(over="ignore", under="ignore"):
-            total = float(np.exp((z.astype(np.float64) - top) / t).sum())
     # min-p keeps ids weighing >= min_p: a span a little wider than -log(min_p) holds them all
     span = HEAD_SPAN if params.min_p == 0.0 else -math.log(params.min_p) + 0.01
+    total, error = None, 0.0
     while True:
         below = head_edge(z, top, t, span)
         ids = np.flatnonzero(z >= below)
         weights = weigh(z, ids, top, t)
         whole = len(ids) == len(z) or not math.isfinite(float(below))
+        if params.top_p < 1.0 and total is None:
+            total, error = total_weight(z, top, t, below, weights)
         # min-p keeps a prefix of the nucleus's order within the span: the nucleus may run past it
-        if total is None or whole or params.min_p > 0.0 or weights.sum() >= params.top_p * total:
-            return cut(ids, weights, total if total is not None else float(weights.sum()), params)
+        if total is None or whole or params.min_p > 0.0 or weights.sum() >= params.top_p * total * (1 + error):
+            law = cut_within(ids, weights, total if total is not None else float(weights.sum()), params, error)
+            if law is not None:
+                return law
+            total, error = definition_total(z, top, t), 0.0  # a cut within the sum's error: summed again
+            continue
         span *= 4
+
+
+TOTAL_ERROR = 1e-6  # the native total's relative error bound, generously: float32 exps' last places
+
+
+def total_weight(z: np.ndarray, top: float, temperature: float, below: np.floating, head: np.ndarray
+                 ) -> tuple[float, float]:
+    """The weight of every id of the row, top-p's denominator, and its relative error bound: the head's
+    weights (float64, as `probabilities` weighs them) plus the ids below `below`, each weighing <
+    e^-span of the likeliest, summed in one native pass (kernels/exp_sum.py: float32 exps added in
+    float64). A row not float32 is summed as `probabilities` sums it (no error)."""
+    if z.dtype != np.float32 or not math.isfinite(top) or not math.isfinite(float(below)):
+        return definition_total(z, top, temperature), 0.0
+    return float(head.sum()) + exp_sum(z, top, 1.0 / temperature, float(below)), TOTAL_ERROR
+
+
+def definition_total(z: np.ndarray, top: float, temperature: float) -> float:
+    """Top-p's denominator as `probabilities` sums it: float64 exps of the whole row (a float32 sum's
+    error moves the cut of a flat row by an id or two)."""
+    with np.errstate(over="ignore", under="ignore"):
+        return float(np.exp((z.astype(np.float64) - top) / temperature).sum())
 
 
 def cut(ids: np.ndarray, weights: np.ndarray, total: float, params: SamplingParams) -> Law:
     """top-p then min-p over candidate ids that hold the nucleus (and all ties at their edge);
     `total`: the weight of every id the law had before these cuts."""
+    law = cut_within(ids, weights, total, params, 0.0)
+    assert law is not None  # an exact total: every id's side of the cut is known
+    return law
+
+
+def cut_within(ids: np.ndarray, weights: np.ndarray, total: float, params: SamplingParams, error: float
+               ) -> Law | None:
+    """`cut` with a total known to within a relative `error`: None where an id's mass before it lies
+    that close to top_p (its side of the cut is not known)."""
     keep = weights > 0
     ids, weights = ids[keep], weights[keep]
     if params.top_p < 1.0:
         order = np.lexsort((ids, -weights))  # likeliest first, ties by the lower id (the full sort's order)
         mass_before = (np.cumsum(weights[order]) - weights[order]) / total
+        if error and np.any(np.abs(mass_before - params.top_p) <= 2 * error * params.top_p):
+            return None
         order = order[mass_before < params.top_p]
         kept = np.sort(order)
         ids, weights = ids[kept], weights[kept]

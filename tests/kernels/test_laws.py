@@ -238,3 +238,28 @@ def test_top_k_far_below_the_top_widens_until_it_holds_k(k: int) -> None:
     row[11] = 60.0  # 10 above the rest: outside the first span, inside float64 weights
     params = SamplingParams(temperature=0.7, top_k=k)
     np.testing.assert_array_equal(law(row, params).ids, np.flatnonzero(probabilities(row, params) > 0))
+
+
+def test_top_p_sums_its_denominator_natively_and_again_only_where_a_cut_is_that_close(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Top-p's denominator comes from the head's weights and one native pass over the tail; the row is
+    summed again as `probabilities` sums it only where an id's mass before it lies within that sum's error
+    of top_p - and the ids kept are the definition's either way (a flat row whose nucleus runs deep into
+    the tail: the native total 2e-8 off moved the cut of top-p 0.999 by an id)."""
+    again: list[float] = []
+    definition = laws_module.definition_total
+    monkeypatch.setattr(laws_module, "definition_total", lambda *a: again.append(1) or definition(*a))
+    for row in rows(vocab=5000, seed=4)[:3]:
+        for params in (SamplingParams(temperature=0.7, top_p=0.9), SamplingParams(temperature=1.0, top_p=0.95)):
+            np.testing.assert_array_equal(law(row, params).ids, np.flatnonzero(probabilities(row, params) > 0))
+    assert not again  # the native total decided every cut
+    rng = np.random.default_rng(25)
+    row = (rng.standard_normal(151_936) * rng.uniform(1, 4)).astype(np.float32)
+    row[rng.integers(0, len(row), 5)] += rng.uniform(5, 15)
+    params = SamplingParams(temperature=0.7, top_p=0.999)
+    np.testing.assert_array_equal(law(row, params).ids, np.flatnonzero(probabilities(row, params) > 0))
+    assert len(again) == 1
+    weights = np.array([0.5, 0.3, 0.2])
+    assert laws_module.cut_within(np.arange(3), weights, 1.0, SamplingParams(temperature=1.0, top_p=0.8), 1e-6) is None
+    assert laws_module.cut_within(np.arange(3), weights, 1.0, SamplingParams(temperature=1.0, top_p=0.7),
+                                  1e-6).ids.tolist() == [0, 1]
