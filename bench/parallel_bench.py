@@ -41,7 +41,8 @@ def free_port() -> int:
 
 def start_server(args: argparse.Namespace, port: int) -> tuple[subprocess.Popen[str], list[str]]:
     cmd = [sys.executable, "-m", "specedge", "serve", "--port", str(port), "--model-name", "bench",
-           "--temperature", "0", "--parallel", args.parallel, "--queue", "16"]
+           "--temperature", "0", "--parallel", args.parallel, "--queue", "16",
+           "--lookup-memory", "0"]  # each order asks what the other asked: no answer drafts another's
     if args.target:
         cmd += ["--target", args.target, "--gamma", args.gamma]
         cmd += ["--draft", args.draft] if args.draft else []

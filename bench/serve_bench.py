@@ -71,7 +71,8 @@ def free_port() -> int:
 
 def start_server(args: argparse.Namespace, target: Path, draft: Path | None, port: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "specedge", "serve", "--target", str(target), "--port", str(port),
-           "--model-name", "bench", "--gamma", args.gamma, "--temperature", "0"]
+           "--model-name", "bench", "--gamma", args.gamma, "--temperature", "0",
+           "--lookup-memory", "0"]  # rounds ask the same prompts again: decoding is measured, not the memory
     cmd += ["--draft", str(draft)] if draft else []
     cmd += ["--ngram"] if args.ngram else []
     cmd += ["--threads", str(args.threads)] if args.threads else []

@@ -215,8 +215,6 @@ class Generator:
         self.recall: Recall | None = None  # what γ auto measured over this generator's last generation
         self._vocabulary: Vocabulary | None = None  # the target's tokens as the grammar engine reads them
         self._reading_vocabulary = threading.Lock()
-        if (lookup := lookup_drafter(drafter)) is not None and lookup.memory is None:
-            lookup.memory = LookupMemory()  # this generator's earlier answers, for its lookup
         check_lossless(target, drafter, self.rows, probed=rows is None)
         check_gamma(self.config, target, drafter)
 
@@ -260,8 +258,9 @@ class Generator:
 
     @property
     def lookup_memory(self) -> LookupMemory | None:
-        """What the n-gram lookup remembers of earlier answers (runtime/round/lookup_memory.py): this
-        generator's own by default; a server gives each API key its own. None: no lookup, or none kept."""
+        """What the n-gram lookup remembers of earlier answers (runtime/round/lookup_memory.py): None by
+        default (a benchmark that asks the same prompt twice measures decoding, not the memory); the
+        server gives each API key one. Set a `LookupMemory()` to keep this generator's answers."""
         lookup = lookup_drafter(self.drafter)
         return lookup.memory if lookup is not None else None
 

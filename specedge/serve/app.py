@@ -41,6 +41,7 @@ from specedge.request import Defaults, RequestError, Shape, config_fields, encod
 from specedge.runtime.constraints.grammar import GrammarConstraint, unsatisfiable
 from specedge.runtime.engine.model import check_token_ids
 from specedge.runtime.generator import Generator, draft_model
+from specedge.runtime.round.lookup_memory import MAX_TOKENS
 from specedge.runtime.streams.slots import Streams
 from specedge.runtime.text.codec import PromptTooLong, TextCodec
 from specedge.runtime.text.fim import NoFimTokens, find_fim_tokens
@@ -92,6 +93,7 @@ class ServeSettings:
     origins: Origins = LOCAL  # the names and port requests must be addressed to
     api_key: str | tuple[str, ...] | None = None  # None: no key asked; several: each its clients' (serve/guard.py)
     share_prefixes: bool = True  # a request may reuse the cached prefix another left (never across API keys)
+    lookup_memory: int = MAX_TOKENS  # tokens of earlier answers the n-gram lookup keeps per API key (0: none)
 
 
 def longest_token(generator: Generator) -> int:
@@ -315,7 +317,8 @@ class Server:
         self.generator = generator
         self.settings = settings
         streams = Streams(generator, settings.parallel) if settings.parallel > 1 else None
-        self.worker = GenerationWorker(generator, settings.queue_size, streams, settings.share_prefixes)
+        self.worker = GenerationWorker(generator, settings.queue_size, streams, settings.share_prefixes,
+                                       settings.lookup_memory)
         self.created = int(time.time())
         self.context = generator.target.manifest.context
         self.max_prompt_chars = self.context * longest_token(generator) * FOLDED_CHARS

@@ -39,6 +39,7 @@ from specedge.options import (
     positive_float,
     sampling_of,
 )
+from specedge.runtime.round.lookup_memory import MAX_TOKENS
 
 if TYPE_CHECKING:
     from specedge.serve.app import ServeSettings
@@ -86,6 +87,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None, metavar="KEY",
                    help=f"one key on the command line (every local user can read it there: prefer --api-key-file "
                         f"or ${API_KEY_ENV})")
+    p.add_argument("--lookup-memory", type=nonnegative_int, default=MAX_TOKENS, metavar="TOKENS",
+                   help=f"tokens of earlier answers the n-gram lookup keeps per API key, in memory only, to draft "
+                        f"an answer asked again or a repeated tool call (default {MAX_TOKENS}; 0: none)")
     p.add_argument("--no-prefix-sharing", action="store_true",
                    help="never let a request reuse the cached prompt another left (by default requests share "
                         "them, except across API keys): a client cannot tell from speed or cached_tokens what "
@@ -345,6 +349,7 @@ def serve_settings(args: argparse.Namespace, target: Path, port: int, parallel: 
                          model_sampling=model if args.sampling_defaults == "model" else {},
                          decode_timeout=args.decode_timeout,
                          api_key=api_keys(args), share_prefixes=not args.no_prefix_sharing,
+                         lookup_memory=args.lookup_memory,
                          origins=Origins.of_listener(args.host, port, tuple(args.allowed_origins),
                                                      tuple(args.allowed_hosts)))
 

@@ -32,7 +32,7 @@ from specedge.runtime.constraints.guide import Constraint
 from specedge.runtime.engine.kv_cache import common_prefix
 from specedge.runtime.generator import GenerationResult, Generator, Segment, TextStream
 from specedge.runtime.round.logprobs import TokenLogprob
-from specedge.runtime.round.lookup_memory import LookupMemory
+from specedge.runtime.round.lookup_memory import MAX_TOKENS, LookupMemory
 from specedge.runtime.round.stats import GenerationStats
 from specedge.runtime.streams.slots import Streams
 from specedge.serve.metrics import Metrics
@@ -167,12 +167,14 @@ def piece_logprobs(stream: TextStream, segment: Segment, sent: int) -> tuple[Tok
 
 class GenerationWorker:
     def __init__(self, generator: Generator, queue_size: int, streams: Streams | None = None,
-                 share_prefixes: bool = True) -> None:
+                 share_prefixes: bool = True, lookup_memory: int = MAX_TOKENS) -> None:
         """streams: several slots sharing passes (else one slot, `generator`). share_prefixes: a
         request may reuse the cached prefix another request left in its slot (False: never; requests
-        of different owners never do either way)."""
+        of different owners never do either way). lookup_memory: tokens of earlier answers the n-gram
+        lookup keeps per owner (0, or share_prefixes False: none)."""
         self.generator = generator
         self.share_prefixes = share_prefixes
+        self.lookup_memory = lookup_memory
         self._owners: dict[int, object] = {}  # slot -> the owner of the request its cache last held
         self._memories: dict[object, LookupMemory] = {}  # owner -> the lookup's memory of its earlier answers
         self.streams = streams
@@ -251,10 +253,10 @@ class GenerationWorker:
 
     def _memory_of(self, owner: object) -> LookupMemory | None:
         """The n-gram lookup's memory of `owner`'s earlier answers (one per API key; with share_prefixes
-        off, none: no request's answers draft for another's)."""
-        if not self.share_prefixes:
+        off or no tokens to keep, none: no request's answers draft for another's)."""
+        if not self.share_prefixes or self.lookup_memory <= 0:
             return None
-        return self._memories.setdefault(owner, LookupMemory())
+        return self._memories.setdefault(owner, LookupMemory(self.lookup_memory))
 
     def _copy_prefix(self, slot: int, prompt: Sequence[int], owner: object, kept: int) -> None:
         """Where another slot - decoding or not - holds more of `prompt` than `slot` keeps, and the same

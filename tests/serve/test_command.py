@@ -69,6 +69,19 @@ def test_sampling_flags_are_the_defaults_of_requests() -> None:
     assert (unset.max_tokens, unset.temperature, unset.top_k, unset.top_p) == (512, 1.0, 0, 1.0)
 
 
+def test_lookup_memory_flag_bounds_the_answers_kept_per_key(capsys: pytest.CaptureFixture[str]) -> None:
+    from specedge.cli import build_parser
+    from specedge.runtime.round.lookup_memory import MAX_TOKENS
+    from specedge.serve.command import serve_settings
+
+    parse = build_parser().parse_args
+    assert serve_settings(parse(["serve", "--target", "x"]), Path("x"), 8080).lookup_memory == MAX_TOKENS
+    assert serve_settings(parse(["serve", "--target", "x", "--lookup-memory", "0"]), Path("x"), 8080).lookup_memory == 0
+    with pytest.raises(SystemExit):
+        parse(["serve", "--target", "x", "--lookup-memory", "-5"])
+    assert "--lookup-memory" in capsys.readouterr().err
+
+
 def test_soc_is_checked_as_for_chat(capsys: pytest.CaptureFixture[str]) -> None:
     from specedge.cli import build_parser
 

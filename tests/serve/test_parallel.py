@@ -168,6 +168,11 @@ def test_each_owner_drafts_from_a_lookup_memory_of_its_own_answers(pair: tuple[P
     assert worker.generator_of(worker.take_slot(prompt, owner="key a")).lookup_memory is memory
     private = GenerationWorker(gen, queue_size=1, streams=streams, share_prefixes=False)
     assert private.generator_of(private.take_slot(prompt, owner="key a")).lookup_memory is None
+    none = GenerationWorker(gen, queue_size=1, streams=streams, lookup_memory=0)
+    assert none.generator_of(none.take_slot(prompt, owner="key a")).lookup_memory is None
+    small = GenerationWorker(gen, queue_size=1, streams=streams, lookup_memory=100)
+    kept = small.generator_of(small.take_slot(prompt, owner="key a")).lookup_memory
+    assert kept is not None and kept.max_tokens == 100
 
 
 def test_models_whose_passes_cannot_be_shared_keep_one_slot(tmp_path: Path) -> None:

@@ -56,6 +56,8 @@ def test_an_answer_asked_again_is_drafted_from_the_memory_and_is_the_same(tiny_l
     _, target, _ = tiny_llama
     config = SpecConfig(gamma=4, max_new_tokens=24, ignore_eos=True)
     gen = Generator.load(target, ngram=True, config=config)
+    assert gen.lookup_memory is None  # none unless asked for: asking twice measures decoding
+    gen.lookup_memory = LookupMemory()
     prompt = "abc xyz 123"
     first = gen.generate(prompt)
     again = gen.generate(prompt)
