@@ -107,14 +107,12 @@ class Penalties:
         not sorted again: a 10K-token context's ids are read once a pass, not once a row), then the
         presence and frequency penalties over the tokens of `answer`."""
         vocab = logits.shape[-1]
-        groups: list[np.ndarray] = []
-        if self.bias:
-            groups.append(np.unique(np.asarray([t for t, _ in self.bias if t < vocab], dtype=np.int64)))
+        biased = np.unique(np.asarray([t for t, _ in self.bias if t < vocab], dtype=np.int64)) if self.bias else None
+        repeated = None
         if self.repetition != 1:
-            groups.append(seen[seen < vocab] if distinct else np.unique(seen[seen < vocab]))
-        if self.counts:
-            answered, counts = np.unique(answer[answer < vocab], return_counts=True)
-            groups.append(answered)
+            repeated = seen[seen < vocab] if distinct else np.unique(seen[seen < vocab])
+        answered, counts = np.unique(answer[answer < vocab], return_counts=True) if self.counts else (None, None)
+        groups = [g for g in (biased, repeated, answered) if g is not None]
         if not groups:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         ids = groups[0] if len(groups) == 1 else np.unique(np.concatenate(groups))
@@ -126,11 +124,11 @@ class Penalties:
         for token, value in self.bias:
             if token < vocab:
                 values[np.searchsorted(ids, token)] += np.float32(value)  # ids sorted: the bias's are
-        if self.repetition != 1:
-            where = at(groups[1 if self.bias else 0])
+        if repeated is not None:
+            where = at(repeated)
             row = values[where]
             values[where] = np.where(row > 0, row / np.float32(self.repetition), row * np.float32(self.repetition))
-        if self.counts:
+        if answered is not None:
             values[at(answered)] -= np.float32(self.presence) + np.float32(self.frequency) * counts.astype(np.float32)
         return ids, values
 

@@ -441,16 +441,17 @@ def as_read(run: Run, out: ForwardOutput, tokens: Sequence[int]) -> ReadRows:
     its position (`tokens`: the context, then the drafts: row i follows all but the last len(rows) -
     1 - i of them), then the grammar's mask of that position (the constrained law). Without a grammar
     each row is shaped when first read; with one, every row at once (the masks are the round's)."""
-    penalties, logits = run.config.sampling.penalties, out.logits
-    if not penalties.active and run.guide is None:
+    penalties, guide, logits = run.config.sampling.penalties, run.guide, out.logits
+    if penalties.active:
+        before = len(tokens) - len(logits) + 1  # the tokens before row 0: the context up to the pending token
+        shape = penalties.bind(tokens[:before], run.answer_from, run.seen_ids)  # the context read once for all rows
+        drafts = tokens[before:]
+        if guide is None:
+            return ReadRows(logits, None, shape, drafts)
+        logits = np.stack([shape(row, drafts[:i]) for i, row in enumerate(logits)])
+    if guide is None:
         return ReadRows(logits, out.next_ids)
-    before = len(tokens) - len(logits) + 1  # the tokens before row 0: the context up to the pending token
-    shape = penalties.bind(tokens[:before], run.answer_from, run.seen_ids)  # the context read once for all the rows
-    drafts = tokens[before:]
-    if run.guide is None:
-        return ReadRows(logits, None, shape, drafts)
-    shaped = np.stack([shape(row, drafts[:i]) for i, row in enumerate(logits)]) if penalties.active else logits
-    masked = mask_rows(shaped, run.guide.row_masks())
+    masked = mask_rows(logits, guide.row_masks())
     return ReadRows(masked, argmax(masked))
 
 

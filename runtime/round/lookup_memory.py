@@ -57,12 +57,9 @@ class LookupMemory:
         of its answer."""
         with self.lock:
             tokens = self.tokens
-        found = suffix_ends(tokens, tail, longest)
-        while found and tokens[int(found[-1][-1])] == SEPARATOR:  # the match ends its answer: nothing follows
-            ends = found[-1][tokens[found[-1]] != SEPARATOR]
-            if ends.size:
-                found[-1] = ends
-                break
+        # a match that ends its answer has nothing after it (the longer suffixes' places are the shorter's few)
+        found = [ends[tokens[ends] != SEPARATOR] for ends in suffix_ends(tokens, tail, longest)]
+        while found and not found[-1].size:
             found.pop()
         if not found:
             return [], 0
