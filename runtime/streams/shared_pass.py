@@ -17,7 +17,6 @@ greedy tokens identical, seeded samples identical.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Collection, Iterable, Sequence
@@ -28,6 +27,7 @@ import numpy as np
 from specedge.runtime.engine.feeds import Feeds
 from specedge.runtime.engine.kv_cache import CachePool
 from specedge.runtime.engine.runners import Runner, RunResult
+from specedge.runtime.streams.pass_curve import PassCurve
 from specedge.runtime.streams.prefill_pace import SHORT_PROMPT, ChunkTiming
 
 
@@ -77,36 +77,6 @@ def merge_feeds(parts: Sequence[Feeds], slots: Sequence[int]) -> tuple[Feeds, li
     ends = np.cumsum([len(p["logits_index"]) for p in parts])
     bounds = [(int(end) - len(p["logits_index"]), int(end)) for p, end in zip(parts, ends, strict=True)]
     return {"input_ids": ids, "position_ids": positions, "stream_ids": streams, "logits_index": index}, bounds
-
-
-class PassCurve:
-    """Seconds a pass takes by its width (rows), as measured: a moving average per width, straight
-    lines between the widths measured and past the widest."""
-
-    def __init__(self) -> None:
-        self.seconds_at: dict[int, float] = {}
-
-    def observe(self, width: int, seconds: float) -> None:
-        old = self.seconds_at.get(width)
-        self.seconds_at[width] = seconds if old is None else (1 - CURVE_EMA) * old + CURVE_EMA * seconds
-
-    def seconds(self, width: int) -> float:
-        """0.0 while nothing is measured."""
-        points = sorted(self.seconds_at.items())
-        if not points:
-            return 0.0
-        if width <= points[0][0]:
-            return points[0][1]
-        for (w0, t0), (w1, t1) in itertools.pairwise(points):
-            if width <= w1:
-                return t0 + (t1 - t0) * (width - w0) / (w1 - w0)
-        if len(points) == 1:
-            return points[0][1]
-        (w0, t0), (w1, t1) = points[-2:]
-        return t1 + max(t1 - t0, 0.0) / (w1 - w0) * (width - w1)
-
-
-CURVE_EMA = 0.2
 
 
 class SharedModel:

@@ -111,7 +111,7 @@ def test_guesses_accepted_in_plain_steps_count_in_plain_decodings_rate() -> None
 def test_shared_passes_take_fewer_drafts_per_stream_as_streams_join() -> None:
     """With RoundCosts of k streams sharing a pass that costs the same up to 8 rows and grows past
     them (2 cores), a stream drafts longer alone than among four, and not at all among eight."""
-    from specedge.runtime.streams.shared_pass import PassCurve
+    from specedge.runtime.streams.pass_curve import PassCurve
 
     curve = PassCurve()
     for width, seconds in ((1, 0.020), (4, 0.021), (8, 0.024), (16, 0.041), (32, 0.078), (64, 0.16)):
@@ -135,17 +135,6 @@ def test_shared_passes_take_fewer_drafts_per_stream_as_streams_join() -> None:
         feed(ctrl, 0.75, t_draft=0.007 / k, t_verify={1: 1.0, 3: 1.0, 5: 1.0})  # own verify times unused
         chosen[k] = choose(ctrl)
     assert chosen[1] > chosen[4] >= 1 and chosen[8] == 0, chosen
-
-
-def test_a_pass_curve_is_straight_between_and_past_its_measured_widths() -> None:
-    from specedge.runtime.streams.shared_pass import PassCurve
-
-    curve = PassCurve()
-    assert curve.seconds(4) == 0.0
-    curve.observe(2, 1.0)
-    assert curve.seconds(1) == curve.seconds(9) == 1.0
-    curve.observe(6, 3.0)
-    assert curve.seconds(4) == 2.0 and curve.seconds(10) == 5.0 and curve.seconds(1) == 1.0
 
 
 def test_shared_costs_with_nothing_measured_yet_fall_back_to_the_streams_own_times() -> None:

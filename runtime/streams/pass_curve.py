@@ -1,0 +1,66 @@
+"""What a shared pass costs by its width (rows), as the passes measure it: γ auto's price of a wider
+round among several streams (runtime/streams/slots.py's SharedCosts) and a prefill chunk's share of its
+pass (runtime/streams/prefill_pace.py).
+
+Each width keeps a moving average of its passes. The host's memory speed moves while it runs (these
+VMs ran the same pass 1.2-1.7x apart within an hour), and a width not run lately keeps what it took
+then: among 4 streams drafting one token each, every pass is 8 rows wide, and a 4-row time measured
+while memory was slow stayed as it was, so plain steps looked 30% dearer than they were and γ auto
+kept the streams drafting at 0.85-0.9x the plain steps' aggregate rate. So a width not measured in the
+last STALE_PASSES passes is read off its first measurement (the curve's shape: the widths' probes
+at start, taken together) scaled as the widths measured lately moved from theirs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+
+CURVE_EMA = 0.2
+STALE_PASSES = 32  # passes after which a width's own average gives way to the shape, scaled
+
+
+class PassCurve:
+    """Seconds a pass takes by its width: each width's moving average (or, not measured lately, its
+    first measurement scaled by the fresh widths' drift), straight lines between the widths measured
+    and past the widest."""
+
+    def __init__(self, stale: int = STALE_PASSES) -> None:
+        self.stale = stale  # passes after which a width not run since is read off the shape
+        self.seconds_at: dict[int, float] = {}  # width -> moving average of its passes
+        self.first_at: dict[int, float] = {}  # width -> its first pass
+        self.seen_at: dict[int, int] = {}  # width -> the count of passes when it last ran
+        self.passes = 0
+
+    def observe(self, width: int, seconds: float) -> None:
+        self.passes += 1
+        old = self.seconds_at.get(width)
+        self.seconds_at[width] = seconds if old is None else (1 - CURVE_EMA) * old + CURVE_EMA * seconds
+        self.first_at.setdefault(width, seconds)
+        self.seen_at[width] = self.passes
+
+    def now(self) -> dict[int, float]:
+        """Each width's seconds as of now: its average where it ran in the last `stale` passes,
+        else its first pass times the median drift (average over first pass) of the widths that did."""
+        passes, seen = self.passes, dict(self.seen_at)  # copies taken in the reverse of observe's order:
+        first, average = dict(self.first_at), dict(self.seconds_at)  # a pass observed meanwhile is whole
+        fresh = [w for w, at in seen.items() if passes - at < self.stale]
+        if len(fresh) == len(seen):
+            return average
+        drift = statistics.median(average[w] / first[w] for w in fresh) if fresh else 1.0
+        return {w: average[w] if w in fresh else first[w] * drift for w in seen}
+
+    def seconds(self, width: int) -> float:
+        """0.0 while nothing is measured."""
+        points = sorted(self.now().items())
+        if not points:
+            return 0.0
+        if width <= points[0][0]:
+            return points[0][1]
+        for (w0, t0), (w1, t1) in itertools.pairwise(points):
+            if width <= w1:
+                return t0 + (t1 - t0) * (width - w0) / (w1 - w0)
+        if len(points) == 1:
+            return points[0][1]
+        (w0, t0), (w1, t1) = points[-2:]
+        return t1 + max(t1 - t0, 0.0) / (w1 - w0) * (width - w1)
