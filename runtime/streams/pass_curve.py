@@ -6,7 +6,8 @@ Each width keeps a moving average of its passes. The host's memory speed moves w
 VMs ran the same pass 1.2-1.7x apart within an hour), and a width not run lately keeps what it took
 then: among 4 streams drafting one token each, every pass is 8 rows wide, and a 4-row time measured
 while memory was slow stayed as it was, so plain steps looked 30% dearer than they were and γ auto
-kept the streams drafting at 0.85-0.9x the plain steps' aggregate rate. So a width not measured in the
+kept the streams drafting at 0.83-0.90x the plain steps' aggregate rate
+(bench/results/epyc-zen4-parallel/stale_curve.py). So a width not measured in the
 last STALE_PASSES passes is read off its first measurement (the curve's shape: the widths' probes
 at start, taken together) scaled as the widths measured lately moved from theirs.
 """
