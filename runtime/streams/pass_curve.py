@@ -2,14 +2,14 @@
 round among several streams (runtime/streams/slots.py's SharedCosts) and a prefill chunk's share of its
 pass (runtime/streams/prefill_pace.py).
 
-Each width keeps a moving average of its passes. The host's memory speed moves while it runs (these
-VMs ran the same pass 1.2-1.7x apart within an hour), and a width not run lately keeps what it took
-then: among 4 streams drafting one token each, every pass is 8 rows wide, and a 4-row time measured
-while memory was slow stayed as it was, so plain steps looked 30% dearer than they were and γ auto
-kept the streams drafting at 0.83-0.90x the plain steps' aggregate rate
-(bench/results/epyc-zen4-parallel/stale_curve.py). So a width not measured in the
-last STALE_PASSES passes is read off its first measurement (the curve's shape: the widths' probes
-at start, taken together) scaled as the widths measured lately moved from theirs.
+Each width keeps a moving average of its passes. The host's memory speed moves while it runs (a 2-vCPU
+Zen 4 VM ran the same plain decoding at 25.6 and 49.7 tokens/s within one bench), and a width not run
+lately keeps what it took then: among 4 streams drafting one token each, every pass is 8 rows wide, and
+a 4-row time measured while memory was slow stayed as it was, so plain steps looked 30% dearer than they
+were and γ auto kept the streams drafting at 0.83-0.90x the plain steps' aggregate rate
+(bench/results/epyc-zen4-parallel/stale_curve.py). So a width not measured in the last STALE_PASSES
+passes is read off its first measurement (the curve's shape: the widths' probes at start, taken
+together) scaled as the widths measured lately moved from theirs.
 """
 
 from __future__ import annotations

@@ -1,3 +1,5 @@
+import pytest
+
 from specedge.runtime.streams.pass_curve import STALE_PASSES, PassCurve
 
 
@@ -20,12 +22,12 @@ def test_a_width_not_run_lately_moves_as_the_widths_that_ran() -> None:
         curve.observe(4, 0.045)
     slow = curve.seconds(4)
     assert slow > 0.044
-    for i in range(STALE_PASSES):  # then they draft, and memory is fast again
+    for i in range(STALE_PASSES):  # then they draft: 8-row passes at 1.1x their probe
         curve.observe(8, 0.044)
         if i < STALE_PASSES - 2:
             assert curve.seconds(4) == slow  # lately measured: its own average
-    assert abs(curve.seconds(8) - 0.044) < 1e-3
-    assert abs(curve.seconds(4) - 0.030 * curve.seconds(8) / 0.040) < 1e-9
+    assert curve.seconds(8) == pytest.approx(0.044, abs=1e-3)
+    assert curve.seconds(4) == pytest.approx(0.030 * curve.seconds(8) / 0.040, rel=1e-9)  # 0.033, not 0.045
 
 
 def test_a_curve_whose_widths_all_run_lately_is_their_averages() -> None:
@@ -34,4 +36,4 @@ def test_a_curve_whose_widths_all_run_lately_is_their_averages() -> None:
         curve.observe(1, 0.010)
         curve.observe(4, 0.020)
     assert curve.now() == curve.seconds_at
-    assert curve.seconds(2) == 0.010 + 0.010 / 3
+    assert curve.seconds(2) == pytest.approx(0.010 + 0.010 / 3, rel=1e-9)
