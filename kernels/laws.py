@@ -198,10 +198,9 @@ def nucleus(z: np.ndarray, top: float, params: SamplingParams) -> Law:
         # min-p keeps a prefix of the nucleus's order within the span: the nucleus may run past it
         if total is None or whole or params.min_p > 0.0 or weights.sum() >= params.top_p * total * (1 + error):
             law = cut_within(ids, weights, total if total is not None else float(weights.sum()), params, error)
-            if law is not None:
-                return law
-            total, error = definition_total(z, top, t), 0.0  # a cut within the sum's error: summed again
-            continue
+            # a cut within the sum's error: the row summed again (the head holds the nucleus under that
+            # total too: it held top_p of the native total grown by its error bound)
+            return law if law is not None else cut(ids, weights, definition_total(z, top, t), params)
         span *= 4
 
 

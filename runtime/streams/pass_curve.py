@@ -32,28 +32,38 @@ class PassCurve:
         self.first_at: dict[int, float] = {}  # width -> its first pass
         self.seen_at: dict[int, int] = {}  # width -> the count of passes when it last ran
         self.passes = 0
+        self._points: tuple[int, list[tuple[int, float]]] = (0, [])  # `now`, in order, as of a count of passes
 
     def observe(self, width: int, seconds: float) -> None:
-        self.passes += 1
+        passes = self.passes + 1  # counted last: `points` worked out meanwhile is worked out again
         old = self.seconds_at.get(width)
         self.seconds_at[width] = seconds if old is None else (1 - CURVE_EMA) * old + CURVE_EMA * seconds
         self.first_at.setdefault(width, seconds)
-        self.seen_at[width] = self.passes
+        self.seen_at[width] = passes
+        self.passes = passes
 
     def now(self) -> dict[int, float]:
         """Each width's seconds as of now: its average where it ran in the last `stale` passes,
         else its first pass times the median drift (average over first pass) of the widths that did."""
         passes, seen = self.passes, dict(self.seen_at)  # copies taken in the reverse of observe's order:
-        first, average = dict(self.first_at), dict(self.seconds_at)  # a pass observed meanwhile is whole
+        first, average = dict(self.first_at), dict(self.seconds_at)  # a width seen meanwhile is whole
         fresh = [w for w, at in seen.items() if passes - at < self.stale]
         if len(fresh) == len(seen):
             return average
         drift = statistics.median(average[w] / first[w] for w in fresh) if fresh else 1.0
         return {w: average[w] if w in fresh else first[w] * drift for w in seen}
 
+    def points(self) -> list[tuple[int, float]]:
+        """`now` by width, worked out once a pass: γ auto asks for many widths between two passes."""
+        passes, (at, points) = self.passes, self._points
+        if at != passes:
+            points = sorted(self.now().items())
+            self._points = (passes, points)
+        return points
+
     def seconds(self, width: int) -> float:
         """0.0 while nothing is measured."""
-        points = sorted(self.now().items())
+        points = self.points()
         if not points:
             return 0.0
         if width <= points[0][0]:
