@@ -47,13 +47,13 @@ from collections.abc import Callable
 import numpy as np
 from onnx import TensorProto
 
-from specedge.core.contract import MASK_VALUE
+from specedge.core.contract import MASK_VALUE, ROWS_LAYOUTS
 from specedge.core.costs import WeightCosts
 from specedge.core.errors import SpecEdgeError
 from specedge.export.onnx_writer import GraphWriter
 from specedge.export.quantize import QuantSpec, quantize_blockwise, quantize_per_channel
 from specedge.export.source import DecoderConfig, SourceModel
-from specedge.kernels.int4_layout import from_nbits
+from specedge.kernels.int4_layout import from_nbits, pair_columns, pair_panels
 from specedge.kernels.native import ATTENTION_OP
 from specedge.kernels.native import DOMAIN as ROWS_DOMAIN
 from specedge.kernels.native import OP as ROWS_OP
@@ -100,9 +100,11 @@ class DecoderBuilder:
 
     # -- pieces -------------------------------------------------------------------------------
     def linear(self, x: str, name: str, weight: np.ndarray, bias: np.ndarray | None = None,
-               out: str | None = None) -> str:
-        """x @ weight.T (+ bias); weight is [out, in] as in torch.nn.Linear."""
-        mm_out = None if bias is not None else out
+               out: str | None = None, swiglu: bool = False) -> str:
+        """x @ weight.T (+ bias); weight is [out, in] as in torch.nn.Linear. The native int4 kernel adds
+        the bias itself; swiglu (that kernel only, `swiglu_in_kernel`): silu(first half) * second half."""
+        in_kernel = self.quant.quantized and not self.quant.dynamic and self.quant.kernel == "rows"
+        mm_out = None if bias is not None and not in_kernel else out
         w = weight.T  # [K, N]
         if self.quant.dynamic:
             cw = quantize_per_channel(w)
@@ -116,11 +118,16 @@ class DecoderBuilder:
         elif self.quant.quantized and self.quant.kernel == "rows":
             pw = quantize_blockwise(w, self.quant.bits, self.quant.block_size)  # the same codes, another layout
             rw = from_nbits(pw.packed, pw.scales, pw.zero_points, pw.k, pw.n, self.quant.layout)
+            if swiglu:  # a gate panel beside its up panel: one stream a task, its columns' epilogue its own
+                rw = pair_panels(rw)
+                bias = pair_columns(bias, rw.panel) if bias is not None else None
             nbytes = rw.packed.nbytes + rw.scales.nbytes + rw.zero_points.nbytes
+            epilogue = {"activation": 1} if swiglu else {}
+            biased = [self.g.weight(f"{name}.bias", bias)] if bias is not None else []
             y = self.g.op(ROWS_OP, x, self.g.weight(f"{name}.qweight", rw.packed),
                           self.g.weight(f"{name}.scales", rw.scales),
-                          self.g.weight(f"{name}.zero_points", rw.zero_points), domain=ROWS_DOMAIN,
-                          K=rw.k, N=rw.n, block_size=rw.block, layout=rw.layout, out=mm_out)
+                          self.g.weight(f"{name}.zero_points", rw.zero_points), *biased, domain=ROWS_DOMAIN,
+                          K=rw.k, N=rw.n, block_size=rw.block, layout=rw.layout, **epilogue, out=mm_out)
         elif self.quant.quantized:
             pw = quantize_blockwise(w, self.quant.bits, self.quant.block_size)
             nbytes = pw.packed.nbytes + pw.scales.nbytes + pw.zero_points.nbytes
@@ -140,9 +147,19 @@ class DecoderBuilder:
         self.count(matmul_bytes=nbytes, matmul_params=w.size, head_bytes=nbytes if name == "lm_head" else 0)
         if bias is not None:
             self.count(other_bytes=bias.nbytes)
-            y = self.g.op("Add", y, self.g.weight(f"{name}.bias", bias), out=out)
+            if not in_kernel:
+                y = self.g.op("Add", y, self.g.weight(f"{name}.bias", bias), out=out)
             self.float_tensors.append(f"{name}.bias")
         return y
+
+    def swiglu_in_kernel(self, intermediate: int) -> bool:
+        """Does the gate/up MatMul end in SwiGLU itself (one node for Split, Sigmoid, Mul, Mul)? The native
+        int4 kernel's graphs with silu, whose halves are whole panels of the weights' layout; the others
+        keep the ops their providers run."""
+        rows = self.quant.quantized and not self.quant.dynamic and self.quant.kernel == "rows"
+        panel = ROWS_LAYOUTS.get(self.quant.layout)
+        return (rows and self.fused and self.cfg.activation == "silu" and panel is not None
+                and intermediate % panel == 0)
 
     def quantize_rows(self, x: str) -> tuple[str, str]:
         """x [1,S,K] -> uint8 rows (zero point 128) and scales [1,S,1], symmetric per row: each row
@@ -365,6 +382,10 @@ class DecoderBuilder:
     def mlp(self, i: int, x: str) -> str:
         g, w = self.g, self.src.weights
         p = f"model.layers.{i}.mlp"
+        if self.fused and self.swiglu_in_kernel(self.cfg.intermediate_size):
+            gate_w, up_w = w.pop(f"{p}.gate_proj.weight"), w.pop(f"{p}.up_proj.weight")
+            act = self.linear(x, f"{p}.gate_up_proj", np.concatenate([gate_w, up_w]), swiglu=True)
+            return self.linear(act, f"{p}.down_proj", w.pop(f"{p}.down_proj.weight"))
         if self.fused:
             gate_w, up_w = w.pop(f"{p}.gate_proj.weight"), w.pop(f"{p}.up_proj.weight")
             both = self.linear(x, f"{p}.gate_up_proj", np.concatenate([gate_w, up_w]))

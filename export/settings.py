@@ -16,7 +16,7 @@ from specedge.core.errors import SpecEdgeError
 __all__ = ["ATTENTION", "DEFAULT_CONTEXT", "DEFAULT_WIDTHS", "EXPORT_FORMAT", "QUANT_BITS", "TARGETS", "ExportSettings"]
 
 ROWS_SLOT_BLOCK = 16  # the native attention's key layout: slots in blocks of 16
-EXPORT_FORMAT = 10  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
+EXPORT_FORMAT = 11  # bump when the graph or manifest an export writes changes: cached artifacts are keyed by it
 DEFAULT_CONTEXT = 4096
 MAX_CONTEXT = 1 << 17
 # 13 (MAX_VERIFY_WIDTH): the n-gram lookup's long copies (γ 12); a w8a8 pass of 13 costs ~1.06 of one of 9 on 2 cores

@@ -9,7 +9,8 @@ An export is packed in the layout of the machine's best path (`native.layout`).
 
 `reference_matmul` computes what the kernel computes on every instruction set: each row of x
 quantized per block to int8 (round half to even), exact integer sums, then one float epilogue per
-block (acc = acc + float(d) * (scale * xscale), no fused multiply-add), blocks in order.
+block (acc = acc + float(d) * (scale * xscale), no fused multiply-add), blocks in order. The op's
+epilogues: a bias added once (`+ bias`), and SwiGLU over pairs of panels (`reference_swiglu`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specedge.core.contract import ROWS_LAYOUTS
+from specedge.kernels.attention_model import fma32
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,53 @@ def reference_matmul(x: np.ndarray, w: RowsWeight) -> np.ndarray:
         s = scales[:, b][None, :] * xs[:, b:b + 1]  # [M, N] float32
         acc = acc + d.astype(np.float32) * s
     return acc
+
+
+LOGISTIC = {name: np.float32(v) for name, v in (  # kernels/native/swiglu_logistic.h
+    ("lower", -18.0), ("upper", 18.0), ("a9", 4.37031012579801e-11), ("a7", 1.15627324459942e-07),
+    ("a5", 6.08574864600143e-05), ("a3", 8.51377133304701e-03), ("a1", 2.48287947061529e-01),
+    ("b10", 6.10247389755681e-13), ("b8", 5.76102136993427e-09), ("b6", 6.29106785017040e-06),
+    ("b4", 1.70198817374094e-03), ("b2", 1.16817656904453e-01), ("b0", 9.93151921023180e-01))}
+
+
+def logistic(g: np.ndarray) -> np.ndarray:
+    """The logistic as the op's epilogue computes it (and ONNX Runtime's Sigmoid on x86 with FMA3)."""
+    c = LOGISTIC
+    x = np.minimum(c["upper"], np.maximum(c["lower"], np.asarray(g, np.float32)))
+    x2 = x * x
+    p = fma32(x2, c["a9"], c["a7"])
+    for a in ("a5", "a3", "a1"):
+        p = fma32(x2, p, c[a])
+    q = fma32(x2, c["b10"], c["b8"])
+    for b in ("b6", "b4", "b2", "b0"):
+        q = fma32(x2, q, c[b])
+    return np.maximum(np.float32(0.0), (x * p) / q + np.float32(0.5))
+
+
+def pair_panels(w: RowsWeight) -> RowsWeight:
+    """A gate/up weight [K, 2H] (gate columns, then up) with its panels in pairs, a gate panel then its up
+    panel, as the op's SwiGLU reads them (H a whole number of panels)."""
+    order = pair_order(w.scales.shape[0])
+    return RowsWeight(np.ascontiguousarray(w.packed[order]), np.ascontiguousarray(w.scales[order]),
+                      np.ascontiguousarray(w.zero_points[order]), w.k, w.n, w.block)
+
+
+def pair_columns(v: np.ndarray, panel: int) -> np.ndarray:
+    """A vector over the N columns (a bias) in the order of `pair_panels`."""
+    return np.ascontiguousarray(v.reshape(-1, panel)[pair_order(len(v) // panel)].reshape(-1))
+
+
+def pair_order(panels: int) -> np.ndarray:
+    """0, H, 1, H + 1, ...: panel i of each half beside each other."""
+    return np.arange(panels).reshape(2, panels // 2).T.reshape(-1)
+
+
+def reference_swiglu(y: np.ndarray, panel: int) -> np.ndarray:
+    """y float32 [M, N] in pairs of panels (`pair_panels`) -> [M, N/2]: pair i's columns (g, u) give
+    (g * logistic(g)) * u, bit for bit the op's epilogue (kernels/native/swiglu.h)."""
+    pairs = y.astype(np.float32).reshape(*y.shape[:-1], -1, 2, panel)
+    g, u = pairs[..., 0, :], pairs[..., 1, :]
+    return ((g * logistic(g)) * u).reshape(*y.shape[:-1], -1)
 
 
 def dequantize(w: RowsWeight) -> np.ndarray:

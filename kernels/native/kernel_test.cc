@@ -16,6 +16,7 @@
 #include "attention.h"
 #include "cpu_features.h"
 #include "exp_sum.h"
+#include "swiglu.h"
 #include "int4_matmul.h"
 
 using namespace specedge;
@@ -234,6 +235,29 @@ bool run_exp_sum_cases(std::mt19937& rng, const ExpSumIsa* isas, int count) {
   return ok;
 }
 
+// Every path's SwiGLU equals the portable path's bits (the last: the reference), over every length to
+// two vectors and more, with gates of every size: 0, -0, past the exponent's floor either way, large.
+bool run_swiglu_cases(std::mt19937& rng, const SwigluIsa* isas, int count) {
+  std::normal_distribution<float> normal(0.0f, 6.0f);
+  bool ok = true;
+  for (int64_t n = 0; n < 40; ++n) {
+    std::vector<float> gate(n), up(n), want(n), got(n);
+    for (auto& v : gate) v = normal(rng);
+    for (auto& v : up) v = normal(rng);
+    const float edges[] = {0.0f, -0.0f, -45.0f, 45.0f, -1e30f, 1e30f, -40.0f, 88.0f};
+    for (int64_t j = 0; j < n && j < 8; j += 1) gate[(j * 5) % n] = edges[j];
+    isas[count - 1].fn(gate.data(), up.data(), n, want.data());
+    for (int i = 0; i < count - 1; ++i) {
+      isas[i].fn(gate.data(), up.data(), n, got.data());
+      if (n && std::memcmp(got.data(), want.data(), n * sizeof(float)) != 0) {
+        std::printf("FAILED swiglu %s n=%lld\n", isas[i].name, (long long)n);
+        ok = false;
+      }
+    }
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main() {
@@ -277,6 +301,12 @@ int main() {
   for (int i = 0; i < sum_count; ++i) std::printf(" %s", sum_isas[i].name);
   std::printf("\n");
   (run_exp_sum_cases(rng, sum_isas, sum_count) ? passed : failed)++;
+  SwigluIsa swiglu_isas[3];
+  const int swiglu_count = available_swiglu_isas(swiglu_isas, 3);
+  std::printf("swiglu instruction sets:");
+  for (int i = 0; i < swiglu_count; ++i) std::printf(" %s", swiglu_isas[i].name);
+  std::printf("\n");
+  (run_swiglu_cases(rng, swiglu_isas, swiglu_count) ? passed : failed)++;
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

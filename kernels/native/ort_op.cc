@@ -5,7 +5,11 @@
 //
 // Inputs: A float [..., K], packed uint8 [Q, K/8, 4P], scales float [Q, K/block, P], zero points
 // uint8 [Q, K/block, P], Q = ceil(N/P) panels of P columns (columns past N are padding, computed and
-// dropped). Attributes: K, N, block_size, layout (1: P = 8, 2: P = 32). Output: Y float [..., N].
+// dropped), and optionally a bias float [N] added to Y (one rounding, as an Add after it).
+// Attributes: K, N, block_size, layout (1: P = 8, 2: P = 32), activation (optional; 0: none, Y [..., N];
+// 1: SwiGLU, Y [..., N/2]: the panels come in pairs, a gate panel then its up panel, and pair i gives
+// Y's columns [P i, P i + P) = silu(gate) * up, swiglu.h). A task's panels are whole pairs, read as one
+// stream, so each task applies the epilogue to its own columns.
 // Shapes and attributes are checked when the session is made (one error naming the node and the fix).
 #include <onnxruntime_c_api.h>
 
@@ -22,6 +26,7 @@
 #include "cpu_features.h"
 #include "int4_matmul.h"
 #include "ort_util.h"
+#include "swiglu.h"
 
 namespace specedge {
 const OrtApi* g_api = nullptr;
@@ -38,7 +43,9 @@ constexpr const char* kIsaEnv = "SPECEDGE_KERNEL_ISA";
 struct Kernel {
   int64_t k, n, block;
   int64_t panel;  // columns per panel of the weights' layout
+  int64_t activation;  // 0: none; 1: SwiGLU over the halves of N
   const specedge::Isa* isa;
+  specedge::SwigluFn swiglu;
   bool weights_checked;  // all three weight inputs are constants, checked when the session was made
 };
 
@@ -75,6 +82,10 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp*, const OrtApi*, const O
   RETURN_IF(attribute(info, "N", &kn.n));
   RETURN_IF(attribute(info, "block_size", &kn.block));
   RETURN_IF(attribute(info, "layout", &layout));
+  if (OrtStatus* st = g_api->KernelInfoGetAttribute_int64(info, "activation", &kn.activation)) {
+    g_api->ReleaseStatus(st);  // graphs exported before the attribute: no activation
+    kn.activation = 0;
+  }
   kn.panel = specedge::panel_columns(layout);
   if (kn.panel == 0) {
     return fail("MatMulInt4Rows: weights packed in layout " + std::to_string(layout) +
@@ -87,12 +98,21 @@ OrtStatus* ORT_API_CALL create_kernel(const OrtCustomOp*, const OrtApi*, const O
     return fail("MatMulInt4Rows: K=" + std::to_string(kn.k) + " must be a positive multiple of the block (" +
                 std::to_string(kn.block) + ") and N=" + std::to_string(kn.n) + " positive (both below 2^24)");
   }
+  if (kn.activation != 0 && kn.activation != 1) {
+    return fail("MatMulInt4Rows: activation " + std::to_string(kn.activation) +
+                " is not 0 (none) or 1 (SwiGLU); re-export the model");
+  }
+  if (kn.activation == 1 && kn.n % (2 * kn.panel) != 0) {
+    return fail("MatMulInt4Rows: SwiGLU needs N (" + std::to_string(kn.n) + ") in whole pairs of panels of " +
+                std::to_string(kn.panel) + " columns; re-export the model");
+  }
   const char* forced = std::getenv(kIsaEnv);
   kn.isa = specedge::pick_isa(forced, kn.panel);
   if (kn.isa == nullptr) {
     return fail(std::string(kIsaEnv) + "=" + forced + " names no instruction set this CPU runs on weights of layout " +
                 std::to_string(layout) + " (unset it)");
   }
+  kn.swiglu = specedge::swiglu_for(kn.isa->name);
   kn.weights_checked = true;
   for (size_t input = 1; input <= 3; ++input) {  // constant weights: checked now, not at every run
     int is_constant = 0;
@@ -117,15 +137,39 @@ struct Job {
   specedge::Int4Weights w;
   specedge::QuantizedRows x;
   const specedge::Isa* isa;
-  float* y;
-  int64_t panels_per_task, panels;
+  float* y;            // [m, w.n]: the MatMul's columns (whole panels)
+  const float* bias;   // [n] or null
+  int64_t n;           // the op's N (w.n rounded up to whole panels)
+  specedge::SwigluFn swiglu;  // null: no activation; else out = swiglu of y's panel pairs
+  float* out;          // [m, n / 2] under SwiGLU
+  int64_t panels_per_task, panels;  // under SwiGLU: pairs of panels
 };
+
+// Panels [p0, p1) of y for every row, then the bias on their columns below N.
+void compute_panels(const Job& job, int64_t p0, int64_t p1) {
+  job.isa->fn(job.w, job.x, p0, p1, job.y);
+  if (job.bias == nullptr) return;
+  const int64_t c1 = std::min(job.n, p1 * job.w.panel);
+  for (int64_t r = 0; r < job.x.m; ++r) {
+    float* yr = job.y + r * job.w.n;
+    for (int64_t c = p0 * job.w.panel; c < c1; ++c) yr[c] = yr[c] + job.bias[c];
+  }
+}
 
 void run_task(void* data, size_t task) {
   const Job& job = *static_cast<const Job*>(data);
   const int64_t p0 = static_cast<int64_t>(task) * job.panels_per_task;
   const int64_t p1 = std::min(job.panels, p0 + job.panels_per_task);
-  if (p0 < p1) job.isa->fn(job.w, job.x, p0, p1, job.y);
+  if (p0 >= p1) return;
+  if (job.swiglu == nullptr) return compute_panels(job, p0, p1);
+  compute_panels(job, 2 * p0, 2 * p1);
+  const int64_t half = job.n / 2, panel = job.w.panel;
+  for (int64_t r = 0; r < job.x.m; ++r) {
+    const float* yr = job.y + r * job.w.n;  // w.n = n: whole pairs of panels
+    for (int64_t i = p0; i < p1; ++i) {
+      job.swiglu(yr + 2 * i * panel, yr + (2 * i + 1) * panel, panel, job.out + r * half + i * panel);
+    }
+  }
 }
 
 OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
@@ -133,6 +177,21 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   const void* ptr[4];
   std::vector<int64_t> dims[4];
   for (size_t i = 0; i < 4; ++i) RETURN_IF(tensor_data(ctx, i, &ptr[i], &dims[i]));
+  const float* bias = nullptr;
+  size_t inputs = 0;
+  RETURN_IF(g_api->KernelContext_GetInputCount(ctx, &inputs));
+  const OrtValue* bias_value = nullptr;
+  if (inputs > 4) RETURN_IF(g_api->KernelContext_GetInput(ctx, 4, &bias_value));
+  if (bias_value != nullptr) {
+    const void* data = nullptr;
+    std::vector<int64_t> bias_dims;
+    RETURN_IF(tensor_data(ctx, 4, &data, &bias_dims));
+    if (bias_dims != std::vector<int64_t>{kn.n}) {
+      return fail("MatMulInt4Rows: bias has shape " + shape_text(bias_dims) + ", expected [" + std::to_string(kn.n) +
+                  "]; re-export the model");
+    }
+    bias = static_cast<const float*>(data);
+  }
   for (size_t i = 1; i < 4 && !kn.weights_checked; ++i) RETURN_IF(check_weight(kn, i, dims[i]));
   const auto& a = dims[0];
   if (a.empty() || a.back() != kn.k) {
@@ -141,7 +200,7 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   int64_t m = 1;
   for (size_t i = 0; i + 1 < a.size(); ++i) m *= a[i];
   std::vector<int64_t> out_dims(a);
-  out_dims.back() = kn.n;
+  out_dims.back() = kn.activation == 1 ? kn.n / 2 : kn.n;
   OrtValue* out = nullptr;
   RETURN_IF(g_api->KernelContext_GetOutput(ctx, 0, out_dims.data(), out_dims.size(), &out));
   float* y = nullptr;
@@ -155,20 +214,25 @@ OrtStatus* ORT_API_CALL compute(void* state, OrtKernelContext* ctx) {
   kn.isa->quantize(static_cast<const float*>(ptr[0]), m, kn.k, kn.block, q.data(), xs.data(), xsum.data());
 
   const int64_t panels = (kn.n + kn.panel - 1) / kn.panel, width = panels * kn.panel;
-  std::vector<float> padded;  // N not a multiple of P: whole panels into a buffer, then the N columns
-  if (width != kn.n) padded.resize(static_cast<size_t>(m * width));
+  // N not a multiple of P, or SwiGLU: whole panels into a buffer (then the N columns, or the epilogue)
+  std::vector<float> padded;
+  if (width != kn.n || kn.activation == 1) padded.resize(static_cast<size_t>(m * width));
   Job job{{static_cast<const uint8_t*>(ptr[1]), static_cast<const float*>(ptr[2]), static_cast<const uint8_t*>(ptr[3]),
            kn.k, width, kn.block, kn.panel},
           {q.data(), xs.data(), xsum.data(), m},
           kn.isa,
           padded.empty() ? y : padded.data(),
+          bias,
+          kn.n,
+          kn.activation == 1 ? kn.swiglu : nullptr,
+          y,
           0,
-          panels};
+          kn.activation == 1 ? panels / 2 : panels};
   // about 64 tasks: small enough to balance two to sixteen threads, large enough to stream
   job.panels_per_task = std::max<int64_t>(1, (job.panels + 63) / 64);
   const size_t tasks = static_cast<size_t>((job.panels + job.panels_per_task - 1) / job.panels_per_task);
   RETURN_IF(g_api->KernelContext_ParallelFor(ctx, run_task, tasks, 0, &job));
-  for (int64_t r = 0; r < m && !padded.empty(); ++r) {
+  for (int64_t r = 0; r < m && !padded.empty() && job.swiglu == nullptr; ++r) {
     std::memcpy(y + r * kn.n, padded.data() + r * width, static_cast<size_t>(kn.n) * sizeof(float));
   }
   return nullptr;
@@ -190,6 +254,14 @@ OrtStatus* ORT_API_CALL infer_shape(const OrtCustomOp*, OrtShapeInferContext* ct
   RETURN_IF(g_api->ShapeInferContext_GetAttribute(ctx, "N", &attr));
   size_t size = 0;
   RETURN_IF(g_api->ReadOpAttr(attr, ORT_OP_ATTR_INT, &dims.back(), sizeof(int64_t), &size));
+  const OrtOpAttr* activation = nullptr;
+  OrtStatus* missing = g_api->ShapeInferContext_GetAttribute(ctx, "activation", &activation);
+  if (missing != nullptr) g_api->ReleaseStatus(missing);  // no attribute: no activation
+  int64_t kind = 0;
+  if (missing == nullptr && activation != nullptr) {
+    RETURN_IF(g_api->ReadOpAttr(activation, ORT_OP_ATTR_INT, &kind, sizeof(int64_t), &size));
+  }
+  if (kind == 1) dims.back() /= 2;  // SwiGLU: half the columns
   names.back().clear();
   std::vector<const char*> symbolic;
   for (const auto& name : names) symbolic.push_back(name.c_str());
@@ -204,14 +276,17 @@ OrtStatus* ORT_API_CALL infer_shape(const OrtCustomOp*, OrtShapeInferContext* ct
 }
 
 ONNXTensorElementDataType ORT_API_CALL input_type(const OrtCustomOp*, size_t i) {
-  return (i == 0 || i == 2) ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
+  return (i == 0 || i == 2 || i == 4) ? ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT : ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8;
 }
 
 OrtCustomOp make_op() {
   OrtCustomOp op = cpu_op();
   op.GetName = [](const OrtCustomOp*) { return kOpName; };
   op.GetInputType = input_type;
-  op.GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return 4; };
+  op.GetInputTypeCount = [](const OrtCustomOp*) -> size_t { return 5; };
+  op.GetInputCharacteristic = [](const OrtCustomOp*, size_t i) {
+    return i == 4 ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;  // the bias
+  };
   op.GetOutputType = [](const OrtCustomOp*, size_t) { return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT; };
   op.GetOutputTypeCount = [](const OrtCustomOp*) -> size_t { return 1; };
   op.KernelDestroy = [](void* k) { delete static_cast<Kernel*>(k); };

@@ -22,7 +22,7 @@ from specedge.export.quantize import dequantize_blockwise, quantize_blockwise
 from specedge.kernels import exp_sum, int4_layout, native
 
 NATIVE = Path(native.__file__).parent / "native"
-SOURCES = [*(p.name for kernel in ("int4_matmul", "attention", "exp_sum", "cpu_features")
+SOURCES = [*(p.name for kernel in ("int4_matmul", "attention", "exp_sum", "swiglu", "cpu_features")
              for p in sorted(NATIVE.glob(f"{kernel}*.cc"))), "kernel_test.cc"]
 needs_library = pytest.mark.skipif(not native.available() and not os.environ.get("CI"),  # CI builds it: fail there
                                    reason=native.missing() or "library absent")
@@ -37,12 +37,15 @@ def random_weight(rng: np.random.Generator, k: int, n: int, block: int, layout: 
 
 
 def op_model(w: int4_layout.RowsWeight, *, shapes: dict[str, tuple[int, ...]] | None = None,
-             attrs: dict[str, int] | None = None) -> bytes:
+             attrs: dict[str, int] | None = None, bias: np.ndarray | None = None) -> bytes:
     tensors = {"B": w.packed, "S": w.scales, "Z": w.zero_points}
+    if bias is not None:
+        tensors["bias"] = bias
     for name, shape in (shapes or {}).items():
         tensors[name] = np.zeros(shape, tensors[name].dtype)
     attributes = {"K": w.k, "N": w.n, "block_size": w.block, "layout": w.layout, **(attrs or {})}
-    node = helper.make_node(native.OP, ["x", "B", "S", "Z"], ["y"], domain=native.DOMAIN, **attributes)
+    node = helper.make_node(native.OP, ["x", "B", "S", "Z", *(["bias"] if bias is not None else [])], ["y"],
+                            domain=native.DOMAIN, **attributes)
     graph = helper.make_graph([node], "op", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", w.k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(v, k) for k, v in tensors.items()])
@@ -91,6 +94,71 @@ def test_rows_are_the_numpy_model_bit_for_bit(isa: str, layout: int, k: int, n: 
 
 
 @needs_library
+@pytest.mark.parametrize(("isa", "layout"), isa_layouts())
+@pytest.mark.parametrize(("k", "half", "block"), [(256, 32, 32), (384, 64, 128), (1536, 96, 64)])
+def test_bias_and_swiglu_are_the_numpy_model_bit_for_bit(isa: str, layout: int, k: int, half: int, block: int,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The epilogues: y + bias (as an Add after the op), and silu(gate) * up over pairs of panels, at
+    every width, 1 and 2 threads; a row alone equals itself among others."""
+    monkeypatch.setenv(native.ISA_ENV, isa)
+    rng = np.random.default_rng(k + half)
+    w = random_weight(rng, k, 2 * half, block, layout)
+    paired = int4_layout.pair_panels(w)
+    x = rng.standard_normal((64, k)).astype(np.float32) * rng.choice([0.01, 1.0, 30.0], (64, 1)).astype(np.float32)
+    bias = (rng.standard_normal(2 * half) * 3).astype(np.float32)
+    biased = int4_layout.reference_matmul(x, paired) + bias
+    want = {"bias": biased, "swiglu": int4_layout.reference_swiglu(biased, paired.panel)}
+    models = {"bias": op_model(paired, bias=bias),
+              "swiglu": op_model(paired, bias=bias, attrs={"activation": 1})}
+    for kind, model in models.items():
+        for threads in (1, 2):
+            s = session(model, threads)
+            for m in (1, 2, 5, 9, 17, 64):
+                assert np.array_equal(s.run(None, {"x": x[None, :m]})[0][0], want[kind][:m]), (kind, isa, threads, m)
+            assert np.array_equal(s.run(None, {"x": x[None, 9:10]})[0][0, 0], want[kind][9])
+
+
+def test_swiglu_model_is_silu_times_up() -> None:
+    """The model is silu(g) * u, not another function: within 1e-6 of it in float64 (and of 1e-7 of
+    g * u, where the logistic stops at +-18), at gates past that either way."""
+    rng = np.random.default_rng(11)
+    y = (rng.standard_normal((3, 512)) * 20).astype(np.float32)
+    y[0, :4] = [0.0, -0.0, 90.0, -90.0]
+    g, u = y[:, :256].astype(np.float64), y[:, 256:].astype(np.float64)
+    exact = g / (1 + np.exp(-g)) * u
+    paired = np.stack([y[:, :256].reshape(3, 8, 32), y[:, 256:].reshape(3, 8, 32)], axis=2).reshape(3, 512)
+    err = np.abs(int4_layout.reference_swiglu(paired, 32) - exact)
+    assert np.all(err <= 1e-6 * np.abs(exact) + 1e-7 * np.abs(g * u))
+
+
+@needs_library
+def test_swiglu_is_the_graphs_ops_within_a_float() -> None:
+    """The fused node against the four it replaces (Split, Sigmoid, Mul, Mul over the op's output): bit for
+    bit where ONNX Runtime's Sigmoid is MLAS's FMA3 kernel (x86 with AVX2 and FMA, where the rows kernel
+    is chosen), else within a few units in the last place (its generic kernel clamps at 1 too)."""
+    rng = np.random.default_rng(12)
+    w = random_weight(rng, 256, 128, 32)
+    x = (rng.standard_normal((7, 256)) * 3).astype(np.float32)
+    nodes = [helper.make_node(native.OP, ["x", "B", "S", "Z"], ["y"], domain=native.DOMAIN, K=256, N=128,
+                              block_size=32, layout=w.layout),
+             helper.make_node("Split", ["y", "sizes"], ["g", "u"], axis=-1),
+             helper.make_node("Sigmoid", ["g"], ["sg"]), helper.make_node("Mul", ["g", "sg"], ["silu"]),
+             helper.make_node("Mul", ["silu", "u"], ["out"])]
+    weights = {"B": w.packed, "S": w.scales, "Z": w.zero_points, "sizes": np.array([64, 64], np.int64)}
+    graph = helper.make_graph(nodes, "ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", 256])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(native.DOMAIN, 1)])
+    model.ir_version = 10
+    ops = session(model.SerializeToString()).run(None, {"x": x[None]})[0][0]
+    fused = session(op_model(int4_layout.pair_panels(w), attrs={"activation": 1})).run(None, {"x": x[None]})[0][0]
+    assert not np.array_equal(ops, 0 * ops)
+    if {"avx2", "fma"} <= set(native.cpu_flags()):
+        assert np.array_equal(fused, ops)
+    np.testing.assert_allclose(fused, ops, rtol=1e-6, atol=1e-6 * np.abs(ops).max())
+
+
+@needs_library
 def test_close_to_the_float_product() -> None:
     """The arithmetic is a quantized product, not another function: within int8 rounding of x @ W."""
     rng = np.random.default_rng(3)
@@ -99,6 +167,19 @@ def test_close_to_the_float_product() -> None:
     exact = x @ int4_layout.dequantize(w)
     got = session(op_model(w)).run(None, {"x": x[None]})[0][0]
     assert np.abs(got - exact).max() < 0.02 * np.abs(exact).max()
+
+
+def test_paired_panels_are_the_halves_side_by_side() -> None:
+    """pair_panels puts gate panel i beside up panel i; its weight and a bias in its order are the same
+    columns, moved."""
+    rng = np.random.default_rng(13)
+    for layout in ROWS_LAYOUTS:
+        w = random_weight(rng, 64, 4 * ROWS_LAYOUTS[layout], 32, layout)
+        p = ROWS_LAYOUTS[layout]
+        order = np.concatenate([np.r_[i * p:(i + 1) * p, (i + 2) * p:(i + 3) * p] for i in range(2)])
+        assert np.array_equal(int4_layout.dequantize(int4_layout.pair_panels(w)), int4_layout.dequantize(w)[:, order])
+        bias = np.arange(4 * p, dtype=np.float32)
+        assert np.array_equal(int4_layout.pair_columns(bias, p), bias[order])
 
 
 def test_layout_keeps_the_exporters_codes() -> None:
@@ -122,12 +203,21 @@ def test_layout_keeps_the_exporters_codes() -> None:
     ({"attrs": {"layout": 9}}, "layout 9"),
     ({"attrs": {"N": 0}}, "N=0 positive"),
     ({"attrs": {"N": 40}}, "packed weight has shape [1,32,128], expected [2,32,128]"),
+    ({"attrs": {"activation": 2}}, "activation 2 is not 0 (none) or 1 (SwiGLU)"),
+    ({"attrs": {"activation": 1}}, "SwiGLU needs N (24) in whole pairs of panels of 32 columns"),
 ])
 def test_bad_weights_are_refused_when_the_session_is_made(change: dict, words: str) -> None:
     w = random_weight(np.random.default_rng(5), 256, 24, 32)
     with pytest.raises(Exception, match="MatMulInt4Rows") as info:
         session(op_model(w, **change))
     assert words in str(info.value)
+
+
+@needs_library
+def test_a_bias_of_the_wrong_width_is_one_error() -> None:
+    w = random_weight(np.random.default_rng(5), 256, 24, 32)
+    with pytest.raises(Exception, match=r"bias has shape \[23\], expected \[24\]"):
+        session(op_model(w, bias=np.zeros(23, np.float32))).run(None, {"x": np.zeros((1, 1, 256), np.float32)})
 
 
 @needs_library

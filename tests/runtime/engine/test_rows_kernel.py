@@ -64,6 +64,14 @@ def test_the_export_runs_the_native_op(rows_pair: tuple[Path, Path]) -> None:
     assert ((native.DOMAIN, native.ATTENTION_OP) in ops) == native_attention
     assert model.manifest.kv_dtype == ("float16" if native_attention else "float32")
     assert model.new_cache().keys[0].dtype == (np.float16 if native_attention else np.float32)
+    # the kernel's epilogues: SwiGLU in the gate/up node, the q/k/v bias in the q/k/v node
+    assert "Sigmoid" not in {n.op_type for n in graph.node}
+    rows = {n.name: n for n in graph.node if n.op_type == native.OP}
+    swiglu = [n for n in rows.values() if any(a.name == "activation" and a.i == 1 for a in n.attribute)]
+    assert len(swiglu) == 2 and all("gate_up_proj" in n.input[1] for n in swiglu)  # 2 layers
+    biased = [n for n in rows.values() if len(n.input) == 5]
+    assert len(biased) == 2 and all(n.input[4].endswith("_proj.bias") for n in biased)
+    assert not [n for n in graph.node if n.op_type == "Add" and any(i.endswith(".bias") for i in n.input)]
 
 
 def test_rows_are_exact_one_at_a_time(rows_pair: tuple[Path, Path]) -> None:
