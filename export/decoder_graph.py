@@ -102,7 +102,8 @@ class DecoderBuilder:
     def linear(self, x: str, name: str, weight: np.ndarray, bias: np.ndarray | None = None,
                out: str | None = None, swiglu: bool = False) -> str:
         """x @ weight.T (+ bias); weight is [out, in] as in torch.nn.Linear. The native int4 kernel adds
-        the bias itself; swiglu (that kernel only, `swiglu_in_kernel`): silu(first half) * second half."""
+        the bias itself; swiglu (that kernel only, `swiglu_in_kernel`; weight: the gate's rows, then the
+        up's): silu(gate) * up, its panels packed in pairs (`pair_panels`)."""
         in_kernel = self.quant.quantized and not self.quant.dynamic and self.quant.kernel == "rows"
         mm_out = None if bias is not None and not in_kernel else out
         w = weight.T  # [K, N]

@@ -43,7 +43,7 @@ constexpr const char* kIsaEnv = "SPECEDGE_KERNEL_ISA";
 struct Kernel {
   int64_t k, n, block;
   int64_t panel;  // columns per panel of the weights' layout
-  int64_t activation;  // 0: none; 1: SwiGLU over the halves of N
+  int64_t activation;  // 0: none; 1: SwiGLU over pairs of panels (gate, up)
   const specedge::Isa* isa;
   specedge::SwigluFn swiglu;
   bool weights_checked;  // all three weight inputs are constants, checked when the session was made
@@ -139,7 +139,7 @@ struct Job {
   const specedge::Isa* isa;
   float* y;            // [m, w.n]: the MatMul's columns (whole panels)
   const float* bias;   // [n] or null
-  int64_t n;           // the op's N (w.n rounded up to whole panels)
+  int64_t n;           // the op's N (w.n is N rounded up to whole panels)
   specedge::SwigluFn swiglu;  // null: no activation; else out = swiglu of y's panel pairs
   float* out;          // [m, n / 2] under SwiGLU
   int64_t panels_per_task, panels;  // under SwiGLU: pairs of panels
