@@ -17,9 +17,7 @@ exports now. Two parts:
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,32 +28,24 @@ from specedge.runtime import Generator, SpecConfig
 from specedge.runtime.engine.model import OnnxModel
 from specedge.step_profile import filled_cache
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository's root
+
+from bench.passes_ab import ratio_table, time_in_turns
+
 PROMPTS = Path(__file__).resolve().parents[2] / "prompts.jsonl"
 NEW_TOKENS = 96
 
 
 def speed(folders: dict[str, dict[str, Path]], rounds: int) -> None:
-    models, caches = {}, {}
+    passes = {}
     for graph, pair in folders.items():
         for name, role, rows in (("target S=1", "target", 1), ("target S=5", "target", 5), ("draft S=1", "draft", 1)):
-            key = (graph, name)
-            models[key] = (OnnxModel(pair[role]), rows)
-            caches[key] = filled_cache(models[key][0], 512)
-    times: dict[tuple[str, str], list[float]] = {key: [] for key in models}
-    for r in range(rounds + 1):
-        for key in list(models) if r % 2 else reversed(list(models)):
-            model, rows = models[key]
-            start = time.perf_counter()
-            model.forward([1] * rows, caches[key])
-            if r:  # the first round warms up
-                times[key].append((time.perf_counter() - start) * 1e3)
+            model = OnnxModel(pair[role])
+            passes[(graph, name)] = (model, rows, filled_cache(model, 512))
+    times = time_in_turns(passes, rounds)
     print(f"{rounds} rounds")
-    print("| pass | old ms | new ms | new / old (median of the pairs taken in turn) |")
-    print("|---|---|---|---|")
-    for name in dict.fromkeys(n for _, n in models):
-        o, n = times[("old", name)], times[("new", name)]
-        pair = statistics.median(b / a for a, b in zip(o, n, strict=True))
-        print(f"| {name} | {statistics.median(o):.2f} | {statistics.median(n):.2f} | {pair:.3f} |", flush=True)
+    for line in ratio_table(times):
+        print(line, flush=True)
 
 
 def logits_along(model: OnnxModel, prompt: list[int], answer: list[int]) -> np.ndarray:
@@ -83,9 +73,8 @@ def fidelity(folders: dict[str, dict[str, Path]]) -> None:
         same = old.token_ids == new.token_ids
         cells = []
         for role in ("target", "draft"):
-            ids = prompt
-            a = logits_along(models[("old", role)], ids, old.token_ids)
-            b = logits_along(models[("new", role)], ids, old.token_ids)
+            a = logits_along(models[("old", role)], prompt, old.token_ids)
+            b = logits_along(models[("new", role)], prompt, old.token_ids)
             rel = float((np.abs(a - b).max(axis=1) / np.abs(a).max(axis=1)).max())
             worst[role] = max(worst[role], rel)
             cells.append(f"{rel:.2e}")

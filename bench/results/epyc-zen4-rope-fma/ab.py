@@ -12,9 +12,8 @@ OLD_LIBRARY: the library built from the commit before (git worktree + `python se
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
+from pathlib import Path
 
 from specedge.device_profiles.cpu import cpu_info
 from specedge.kernels import native
@@ -22,34 +21,26 @@ from specedge.options import pair_paths
 from specedge.runtime.engine.model import OnnxModel
 from specedge.step_profile import filled_cache
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository's root
+
+from bench.passes_ab import ratio_table, time_in_turns
+
 
 def main() -> None:
     old, rounds = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 60
     target_dir, draft_dir = pair_paths("qwen2.5-coder", None, None)
     libraries = {"old": old, "new": str(native.library_path())}
-    models, caches = {}, {}
+    passes = {}
     for lib, path in libraries.items():
         os.environ[native.LIBRARY_ENV] = path  # read as a session registers the ops
         for name, folder, rows in (("target S=1", target_dir, 1), ("target S=5", target_dir, 5),
                                    ("draft S=1", draft_dir, 1)):
-            key = (lib, name)
-            models[key] = (OnnxModel(folder), rows)
-            caches[key] = filled_cache(models[key][0], 512)
-    times: dict[tuple[str, str], list[float]] = {key: [] for key in models}
-    for r in range(rounds + 1):
-        for key in list(models) if r % 2 else reversed(list(models)):
-            model, rows = models[key]
-            start = time.perf_counter()
-            model.forward([1] * rows, caches[key])
-            if r:  # the first round warms up
-                times[key].append((time.perf_counter() - start) * 1e3)
+            model = OnnxModel(folder)
+            passes[(lib, name)] = (model, rows, filled_cache(model, 512))
+    times = time_in_turns(passes, rounds)
     print(f"CPU: {cpu_info().label()}; {rounds} rounds")
-    print("| pass | old ms | new ms | new / old (median of the pairs taken in turn) |")
-    print("|---|---|---|---|")
-    for name in dict.fromkeys(n for _, n in models):
-        o, n = times[("old", name)], times[("new", name)]
-        pair = statistics.median(b / a for a, b in zip(o, n, strict=True))
-        print(f"| {name} | {statistics.median(o):.2f} | {statistics.median(n):.2f} | {pair:.3f} |")
+    for line in ratio_table(times):
+        print(line)
 
 
 if __name__ == "__main__":
