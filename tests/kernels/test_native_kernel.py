@@ -118,6 +118,20 @@ def test_bias_and_swiglu_are_the_numpy_model_bit_for_bit(isa: str, layout: int, 
             assert np.array_equal(s.run(None, {"x": x[None, 9:10]})[0][0, 0], want[kind][9])
 
 
+@needs_library
+@pytest.mark.parametrize(("isa", "layout"), isa_layouts())
+def test_a_bias_on_padded_columns_is_the_numpy_model(isa: str, layout: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """N not a whole number of panels: the bias goes on the N columns the op keeps."""
+    monkeypatch.setenv(native.ISA_ENV, isa)
+    rng = np.random.default_rng(14)
+    w = random_weight(rng, 192, 44, 64, layout)
+    x = rng.standard_normal((9, 192)).astype(np.float32)
+    bias = rng.standard_normal(44).astype(np.float32)
+    want = int4_layout.reference_matmul(x, w) + bias
+    for m in (1, 9):
+        assert np.array_equal(session(op_model(w, bias=bias), 2).run(None, {"x": x[None, :m]})[0][0], want[:m])
+
+
 def test_swiglu_model_is_silu_times_up() -> None:
     """The model is silu(g) * u, not another function: within 1e-6 of it in float64 (and of 1e-7 of
     g * u, where the logistic stops at +-18), at gates past that either way."""
