@@ -104,7 +104,7 @@ class DecoderBuilder:
         """x @ weight.T (+ bias); weight is [out, in] as in torch.nn.Linear. The native int4 kernel adds
         the bias itself; swiglu (that kernel only, `swiglu_in_kernel`; weight: the gate's rows, then the
         up's): silu(gate) * up, its panels packed in pairs (`pair_panels`)."""
-        in_kernel = self.quant.quantized and not self.quant.dynamic and self.quant.kernel == "rows"
+        in_kernel = self.on_rows_kernel
         mm_out = None if bias is not None and not in_kernel else out
         w = weight.T  # [K, N]
         if self.quant.dynamic:
@@ -116,7 +116,7 @@ class DecoderBuilder:
             acc = self.g.op("MatMulInteger", q, weight, rows_zero, weight_zero)
             scaled = self.g.op("Mul", self.g.op("Cast", acc, to=F32), row_scale)
             y = self.g.op("Mul", scaled, self.g.weight(f"{name}.scales", cw.scales), out=mm_out)
-        elif self.quant.quantized and self.quant.kernel == "rows":
+        elif in_kernel:
             pw = quantize_blockwise(w, self.quant.bits, self.quant.block_size)  # the same codes, another layout
             rw = from_nbits(pw.packed, pw.scales, pw.zero_points, pw.k, pw.n, self.quant.layout)
             if swiglu:  # a gate panel beside its up panel: one stream a task, its columns' epilogue its own
@@ -153,13 +153,17 @@ class DecoderBuilder:
             self.float_tensors.append(f"{name}.bias")
         return y
 
+    @property
+    def on_rows_kernel(self) -> bool:
+        """Are the weight MatMuls specedge's native int4 op (MatMulInt4Rows)?"""
+        return self.quant.quantized and not self.quant.dynamic and self.quant.kernel == "rows"
+
     def swiglu_in_kernel(self, intermediate: int) -> bool:
         """Does the gate/up MatMul end in SwiGLU itself (one node for Split, Sigmoid, Mul, Mul)? The native
         int4 kernel's graphs with silu, whose halves are whole panels of the weights' layout; the others
         keep the ops their providers run."""
-        rows = self.quant.quantized and not self.quant.dynamic and self.quant.kernel == "rows"
         panel = ROWS_LAYOUTS.get(self.quant.layout)
-        return (rows and self.fused and self.cfg.activation == "silu" and panel is not None
+        return (self.on_rows_kernel and self.fused and self.cfg.activation == "silu" and panel is not None
                 and intermediate % panel == 0)
 
     def quantize_rows(self, x: str) -> tuple[str, str]:

@@ -235,26 +235,31 @@ bool run_exp_sum_cases(std::mt19937& rng, const ExpSumIsa* isas, int count) {
   return ok;
 }
 
-// Every path's SwiGLU equals the portable path's bits (the last: the reference), over every length to
-// two vectors and more, with gates of every size: 0, -0, at the logistic's clamps (+-18), past them, huge.
-bool run_swiglu_cases(std::mt19937& rng, const SwigluIsa* isas, int count) {
+// Every path's SwiGLU equals the portable path's bits (the last: the reference): one pair of panels of
+// every width to two vectors and more, and several pairs of 8 and 32 columns, with gates of every size:
+// 0, -0, at the logistic's clamps (+-18), past them, huge.
+bool run_swiglu_case(std::mt19937& rng, const SwigluIsa* isas, int count, int64_t pairs, int64_t panel) {
   std::normal_distribution<float> normal(0.0f, 6.0f);
+  std::vector<float> y(2 * pairs * panel), want(pairs * panel), got(pairs * panel);
+  for (auto& v : y) v = normal(rng);
+  const float edges[] = {0.0f, -0.0f, -18.0f, 18.0f, -45.0f, 45.0f, -1e30f, 1e30f};
+  for (int64_t j = 0; j < panel && j < 8; ++j) y[(j * 5) % panel] = edges[j];  // gates of the first pair
+  isas[count - 1].fn(y.data(), pairs, panel, want.data());
   bool ok = true;
-  for (int64_t n = 0; n < 40; ++n) {
-    std::vector<float> gate(n), up(n), want(n), got(n);
-    for (auto& v : gate) v = normal(rng);
-    for (auto& v : up) v = normal(rng);
-    const float edges[] = {0.0f, -0.0f, -18.0f, 18.0f, -45.0f, 45.0f, -1e30f, 1e30f};
-    for (int64_t j = 0; j < n && j < 8; j += 1) gate[(j * 5) % n] = edges[j];
-    isas[count - 1].fn(gate.data(), up.data(), n, want.data());
-    for (int i = 0; i < count - 1; ++i) {
-      isas[i].fn(gate.data(), up.data(), n, got.data());
-      if (n && std::memcmp(got.data(), want.data(), n * sizeof(float)) != 0) {
-        std::printf("FAILED swiglu %s n=%lld\n", isas[i].name, (long long)n);
-        ok = false;
-      }
+  for (int i = 0; i < count - 1; ++i) {
+    isas[i].fn(y.data(), pairs, panel, got.data());
+    if (!want.empty() && std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) != 0) {
+      std::printf("FAILED swiglu %s pairs=%lld panel=%lld\n", isas[i].name, (long long)pairs, (long long)panel);
+      ok = false;
     }
   }
+  return ok;
+}
+
+bool run_swiglu_cases(std::mt19937& rng, const SwigluIsa* isas, int count) {
+  bool ok = true;
+  for (int64_t panel = 0; panel < 40; ++panel) ok = run_swiglu_case(rng, isas, count, 1, panel) && ok;
+  for (int64_t panel : {8, 32}) ok = run_swiglu_case(rng, isas, count, 5, panel) && ok;
   return ok;
 }
 

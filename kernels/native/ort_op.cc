@@ -164,11 +164,8 @@ void run_task(void* data, size_t task) {
   if (job.swiglu == nullptr) return compute_panels(job, p0, p1);
   compute_panels(job, 2 * p0, 2 * p1);
   const int64_t half = job.n / 2, panel = job.w.panel;
-  for (int64_t r = 0; r < job.x.m; ++r) {
-    const float* yr = job.y + r * job.w.n;  // w.n = n: whole pairs of panels
-    for (int64_t i = p0; i < p1; ++i) {
-      job.swiglu(yr + 2 * i * panel, yr + (2 * i + 1) * panel, panel, job.out + r * half + i * panel);
-    }
+  for (int64_t r = 0; r < job.x.m; ++r) {  // w.n = n: whole pairs of panels
+    job.swiglu(job.y + r * job.w.n + 2 * p0 * panel, p1 - p0, panel, job.out + r * half + p0 * panel);
   }
 }
 

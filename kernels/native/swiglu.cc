@@ -8,26 +8,9 @@
 
 namespace specedge {
 
-void swiglu_portable(const float* gate, const float* up, int64_t n, float* out) {
-  const LogisticConstants& c = kLogistic;
-  for (int64_t j = 0; j < n; ++j) {
-    const float g = gate[j];
-    float x = c.lower > g ? c.lower : g;  // max(lower, g) and min(upper, .) as vmaxps and vminps take them
-    x = c.upper < x ? c.upper : x;
-    const float x2 = x * x;
-    float p = __builtin_fmaf(x2, c.a9, c.a7);
-    p = __builtin_fmaf(x2, p, c.a5);
-    p = __builtin_fmaf(x2, p, c.a3);
-    p = __builtin_fmaf(x2, p, c.a1);
-    float q = __builtin_fmaf(x2, c.b10, c.b8);
-    q = __builtin_fmaf(x2, q, c.b6);
-    q = __builtin_fmaf(x2, q, c.b4);
-    q = __builtin_fmaf(x2, q, c.b2);
-    q = __builtin_fmaf(x2, q, c.b0);
-    p = x * p;
-    const float r = p / q + 0.5f;
-    const float s = 0.0f > r ? 0.0f : r;
-    out[j] = (g * s) * up[j];
+void swiglu_portable(const float* y, int64_t pairs, int64_t panel, float* out) {
+  for (int64_t i = 0; i < pairs; ++i, y += 2 * panel, out += panel) {
+    for (int64_t j = 0; j < panel; ++j) out[j] = swiglu_one(y[j], y[panel + j]);
   }
 }
 

@@ -1,5 +1,6 @@
-// SwiGLU, the epilogue MatMulInt4Rows applies to a gate/up projection (activation = 1): out[j] =
-// silu(gate[j]) * up[j]. One node where the graph ran four (Split, Sigmoid, Mul, Mul).
+// SwiGLU, the epilogue MatMulInt4Rows applies to a gate/up projection (activation = 1): over a row's
+// pairs of panels (a gate panel, then its up panel, `panel` columns each), out[j] = silu(gate[j]) * up[j].
+// One node where the graph ran four (Split, Sigmoid, Mul, Mul).
 //
 // Arithmetic, the same on every instruction set (kernels/int4_layout.py models it in numpy): the
 // logistic as ONNX Runtime's Sigmoid computes it on x86 with FMA3 (MLAS's LogisticKernelFma3: Eigen's
@@ -16,17 +17,18 @@
 
 namespace specedge {
 
-using SwigluFn = void (*)(const float* gate, const float* up, int64_t n, float* out);
+// y: `pairs` x (gate panel, up panel); out: `pairs` x panel.
+using SwigluFn = void (*)(const float* y, int64_t pairs, int64_t panel, float* out);
 
 struct SwigluIsa {
   const char* name;
   SwigluFn fn;
 };
 
-void swiglu_portable(const float* gate, const float* up, int64_t n, float* out);
+void swiglu_portable(const float* y, int64_t pairs, int64_t panel, float* out);
 #if defined(__x86_64__) || defined(_M_X64)
-void swiglu_avx2(const float* gate, const float* up, int64_t n, float* out);     // AVX2 with FMA
-void swiglu_avx512(const float* gate, const float* up, int64_t n, float* out);   // AVX-512F
+void swiglu_avx2(const float* y, int64_t pairs, int64_t panel, float* out);    // AVX2 with FMA
+void swiglu_avx512(const float* y, int64_t pairs, int64_t panel, float* out);  // AVX-512F
 #endif
 
 // The instruction sets this CPU runs the epilogue on, best first (the portable path last); returns how many.
